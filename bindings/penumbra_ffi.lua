@@ -1,0 +1,123 @@
+-- penumbra_ffi — the FFI layer. Loads libpenumbra, feeds it the preprocessed public
+-- header (build/penumbra_ffi.h, made from core/penumbra.h by the build), and offers the
+-- few helpers every Lua module uses to cross the boundary:
+--   B.wrap(p)       owned pn_tensor* -> gc'd cdata, or a Lua error carrying pn_last_error()
+--   B.check(status) PN_OK or a Lua error
+--   B.dim(d)        Lua dim (1-based, negative from the end) -> C dim (0-based / negative)
+--   B.int64s(tbl)   Lua list -> n, int64_t[n]
+-- Nothing else in Lua calls ffi.gc on a tensor.
+local ffi = require 'ffi'
+
+local B = { ffi = ffi }
+
+local function here()
+  local src = debug.getinfo(1, 'S').source:sub(2)
+  return src:match('^(.*)/[^/]*$') or '.'
+end
+
+local root = os.getenv('PENUMBRA_HOME') or (here() .. '/..')
+local build = os.getenv('PENUMBRA_BUILD') or (root .. '/build')
+B.root, B.build = root, build
+
+local function read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+local header = read_file(build .. '/penumbra_ffi.h')
+if not header then
+  error('penumbra: ' .. build .. '/penumbra_ffi.h not found; build first (./bench builds on demand)', 0)
+end
+ffi.cdef(header)
+local ok, C = pcall(ffi.load, os.getenv('PENUMBRA_LIB') or (build .. '/libpenumbra.so'))
+if not ok then error('penumbra: cannot load libpenumbra.so from ' .. build .. ': ' .. tostring(C), 0) end
+B.C = C
+
+local function last_error()
+  return ffi.string(C.pn_last_error())
+end
+B.last_error = last_error
+
+-- The GC does not see C memory: collect when live tensor bytes have doubled since the
+-- last collection (at least 256 MiB), so dropped tensors are freed in loops.
+local gc_threshold = 256 * 2 ^ 20
+local function pressure()
+  local live = tonumber(C.pn_live_bytes())
+  if live > gc_threshold then
+    collectgarbage('collect')
+    live = tonumber(C.pn_live_bytes())
+    gc_threshold = math.max(256 * 2 ^ 20, 2 * live)
+  end
+end
+
+local release = C.pn_release
+local NULL = nil
+function B.wrap(p)
+  if p == NULL then error(last_error(), 3) end
+  pressure()
+  return ffi.gc(p, release)
+end
+
+-- For C calls that may legitimately return NULL without an error (pn_grad).
+function B.wrap_or_nil(p)
+  if p == NULL then return nil end
+  return ffi.gc(p, release)
+end
+
+function B.check(status)
+  if status ~= 0 then error(last_error(), 3) end
+  return true
+end
+
+function B.dim(d)
+  if type(d) ~= 'number' or d ~= math.floor(d) then
+    error('expected an integer dim, got ' .. tostring(d), 3)
+  end
+  if d > 0 then return d - 1 end
+  if d < 0 then return d end
+  error('dim 0 is invalid: dims are numbered from 1 (negative counts from the end)', 3)
+end
+
+local int64_arr = ffi.typeof('int64_t[?]')
+function B.int64s(t)
+  local n = #t
+  local a = int64_arr(n > 0 and n or 1)
+  for i = 1, n do a[i - 1] = t[i] end
+  return n, a
+end
+
+B.dtypes = { f32 = C.PN_F32, f64 = C.PN_F64, i32 = C.PN_I32, i64 = C.PN_I64, u8 = C.PN_U8 }
+B.dtype_names = { [0] = 'f32', 'f64', 'i32', 'i64', 'u8' }
+B.devices = { cpu = C.PN_CPU, cuda = C.PN_CUDA }
+B.device_names = { [0] = 'cpu', 'cuda' }
+
+function B.dtype(name)
+  if name == nil then return C.PN_F32 end
+  local d = B.dtypes[name]
+  if not d then error("unknown dtype '" .. tostring(name) .. "' (f32, f64, i32, i64, u8)", 3) end
+  return d
+end
+
+function B.device(name)
+  if name == nil then return C.PN_CPU end
+  local d = B.devices[name]
+  if not d then error("unknown device '" .. tostring(name) .. "' (cpu, cuda)", 3) end
+  return d
+end
+
+B.tensor_ct = ffi.typeof('pn_tensor')
+B.tensor_ptr_ct = ffi.typeof('pn_tensor *')
+
+-- Declared once, by lua/penumbra/tensor.lua, after its method table is complete.
+function B.metatype(mt)
+  ffi.metatype(B.tensor_ct, mt)
+end
+
+function B.is_tensor(x)
+  return type(x) == 'cdata' and ffi.istype(B.tensor_ptr_ct, x)
+end
+
+return B

@@ -1,0 +1,194 @@
+/* internal.h — private helpers shared by core/ (every .c file). Not part of the public API.
+ *
+ * What lives here (look here before writing a helper):
+ *   errors      pn_error / pn_error_null, PN_TRY, pn_shape_str / pn_dims_str
+ *   memory      pn_alloc / pn_free (counted), pn_tensor_new_like, storage refcounts
+ *   dims        pn_wrap_dim, pn_broadcast_shape, pn_broadcast_strides
+ *   dtype       pn_ld / pn_st (generic load/store as double), pn_is_float
+ *   iteration   pn_iter: N operands over one (broadcast) shape, inner-row loops
+ *   autograd    pn_node, pn_ag_needed, pn_ag_record, pn_ag_save, PN_NO_GRAD_BEGIN/END
+ *   threads     PN_PAR_MIN: below this many elements a loop stays serial
+ */
+#ifndef PN_INTERNAL_H
+#define PN_INTERNAL_H
+
+#include "penumbra.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PN_PAR_MIN 32768 /* elements; smaller loops are not worth waking threads for */
+
+/* ---- errors ------------------------------------------------------------------- */
+/* Set the thread-local message and return code (printf-style). */
+pn_status pn_error(pn_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, returning NULL: `return pn_error_null(PN_ERR_SHAPE, "op: …");` */
+void *pn_error_null(pn_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Shapes as "[2,3,4]" — ring of thread-local buffers, so several fit in one message. */
+const char *pn_shape_str(const pn_tensor *t);
+const char *pn_dims_str(int nd, const int64_t *shape);
+
+#define PN_TRY(expr)                        \
+    do {                                    \
+        pn_status pn_try_s_ = (expr);       \
+        if (pn_try_s_ != PN_OK) return pn_try_s_; \
+    } while (0)
+
+/* ---- memory ------------------------------------------------------------------- */
+void *pn_alloc(size_t nbytes);   /* 64-byte aligned, counted in pn_live_bytes; NULL + error on OOM */
+void pn_free(void *p, size_t nbytes);
+void pn_count_tensor(int delta);
+void pn_count_node(int delta);
+
+struct pn_storage {
+    void *data;
+    size_t nbytes;
+    int64_t refcount;
+    int dev;
+};
+pn_storage *pn_storage_new(size_t nbytes, int dev);  /* uninitialised */
+void pn_storage_retain(pn_storage *s);
+void pn_storage_release(pn_storage *s);
+
+/* A tensor struct viewing storage s (retained) — no data allocation. */
+pn_tensor *pn_tensor_view_of(pn_storage *s, int nd, const int64_t *shape, const int64_t *strides,
+                             int64_t offset, int dtype);
+/* Fresh contiguous CPU tensor (uninitialised); same as pn_empty with dtype/shape of x. */
+pn_tensor *pn_empty_like(const pn_tensor *x);
+/* Row-major strides for shape. */
+void pn_contiguous_strides(int nd, const int64_t *shape, int64_t *strides);
+int64_t pn_shape_numel(int nd, const int64_t *shape);
+bool pn_same_shape(const pn_tensor *a, const pn_tensor *b);
+
+static inline size_t pn_elsize(int dt) {
+    switch (dt) {
+    case PN_F32: case PN_I32: return 4;
+    case PN_F64: case PN_I64: return 8;
+    default: return 1;
+    }
+}
+static inline bool pn_is_float(int dt) { return dt == PN_F32 || dt == PN_F64; }
+static inline bool pn_is_index(int dt) { return dt == PN_I32 || dt == PN_I64; }
+
+/* element 0 of the view */
+static inline char *pn_ptr(const pn_tensor *t) {
+    return (char *)t->storage->data + (size_t)t->offset * pn_elsize(t->dt);
+}
+
+/* ---- generic element access (slow path; kernels specialise f32/f64) ----------- */
+static inline double pn_ld(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case PN_F32: return ((const float *)p)[i];
+    case PN_F64: return ((const double *)p)[i];
+    case PN_I32: return ((const int32_t *)p)[i];
+    case PN_I64: return (double)((const int64_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+static inline void pn_st(void *p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case PN_F32: ((float *)p)[i] = (float)v; break;
+    case PN_F64: ((double *)p)[i] = v; break;
+    case PN_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case PN_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+/* integer index load (i32 or i64 tensors) */
+static inline int64_t pn_ldi(const void *p, int dt, int64_t i) {
+    return dt == PN_I64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+/* ---- dims and broadcasting ------------------------------------------------------ */
+/* dim in [-nd, nd) → [0, nd); error names op. */
+pn_status pn_wrap_dim(const char *op, int dim, int nd, int *out);
+/* NumPy broadcast of two shapes; error names op and both shapes. */
+pn_status pn_broadcast_shape(const char *op, int nda, const int64_t *sa, int ndb, const int64_t *sb,
+                             int *nd_out, int64_t *out);
+/* Strides of t viewed at shape (nd, shape): right-aligned, 0 where t has size 1 or is missing.
+ * Caller has checked that t broadcasts to shape. */
+void pn_broadcast_strides(const pn_tensor *t, int nd, const int64_t *shape, int64_t *strides);
+/* Checks dtype/device: float tensors for differentiable maths. */
+pn_status pn_check_float(const char *op, const char *arg, const pn_tensor *t);
+pn_status pn_check_cpu(const char *op, const char *arg, const pn_tensor *t);
+
+/* ---- iteration ------------------------------------------------------------------- */
+#define PN_ITER_MAX_OPS 4
+/* N operands walked over one shape. Operand 0 is usually the output.
+ * Dims that are contiguous for every operand are merged, so the common case
+ * is one long inner row. Usage:
+ *     pn_iter it; pn_iter_init(&it, nd, shape, 2, (pn_tensor*[]){out, x}, NULL);
+ *     for (int64_t r = 0; r < it.rows; r++) {
+ *         int64_t off[PN_ITER_MAX_OPS]; pn_iter_row(&it, r, off);
+ *         for (int64_t i = 0; i < it.inner; i++) o[off[0] + i*it.istride[0]] = …;
+ *     }
+ * Rows are independent, so `#pragma omp parallel for` over r is safe. */
+typedef struct {
+    int nd;                                  /* after merging; >= 1 */
+    int nops;
+    int64_t shape[PN_MAX_DIMS];
+    int64_t strides[PN_ITER_MAX_OPS][PN_MAX_DIMS];
+    int64_t inner;                           /* length of the last dim */
+    int64_t istride[PN_ITER_MAX_OPS];        /* stride of each operand along it */
+    int64_t rows;                            /* product of the other dims */
+    int64_t numel;
+} pn_iter;
+/* strides_override: per-operand strides already broadcast to shape (or NULL to compute
+ * them with pn_broadcast_strides from ops[i]). */
+void pn_iter_init(pn_iter *it, int nd, const int64_t *shape, int nops, pn_tensor *const *ops,
+                  const int64_t (*strides_override)[PN_MAX_DIMS]);
+void pn_iter_row(const pn_iter *it, int64_t row, int64_t *off);
+
+/* ---- autograd --------------------------------------------------------------------- */
+/* gout: gradient wrt the node's output (borrowed). Fill gin[i] (new references) for the
+ * inputs with pn_ag_input_needs(n, i); leave others NULL. Runs with grad mode off. */
+typedef pn_status (*pn_backward_fn)(pn_node *n, pn_tensor *gout, pn_tensor **gin);
+
+#define PN_NODE_SAVED 6
+#define PN_NODE_SCALARS 8
+#define PN_NODE_INTS (4 * PN_MAX_DIMS)
+typedef struct {
+    pn_node *node;    /* producer of input i, retained (non-leaf) */
+    pn_tensor *leaf;  /* input i itself when it is a leaf requiring grad, retained */
+} pn_edge;
+
+struct pn_node {
+    const char *name;
+    pn_backward_fn backward;
+    int n_in;
+    pn_edge *in;                        /* n_in edges; an edge with neither is not needed */
+    pn_tensor *saved[PN_NODE_SAVED];    /* retained; released after backward */
+    double sc[PN_NODE_SCALARS];         /* scalar arguments of the forward */
+    int64_t iv[PN_NODE_INTS];           /* integer arguments (dims, shapes, op codes) */
+    int32_t in_dtype[8];                /* dtype of the first inputs (casts need it) */
+    int64_t in_shape_nd[8];             /* shapes of the first 8 inputs, for broadcasting backwards */
+    int64_t in_shape[8][PN_MAX_DIMS];
+    void *extra;                        /* op-owned data, freed with free_extra */
+    void (*free_extra)(void *);
+    int64_t refcount;                   /* output tensors + child nodes holding it */
+    /* backward bookkeeping */
+    pn_tensor *gacc;                    /* accumulated gradient wrt the output */
+    int64_t deps;
+    uint32_t mark;
+    int released;                       /* saved state dropped after a backward */
+};
+
+/* 1 when grad mode is on and any of ins requires grad. */
+bool pn_ag_needed(int n, pn_tensor *const *ins);
+/* Create the node for out (which must not have one yet) over inputs ins; records the
+ * input shapes. Returns NULL with an error set on OOM (caller releases out). */
+pn_node *pn_ag_record(pn_tensor *out, const char *name, pn_backward_fn bw, int n, pn_tensor *const *ins);
+void pn_ag_save(pn_node *n, pn_tensor *t);   /* retains t into n->saved[next] */
+static inline bool pn_ag_input_needs(const pn_node *n, int i) {
+    return n->in[i].node != NULL || n->in[i].leaf != NULL;
+}
+void pn_node_release(pn_node *n);
+
+/* Convenience for backward functions: the gradient g (borrowed) reduced to input i's
+ * recorded shape (sum over broadcast dims). New reference. */
+pn_tensor *pn_grad_to_input(pn_node *n, int i, pn_tensor *g);
+
+#endif /* PN_INTERNAL_H */

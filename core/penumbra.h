@@ -1,0 +1,214 @@
+/* penumbra.h — THE public interface of libpenumbra.
+ *
+ * This header is also the FFI contract: the build preprocesses it with -DPN_FFI
+ * (gcc -E -P) and bindings/ feeds the result to ffi.cdef. So: plain C declarations
+ * only, no inline code, no system includes outside the #ifndef PN_FFI block.
+ *
+ * Conventions (DESIGN §2):
+ *  - a function returning pn_tensor * hands the caller ONE reference (release it
+ *    with pn_release); NULL means error, and pn_last_error() says why.
+ *  - a function returning pn_status returns PN_OK or an error code, same message.
+ *  - dims are 0-based here; negative dims count from the end (-1 = last).
+ *    The Lua layer converts its 1-based dims before calling.
+ *  - arguments marked "borrowed" are not consumed: the caller keeps its reference.
+ */
+#ifndef PENUMBRA_H
+#define PENUMBRA_H
+
+#ifndef PN_FFI
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#define PN_MAX_DIMS 8
+
+typedef enum { PN_F32 = 0, PN_F64 = 1, PN_I32 = 2, PN_I64 = 3, PN_U8 = 4 } pn_dtype;
+typedef enum { PN_CPU = 0, PN_CUDA = 1 } pn_device;
+
+typedef enum {
+    PN_OK = 0,
+    PN_ERR_ARG = 1,    /* bad argument value */
+    PN_ERR_SHAPE = 2,  /* shapes do not fit */
+    PN_ERR_DTYPE = 3,  /* wrong dtype */
+    PN_ERR_INDEX = 4,  /* index out of range */
+    PN_ERR_OOM = 5,    /* allocation failed */
+    PN_ERR_IO = 6,     /* file / HDF5 problem */
+    PN_ERR_STATE = 7,  /* e.g. backward through a freed graph */
+    PN_ERR_DEVICE = 8  /* device not available / mismatch */
+} pn_status;
+
+typedef struct pn_storage pn_storage;
+typedef struct pn_node pn_node;
+
+/* A strided view of a refcounted storage. Fields are public so the FFI reads
+ * them without calls; only the core writes them. Field names deliberately
+ * differ from the Lua method names (t:shape(), t:dtype(), t.grad …). */
+typedef struct pn_tensor {
+    int64_t sizes[PN_MAX_DIMS];   /* shape, nd entries used */
+    int64_t strides[PN_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements, into storage */
+    int32_t nd;                   /* number of dims, 0 = scalar */
+    int32_t dt;                   /* pn_dtype */
+    int32_t dev;                  /* pn_device */
+    int32_t req_grad;             /* leaf asks for a gradient */
+    int64_t refcount;
+    pn_storage *storage;
+    struct pn_tensor *gradt;      /* accumulated gradient of a leaf, or NULL */
+    pn_node *fn;                  /* autograd node that produced this tensor, or NULL */
+} pn_tensor;
+
+/* ---- errors, memory accounting, threads ------------------------------------ */
+const char *pn_last_error(void);
+void pn_clear_error(void);
+int64_t pn_live_tensors(void);       /* tensor structs alive */
+int64_t pn_live_bytes(void);         /* storage bytes alive (all devices) */
+int64_t pn_live_nodes(void);         /* autograd nodes alive */
+int pn_num_threads(void);
+void pn_set_num_threads(int n);
+const char *pn_version(void);
+int pn_cuda_available(void);
+
+/* ---- lifetime ---------------------------------------------------------------- */
+void pn_retain(pn_tensor *t);
+void pn_release(pn_tensor *t);
+const char *pn_dtype_name(int dtype);
+int pn_dtype_size(int dtype);
+
+/* ---- creation ---------------------------------------------------------------- */
+pn_tensor *pn_empty(int nd, const int64_t *shape, int dtype, int device);
+pn_tensor *pn_zeros(int nd, const int64_t *shape, int dtype, int device);
+pn_tensor *pn_full(int nd, const int64_t *shape, double value, int dtype, int device);
+pn_tensor *pn_arange(double start, double end, double step, int dtype, int device);
+/* copies nbytes = numel*elsize from data (row-major) */
+pn_tensor *pn_from_buffer(int nd, const int64_t *shape, int dtype, const void *data);
+/* copies t (any strides) row-major into dst, which holds nbytes */
+pn_status pn_to_buffer(const pn_tensor *t, void *dst, size_t nbytes);
+void *pn_data_ptr(const pn_tensor *t);     /* address of element 0 of the view (CPU) */
+int64_t pn_numel(const pn_tensor *t);
+int pn_is_contiguous(const pn_tensor *t);
+pn_status pn_item(const pn_tensor *t, double *out);      /* one-element tensor → number */
+pn_status pn_get(const pn_tensor *t, const int64_t *index, double *out); /* element at index */
+
+/* ---- random (counter-based Philox 4x32-10; same stream for a given seed) ---- */
+void pn_manual_seed(uint64_t seed);
+uint64_t pn_seed(void);
+pn_tensor *pn_rand(int nd, const int64_t *shape, int dtype, int device);   /* U[0,1) */
+pn_tensor *pn_randn(int nd, const int64_t *shape, int dtype, int device);  /* N(0,1) */
+
+/* ---- views (share storage; differentiable) ------------------------------------ */
+pn_tensor *pn_view(pn_tensor *t, int nd, const int64_t *shape);     /* -1 infers; needs compatible strides */
+pn_tensor *pn_reshape(pn_tensor *t, int nd, const int64_t *shape);  /* view when possible, else copy */
+pn_tensor *pn_permute(pn_tensor *t, int nd, const int64_t *perm);
+pn_tensor *pn_transpose(pn_tensor *t, int dim0, int dim1);
+pn_tensor *pn_narrow(pn_tensor *t, int dim, int64_t start, int64_t length);
+pn_tensor *pn_select(pn_tensor *t, int dim, int64_t index);        /* drops dim */
+pn_tensor *pn_squeeze(pn_tensor *t, int dim);                       /* dim = PN_ALL_DIMS: every size-1 dim */
+pn_tensor *pn_unsqueeze(pn_tensor *t, int dim);
+pn_tensor *pn_expand(pn_tensor *t, int nd, const int64_t *shape);   /* -1 keeps a size */
+pn_tensor *pn_contiguous(pn_tensor *t);   /* new reference to t itself when already contiguous */
+pn_tensor *pn_clone(pn_tensor *t);        /* always a fresh contiguous copy (differentiable) */
+pn_tensor *pn_to_dtype(pn_tensor *t, int dtype);  /* cast; differentiable between f32/f64 */
+enum { PN_ALL_DIMS = 127 }; /* squeeze: every size-1 dim */
+
+/* ---- in-place, never recorded by autograd (optimisers, init) ------------------ */
+pn_status pn_copy_(pn_tensor *dst, const pn_tensor *src);      /* src broadcast to dst, cast */
+pn_status pn_fill_(pn_tensor *dst, double value);
+pn_status pn_axpy_(pn_tensor *y, double alpha, const pn_tensor *x);  /* y += alpha*x (same shape) */
+pn_status pn_scale_(pn_tensor *y, double alpha);                     /* y *= alpha */
+
+/* ---- elementwise (ops/elementwise.c) ------------------------------------------- */
+typedef enum {
+    PN_NEG, PN_ABS, PN_EXP, PN_LOG, PN_LOG1P, PN_SQRT, PN_RSQRT, PN_SIN, PN_COS, PN_TANH,
+    PN_SIGMOID, PN_LOGSIGMOID, PN_RELU, PN_ELU, PN_LEAKY_RELU, PN_GELU, PN_SOFTPLUS,
+    PN_SINH, PN_COSH, PN_ASINH, PN_ACOSH, PN_ATANH, PN_CLAMP, PN_POW_SCALAR,
+    PN_UNARY_COUNT
+} pn_unary_op;
+/* a, b: ELU alpha; leaky slope; clamp (min, max) with ±inf for none; pow exponent */
+pn_tensor *pn_unary(int op, pn_tensor *x, double a, double b);
+const char *pn_unary_name(int op);
+
+typedef enum { PN_ADD, PN_SUB, PN_MUL, PN_DIV, PN_POW, PN_MAXIMUM, PN_MINIMUM, PN_BINARY_COUNT } pn_binary_op;
+pn_tensor *pn_binary(int op, pn_tensor *a, pn_tensor *b);   /* NumPy broadcasting, same dtype */
+
+typedef enum { PN_EQ, PN_NE, PN_LT, PN_LE, PN_GT, PN_GE } pn_compare_op;
+pn_tensor *pn_compare(int op, pn_tensor *a, pn_tensor *b);  /* → u8 */
+pn_tensor *pn_where(pn_tensor *cond, pn_tensor *a, pn_tensor *b); /* cond u8, broadcast */
+
+/* ---- reductions (ops/reduce.c) -------------------------------------------------- */
+typedef enum { PN_SUM, PN_MEAN, PN_MAX, PN_MIN, PN_LOGSUMEXP, PN_PROD } pn_reduce_op;
+/* ndims == 0 reduces over every dim */
+pn_tensor *pn_reduce(int op, pn_tensor *x, int ndims, const int64_t *dims, int keepdim);
+pn_tensor *pn_argmax(pn_tensor *x, int dim, int keepdim);   /* → i64 */
+pn_tensor *pn_argmin(pn_tensor *x, int dim, int keepdim);   /* → i64 */
+pn_tensor *pn_norm(pn_tensor *x, double p, int ndims, const int64_t *dims, int keepdim);
+/* gradient of a broadcast: sums g down to shape (used by every broadcasting backward) */
+pn_tensor *pn_sum_to_shape(pn_tensor *g, int nd, const int64_t *shape);
+
+/* ---- linear algebra (ops/matmul.c) ---------------------------------------------- */
+/* torch.matmul semantics: 1-D/2-D/N-D with batch broadcasting; OpenBLAS GEMM */
+pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b);
+
+/* ---- softmax, norms (ops/softmax.c, ops/norm.c) ----------------------------------- */
+pn_tensor *pn_softmax(pn_tensor *x, int dim);
+pn_tensor *pn_log_softmax(pn_tensor *x, int dim);
+/* normalises over the last dim; weight, bias (D) or NULL */
+pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, double eps);
+/* inverted dropout with the global Philox stream; p = 0 or !train returns x */
+pn_tensor *pn_dropout(pn_tensor *x, double p, int train);
+
+/* ---- indexing, graphs (ops/index.c) ---------------------------------------------- */
+pn_tensor *pn_embedding(pn_tensor *weight, pn_tensor *idx);         /* weight (V, D), idx any shape i32/i64 */
+pn_tensor *pn_index_select(pn_tensor *x, int dim, pn_tensor *idx);   /* idx 1-D */
+pn_tensor *pn_gather(pn_tensor *x, int dim, pn_tensor *idx);          /* torch.gather */
+pn_tensor *pn_scatter_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src); /* out-of-place */
+pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src);   /* out-of-place */
+/* rows of x (dim 0) grouped by CSR offsets (S+1, i32/i64, offsets[0]=0, offsets[S]=rows) */
+pn_tensor *pn_segment_sum(pn_tensor *x, pn_tensor *offsets);      /* (E, …) → (S, …) */
+pn_tensor *pn_segment_softmax(pn_tensor *x, pn_tensor *offsets);  /* (E, …) → (E, …) */
+
+/* ---- joining (ops/shape.c) ---------------------------------------------------------- */
+pn_tensor *pn_cat(int n, pn_tensor **ts, int dim);
+pn_tensor *pn_stack(int n, pn_tensor **ts, int dim);
+
+/* ---- losses (ops/loss.c); reduction: 0 none, 1 mean, 2 sum ------------------------ */
+typedef enum { PN_REDUCE_NONE = 0, PN_REDUCE_MEAN = 1, PN_REDUCE_SUM = 2 } pn_reduction;
+/* logits (N, C), target (N) i32/i64; mean is over non-ignored rows */
+pn_tensor *pn_cross_entropy(pn_tensor *logits, pn_tensor *target, double label_smoothing,
+                            int64_t ignore_index, int reduction);
+pn_tensor *pn_nll_loss(pn_tensor *logp, pn_tensor *target, int64_t ignore_index, int reduction);
+pn_tensor *pn_bce_with_logits(pn_tensor *x, pn_tensor *y, int reduction);
+pn_tensor *pn_mse_loss(pn_tensor *x, pn_tensor *y, int reduction);
+
+/* ---- autograd (autograd.c) ---------------------------------------------------------- */
+int pn_grad_enabled(void);
+int pn_set_grad_enabled(int enabled);           /* returns the previous mode */
+pn_status pn_set_requires_grad(pn_tensor *t, int flag);   /* leaves only */
+int pn_requires_grad(const pn_tensor *t);       /* leaf flag or produced by a recorded op */
+pn_tensor *pn_grad(pn_tensor *t);               /* new reference to t's .grad, or NULL (no error) */
+pn_status pn_set_grad(pn_tensor *t, pn_tensor *g);  /* g borrowed (NULL clears) */
+pn_tensor *pn_detach(pn_tensor *t);             /* same storage, no history */
+/* grad NULL means ones (t must have one element); retain != 0 keeps the graph */
+pn_status pn_backward(pn_tensor *t, pn_tensor *grad, int retain_graph);
+const char *pn_grad_fn_name(const pn_tensor *t);   /* "" for leaves */
+
+/* ---- HDF5 (io/h5.c) ------------------------------------------------------------------- */
+typedef struct pn_h5 pn_h5;
+pn_h5 *pn_h5_open(const char *path, const char *mode);   /* "r", "w" (truncate), "a" (create or append) */
+void pn_h5_close(pn_h5 *f);
+/* name may contain groups ("params/layer1/w"); missing groups are created. level 0..9 gzip, 0 = none */
+pn_status pn_h5_write(pn_h5 *f, const char *name, const pn_tensor *t, int gzip_level);
+pn_tensor *pn_h5_read(pn_h5 *f, const char *name);
+int pn_h5_exists(pn_h5 *f, const char *name);
+/* newline-separated names of datasets under group (recursively), written into buf; returns
+ * the length needed (call again with a bigger buffer when it exceeds size), -1 on error */
+int64_t pn_h5_list(pn_h5 *f, const char *group, char *buf, int64_t size);
+/* attributes of an object ("/" for the root): kind 0 missing, 1 string, 2 numeric */
+int pn_h5_attr_kind(pn_h5 *f, const char *obj, const char *attr);
+int64_t pn_h5_attr_names(pn_h5 *f, const char *obj, char *buf, int64_t size);
+int64_t pn_h5_attr_string(pn_h5 *f, const char *obj, const char *attr, char *buf, int64_t size);
+pn_tensor *pn_h5_attr_tensor(pn_h5 *f, const char *obj, const char *attr);
+pn_status pn_h5_set_attr_string(pn_h5 *f, const char *obj, const char *attr, const char *value);
+pn_status pn_h5_set_attr_tensor(pn_h5 *f, const char *obj, const char *attr, const pn_tensor *t);
+pn_status pn_h5_flush(pn_h5 *f);
+
+#endif /* PENUMBRA_H */

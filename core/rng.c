@@ -1,0 +1,98 @@
+/* rng.c — counter-based Philox 4x32-10 (Salmon et al. 2011). Element i of a draw uses
+ * counter (offset + i/4, lane i%4) under key = seed, so the stream depends only on the
+ * seed and the draw order — not on thread count or device. Each draw advances the
+ * global offset past the counters it used. */
+#include "internal.h"
+
+static uint64_t g_seed = 0x5eed;
+static uint64_t g_offset = 0; /* in 128-bit counter blocks */
+
+void pn_manual_seed(uint64_t seed) {
+    g_seed = seed;
+    g_offset = 0;
+}
+uint64_t pn_seed(void) { return g_seed; }
+
+static inline void philox_round(uint32_t *c, const uint32_t *k) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+}
+
+/* 4 random words for counter block `ctr` under `seed` */
+static inline void philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
+    uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), 0, 0};
+    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (int r = 0; r < 10; r++) {
+        philox_round(c, k);
+        k[0] += 0x9E3779B9u;
+        k[1] += 0xBB67AE85u;
+    }
+    memcpy(out, c, sizeof c);
+}
+
+/* uniform in [0,1) with 53 (f64) or 24 (f32) bits */
+static inline double u01_64(uint32_t a, uint32_t b) {
+    return (double)(((uint64_t)a << 21) ^ (uint64_t)(b >> 11)) * (1.0 / 9007199254740992.0);
+}
+
+/* Reserve n draws of 4 words each; returns the first counter block. */
+static uint64_t reserve(int64_t blocks) {
+    uint64_t base = g_offset;
+    g_offset += (uint64_t)blocks;
+    return base;
+}
+
+/* Fill the contiguous tensor t: kind 0 uniform, 1 normal. Two words per value. */
+static void fill_random(pn_tensor *t, int kind) {
+    int64_t n = pn_numel(t);
+    int64_t blocks = (n + 1) / 2; /* one block = 4 words = 2 values */
+    uint64_t base = reserve(blocks);
+    uint64_t seed = g_seed;
+    char *p = pn_ptr(t);
+    int dt = t->dt;
+    #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        uint32_t w[4];
+        philox4x32(seed, base + (uint64_t)b, w);
+        double u0 = u01_64(w[0], w[1]), u1 = u01_64(w[2], w[3]);
+        double v0 = u0, v1 = u1;
+        if (kind == 1) { /* Box–Muller: both outputs used */
+            double r = sqrt(-2.0 * log(1.0 - u0)), th = 2.0 * M_PI * u1;
+            v0 = r * cos(th);
+            v1 = r * sin(th);
+        }
+        int64_t i = 2 * b;
+        if (dt == PN_F32) {
+            float f0 = (float)v0, f1 = (float)v1;
+            if (kind == 0) { /* keep [0,1): rounding to float could reach 1.0 */
+                if (f0 >= 1.0f) f0 = 0x1.fffffep-1f;
+                if (f1 >= 1.0f) f1 = 0x1.fffffep-1f;
+            }
+            ((float *)p)[i] = f0;
+            if (i + 1 < n) ((float *)p)[i + 1] = f1;
+        } else {
+            pn_st(p, dt, i, v0);
+            if (i + 1 < n) pn_st(p, dt, i + 1, v1);
+        }
+    }
+}
+
+static pn_tensor *random_tensor(const char *op, int nd, const int64_t *shape, int dtype, int device, int kind) {
+    if (dtype != PN_F32 && dtype != PN_F64)
+        return pn_error_null(PN_ERR_DTYPE, "%s: dtype %s not supported, use f32 or f64", op, pn_dtype_name(dtype));
+    pn_tensor *t = pn_empty(nd, shape, dtype, device);
+    if (t) fill_random(t, kind);
+    return t;
+}
+
+pn_tensor *pn_rand(int nd, const int64_t *shape, int dtype, int device) {
+    return random_tensor("rand", nd, shape, dtype, device, 0);
+}
+pn_tensor *pn_randn(int nd, const int64_t *shape, int dtype, int device) {
+    return random_tensor("randn", nd, shape, dtype, device, 1);
+}

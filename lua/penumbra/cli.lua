@@ -1,0 +1,71 @@
+-- penumbra.cli — what ./bench runs: `./bench script.lua [key=value ...]`, `./bench test`,
+-- `./bench --help`. Later commands (compare, plot, repl, runs, show) register here.
+local HELP = [[
+usage: ./bench <command | script.lua> [args]
+
+  ./bench script.lua [key=value ...]   run a Lua script (experiments/*.lua); key=value
+                                       pairs reach it as the global table `args`
+  ./bench test [spec files or dirs]    run the busted specs (default: spec/); ends with
+                                       "N passed, N failed, N skipped"
+  ./bench --help                       this text
+
+environment: PENUMBRA_DATA (dataset dir), PENUMBRA_BUILD (build dir),
+             OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (threads)
+]]
+
+local root = os.getenv('PENUMBRA_HOME') or '.'
+
+local function run_tests(paths)
+  if #paths == 0 then paths = { root .. '/spec' } end
+  local args = { '--output=' .. root .. '/spec/helpers/summary_output.lua', '--pattern=_spec' }
+  for _, p in ipairs(paths) do args[#args + 1] = p end
+  _G.arg = args
+  arg[0] = 'busted'
+  -- busted's runner raises a bare error() on failure when not standalone; run it
+  -- protected and exit from here, closing the Lua state so finalizers free tensors.
+  local ok, err = pcall(require 'busted.runner', { standalone = false })
+  local r = _G.PN_TEST_RESULT
+  if not r then
+    io.stderr:write('bench test: the runner stopped before reporting: ' .. tostring(err) .. '\n')
+    print('0 passed, 1 failed, 0 skipped')
+    os.exit(1, true)
+  end
+  os.exit(r.failed > 0 and 1 or 0, true)
+end
+
+local function run_script(path, rest)
+  local f, err = loadfile(path)
+  if not f then
+    io.stderr:write('bench: cannot load ' .. path .. ': ' .. tostring(err) .. '\n')
+    os.exit(1)
+  end
+  local kv, positional = {}, {}
+  for _, a in ipairs(rest) do
+    local k, v = a:match('^([%w_%.]+)=(.*)$')
+    if k then kv[k] = v else positional[#positional + 1] = a end
+  end
+  _G.args = kv
+  _G.arg = positional
+  arg[0] = path
+  local ok, e = xpcall(f, debug.traceback)
+  if not ok then
+    io.stderr:write(tostring(e) .. '\n')
+    os.exit(1)
+  end
+end
+
+local cmd = arg[1]
+local rest = {}
+for i = 2, #arg do rest[#rest + 1] = arg[i] end
+
+if cmd == nil or cmd == '--help' or cmd == '-h' or cmd == 'help' then
+  io.write(HELP)
+  os.exit(cmd == nil and 1 or 0)
+elseif cmd == 'test' then
+  run_tests(rest)
+elseif cmd:match('%.lua$') then
+  run_script(cmd, rest)
+else
+  io.stderr:write("bench: unknown command '" .. cmd .. "'\n" .. HELP)
+  os.exit(1)
+end

@@ -1,0 +1,488 @@
+-- penumbra.tensor — the tensor type seen from Lua: creation, geometry, views, autograd
+-- entry points, printing. Op groups live in penumbra/ops/*.lua; each is a function
+-- (pn, M, B) that adds to the module table pn and the method table M. The metatype is
+-- declared once, at the end, when M is complete.
+local B = require 'penumbra_ffi'
+local ffi, C = B.ffi, B.C
+local wrap, check, dim = B.wrap, B.check, B.dim
+
+local pn = {}
+local M = {}   -- tensor methods
+
+-- ---- helpers shared by the op modules ----------------------------------------------
+local double_arr = ffi.typeof('double[?]')
+
+local function is_tensor(x) return B.is_tensor(x) end
+pn.is_tensor = is_tensor
+
+-- shape from a table {2,3} or from numbers pn.zeros(2, 3, opts): returns shape table, rest
+local function shape_args(...)
+  local a = ...
+  if type(a) == 'table' and not is_tensor(a) then return a, select(2, ...) end
+  local shape, n = {}, select('#', ...)
+  local i = 1
+  while i <= n do
+    local v = select(i, ...)
+    if type(v) ~= 'number' then break end
+    shape[#shape + 1] = v
+    i = i + 1
+  end
+  return shape, select(i, ...)
+end
+pn._shape_args = shape_args
+
+local function check_shape(op, shape)
+  for i, s in ipairs(shape) do
+    if type(s) ~= 'number' or s ~= math.floor(s) then
+      error(op .. ': size ' .. tostring(s) .. ' at position ' .. i .. ' is not an integer', 3)
+    end
+  end
+end
+
+-- number or tensor -> tensor (numbers take like's dtype and become 0-dim)
+local function as_tensor(x, like)
+  if is_tensor(x) then return x end
+  if type(x) == 'number' then
+    local dt = like and like.dt or C.PN_F32
+    return wrap(C.pn_full(0, nil, x, dt, like and like.dev or 0))
+  end
+  if type(x) == 'boolean' then
+    return wrap(C.pn_full(0, nil, x and 1 or 0, C.PN_U8, 0))
+  end
+  if type(x) == 'table' then return pn.tensor(x, like and { dtype = B.dtype_names[like.dt] } or nil) end
+  error('expected a tensor or a number, got ' .. type(x), 3)
+end
+pn._as_tensor = as_tensor
+
+-- list of tensors -> n, pn_tensor*[n]
+local tensor_ptr_arr = ffi.typeof('pn_tensor *[?]')
+function pn._tensor_array(list)
+  local n = #list
+  local a = tensor_ptr_arr(n > 0 and n or 1)
+  for i = 1, n do
+    if not is_tensor(list[i]) then error('expected a list of tensors; element ' .. i .. ' is ' .. type(list[i]), 3) end
+    a[i - 1] = list[i]
+  end
+  return n, a
+end
+
+-- dims argument: nil (all), a number, or a list -> n, int64_t[n] of C dims
+function pn._dims(d)
+  if d == nil then return 0, nil end
+  if type(d) == 'number' then d = { d } end
+  local c = {}
+  for i, v in ipairs(d) do c[i] = dim(v) end
+  return B.int64s(c)
+end
+
+-- ---- creation ------------------------------------------------------------------------
+local function opts_of(o) return o or {} end
+
+local function finish(t, o)
+  if o.requires_grad then check(C.pn_set_requires_grad(t, 1)) end
+  return t
+end
+
+function pn.empty(...)
+  local shape, o = shape_args(...)
+  o = opts_of(o)
+  check_shape('empty', shape)
+  local n, a = B.int64s(shape)
+  return finish(wrap(C.pn_empty(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+end
+
+function pn.zeros(...)
+  local shape, o = shape_args(...)
+  o = opts_of(o)
+  check_shape('zeros', shape)
+  local n, a = B.int64s(shape)
+  return finish(wrap(C.pn_zeros(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+end
+
+function pn.full(shape, value, o)
+  o = opts_of(o)
+  if type(shape) == 'number' then shape = { shape } end
+  check_shape('full', shape)
+  if type(value) ~= 'number' then error('full: value must be a number, got ' .. type(value), 2) end
+  local n, a = B.int64s(shape)
+  return finish(wrap(C.pn_full(n, a, value, B.dtype(o.dtype), B.device(o.device))), o)
+end
+
+function pn.ones(...)
+  local shape, o = shape_args(...)
+  return pn.full(shape, 1, o)
+end
+
+-- pn.arange(n) | pn.arange(start, end [, step] [, opts])
+function pn.arange(a, b, c, o)
+  if type(b) == 'table' then o, b = b, nil end
+  if type(c) == 'table' then o, c = c, nil end
+  local start, stop, step = 0, a, 1
+  if b ~= nil then start, stop, step = a, b, c or 1 end
+  o = opts_of(o)
+  local dt = o.dtype
+  if dt == nil then
+    local all_int = start % 1 == 0 and stop % 1 == 0 and step % 1 == 0
+    dt = all_int and 'i64' or 'f32'
+  end
+  return finish(wrap(C.pn_arange(start, stop, step, B.dtype(dt), B.device(o.device))), o)
+end
+
+function pn.manual_seed(n)
+  if type(n) ~= 'number' or n < 0 or n % 1 ~= 0 then error('manual_seed: expected a non-negative integer, got ' .. tostring(n), 2) end
+  C.pn_manual_seed(n)
+end
+
+function pn.rand(...)
+  local shape, o = shape_args(...)
+  o = opts_of(o)
+  check_shape('rand', shape)
+  local n, a = B.int64s(shape)
+  return finish(wrap(C.pn_rand(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+end
+
+function pn.randn(...)
+  local shape, o = shape_args(...)
+  o = opts_of(o)
+  check_shape('randn', shape)
+  local n, a = B.int64s(shape)
+  return finish(wrap(C.pn_randn(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+end
+
+-- nested Lua table -> tensor. Shape from the nesting; ragged nesting is an error.
+local function infer_nested(x, shape, depth)
+  if type(x) == 'table' then
+    local n = #x
+    if shape[depth] == nil then shape[depth] = n
+    elseif shape[depth] ~= n then
+      error('tensor: ragged nested table (dim ' .. depth .. ' has lengths ' .. shape[depth] .. ' and ' .. n .. ')', 4)
+    end
+    for i = 1, n do infer_nested(x[i], shape, depth + 1) end
+  elseif type(x) == 'number' or type(x) == 'boolean' then
+    if shape[depth] ~= nil then error('tensor: ragged nested table (a number where a list was expected at dim ' .. depth .. ')', 4) end
+  else
+    error('tensor: unsupported element of type ' .. type(x), 4)
+  end
+end
+
+function pn.tensor(x, o)
+  o = opts_of(o)
+  if is_tensor(x) then
+    local t = pn.from_tensor_copy(x, o)
+    return finish(t, o)
+  end
+  if type(x) == 'number' or type(x) == 'boolean' then x = { x } ; o.scalar = true end
+  if type(x) ~= 'table' then error('tensor: expected a nested table of numbers, got ' .. type(x), 2) end
+  local shape = {}
+  infer_nested(x, shape, 1)
+  local flat, k = {}, 0
+  local function flatten(v)
+    if type(v) == 'table' then
+      for i = 1, #v do flatten(v[i]) end
+    else
+      k = k + 1
+      flat[k] = (v == true and 1) or (v == false and 0) or v
+    end
+  end
+  flatten(x)
+  if o.scalar then shape = {} end
+  local buf = double_arr(k > 0 and k or 1)
+  for i = 1, k do buf[i - 1] = flat[i] end
+  local n, a = B.int64s(shape)
+  local t64 = wrap(C.pn_from_buffer(n, a, C.PN_F64, buf))
+  local dt = B.dtype(o.dtype)
+  local t = t64
+  if dt ~= C.PN_F64 then t = wrap(C.pn_to_dtype(t64, dt)) end
+  if o.device and o.device ~= 'cpu' then t = t:to(o.device) end
+  return finish(t, o)
+end
+
+function pn.from_tensor_copy(x, o)
+  local t = wrap(C.pn_clone(x))
+  t = wrap(C.pn_detach(t))
+  if o.dtype then t = wrap(C.pn_to_dtype(t, B.dtype(o.dtype))) end
+  return t
+end
+
+-- raw buffers: pn.from_buffer(ptr, shape, dtype) copies; t:to_buffer(ptr, nbytes) copies out
+function pn.from_buffer(ptr, shape, dtype)
+  local n, a = B.int64s(shape)
+  return wrap(C.pn_from_buffer(n, a, B.dtype(dtype), ptr))
+end
+function M.to_buffer(t, ptr, nbytes)
+  return check(C.pn_to_buffer(t, ptr, nbytes or (tonumber(C.pn_numel(t)) * C.pn_dtype_size(t.dt))))
+end
+function M.data_ptr(t) return C.pn_data_ptr(t) end
+
+-- ---- geometry ------------------------------------------------------------------------
+function M.shape(t)
+  local s = {}
+  for i = 0, t.nd - 1 do s[i + 1] = tonumber(t.sizes[i]) end
+  return s
+end
+function M.size(t, d)
+  if d == nil then return M.shape(t) end
+  local c = dim(d)
+  if c < 0 then c = c + t.nd end
+  if c < 0 or c >= t.nd then error('size: dim ' .. d .. ' out of range for a tensor with ' .. t.nd .. ' dims', 2) end
+  return tonumber(t.sizes[c])
+end
+function M.stride(t)
+  local s = {}
+  for i = 0, t.nd - 1 do s[i + 1] = tonumber(t.strides[i]) end
+  return s
+end
+function M.dim(t) return t.nd end
+function M.numel(t) return tonumber(C.pn_numel(t)) end
+function M.dtype(t) return B.dtype_names[t.dt] end
+function M.device(t) return B.device_names[t.dev] end
+function M.is_contiguous(t) return C.pn_is_contiguous(t) ~= 0 end
+function M.is_floating_point(t) return t.dt == C.PN_F32 or t.dt == C.PN_F64 end
+
+-- t:to('f64') / t:to('cuda') / t:to{dtype=..., device=...}
+function M.to(t, what)
+  if type(what) == 'table' then
+    local r = t
+    if what.dtype then r = M.to(r, what.dtype) end
+    if what.device then r = M.to(r, what.device) end
+    return r
+  end
+  if B.dtypes[what] then return wrap(C.pn_to_dtype(t, B.dtypes[what])) end
+  if B.devices[what] then
+    if B.devices[what] == t.dev then return t end
+    error('to: device ' .. what .. ' is not available in this build', 2)
+  end
+  error("to: unknown dtype or device '" .. tostring(what) .. "'", 2)
+end
+function M.float(t) return M.to(t, 'f32') end
+function M.double(t) return M.to(t, 'f64') end
+function M.long(t) return M.to(t, 'i64') end
+function M.int(t) return M.to(t, 'i32') end
+function M.byte(t) return M.to(t, 'u8') end
+
+-- all elements as a flat Lua array of numbers (row-major)
+local function flat_values(t)
+  local n = tonumber(C.pn_numel(t))
+  local t64 = t
+  if t.dt ~= C.PN_F64 then t64 = wrap(C.pn_to_dtype(t, C.PN_F64)) end
+  local buf = double_arr(n > 0 and n or 1)
+  check(C.pn_to_buffer(t64, buf, n * 8))
+  return buf, n
+end
+pn._flat_values = flat_values
+
+function M.totable(t)
+  local buf = flat_values(t)
+  local shape = M.shape(t)
+  if #shape == 0 then return buf[0] end
+  local pos = 0
+  local function build(d)
+    local r = {}
+    if d == #shape then
+      for i = 1, shape[d] do r[i] = buf[pos]; pos = pos + 1 end
+    else
+      for i = 1, shape[d] do r[i] = build(d + 1) end
+    end
+    return r
+  end
+  return build(1)
+end
+
+function M.item(t)
+  local v = double_arr(1)
+  check(C.pn_item(t, v))
+  return v[0]
+end
+
+-- element at a 1-based index: t:get(i, j, ...)
+function M.get(t, ...)
+  local idx = { ... }
+  if #idx ~= t.nd then error('get: ' .. #idx .. ' indices for a tensor with ' .. t.nd .. ' dims', 2) end
+  for i = 1, #idx do idx[i] = idx[i] - 1 end
+  local _, a = B.int64s(idx)
+  local v = double_arr(1)
+  check(C.pn_get(t, a, v))
+  return v[0]
+end
+
+-- ---- views ------------------------------------------------------------------------------
+function M.view(t, ...)
+  local shape = shape_args(...)
+  local n, a = B.int64s(shape)
+  return wrap(C.pn_view(t, n, a))
+end
+function M.reshape(t, ...)
+  local shape = shape_args(...)
+  local n, a = B.int64s(shape)
+  return wrap(C.pn_reshape(t, n, a))
+end
+function M.permute(t, ...)
+  local p = shape_args(...)
+  local c = {}
+  for i, d in ipairs(p) do c[i] = dim(d) end
+  local n, a = B.int64s(c)
+  return wrap(C.pn_permute(t, n, a))
+end
+function M.transpose(t, a, b)
+  return wrap(C.pn_transpose(t, dim(a or -2), dim(b or -1)))
+end
+M.t = function(t) return M.transpose(t, 1, 2) end
+-- narrow(dim, start, length): start is 1-based like every Lua index
+function M.narrow(t, d, start, length)
+  return wrap(C.pn_narrow(t, dim(d), start > 0 and start - 1 or start, length))
+end
+-- slice(dim, first, last): inclusive 1-based range, negative counts from the end
+function M.slice(t, d, first, last)
+  local size = M.size(t, d)
+  first = first or 1
+  last = last or size
+  if first < 0 then first = size + first + 1 end
+  if last < 0 then last = size + last + 1 end
+  return wrap(C.pn_narrow(t, dim(d), first - 1, math.max(0, last - first + 1)))
+end
+function M.select(t, d, index)
+  return wrap(C.pn_select(t, dim(d), index > 0 and index - 1 or index))
+end
+function M.squeeze(t, d)
+  return wrap(C.pn_squeeze(t, d == nil and C.PN_ALL_DIMS or dim(d)))
+end
+function M.unsqueeze(t, d)
+  -- unsqueeze(1) puts the new dim first; unsqueeze(-1) last (torch semantics shifted to 1-based)
+  return wrap(C.pn_unsqueeze(t, dim(d)))
+end
+function M.expand(t, ...)
+  local shape = shape_args(...)
+  local n, a = B.int64s(shape)
+  return wrap(C.pn_expand(t, n, a))
+end
+function M.expand_as(t, o) return M.expand(t, M.shape(o)) end
+function M.flatten(t) return M.reshape(t, { -1 }) end
+function M.contiguous(t) return wrap(C.pn_contiguous(t)) end
+function M.clone(t) return wrap(C.pn_clone(t)) end
+
+-- ---- autograd -------------------------------------------------------------------------------
+function M.requires_grad_(t, flag)
+  if flag == nil then flag = true end
+  check(C.pn_set_requires_grad(t, flag and 1 or 0))
+  return t
+end
+function M.backward(t, g, opts)
+  if type(g) == 'table' and not is_tensor(g) then opts, g = g, nil end
+  opts = opts or {}
+  check(C.pn_backward(t, g, opts.retain_graph and 1 or 0))
+end
+function M.detach(t) return wrap(C.pn_detach(t)) end
+function M.zero_grad(t) check(C.pn_set_grad(t, nil)) end
+function M.set_grad(t, g) check(C.pn_set_grad(t, g)) end
+function M.grad_fn(t) return ffi.string(C.pn_grad_fn_name(t)) end
+function M.is_leaf(t) return t.fn == nil end
+
+local function pack(...) return { n = select('#', ...), ... } end
+function pn.no_grad(fn, ...)
+  local prev = C.pn_set_grad_enabled(0)
+  local res = pack(pcall(fn, ...))
+  C.pn_set_grad_enabled(prev)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+function pn.grad_enabled() return C.pn_grad_enabled() ~= 0 end
+function pn.set_grad_enabled(on) return C.pn_set_grad_enabled(on and 1 or 0) ~= 0 end
+
+-- ---- printing --------------------------------------------------------------------------------
+local function fmt_number(v, is_float, width_info)
+  if not is_float then return string.format('%d', v) end
+  if v ~= v then return 'nan' end
+  if v == math.huge then return 'inf' end
+  if v == -math.huge then return '-inf' end
+  if width_info.sci then return string.format('%.4e', v) end
+  return string.format('%.4f', v)
+end
+
+local SUMMARY_AT = 1000  -- elements; beyond this, print edges only (3 per dim)
+local EDGE = 3
+
+function M.__tostring(t)
+  local shape = M.shape(t)
+  local is_float = M.is_floating_point(t)
+  local buf, n = flat_values(t)
+  local info = { sci = false }
+  if is_float then
+    local maxabs, minabs = 0, math.huge
+    for i = 0, n - 1 do
+      local a = math.abs(buf[i])
+      if a == a and a ~= math.huge then
+        if a > maxabs then maxabs = a end
+        if a > 0 and a < minabs then minabs = a end
+      end
+    end
+    info.sci = maxabs >= 1e6 or (minabs < 1e-4 and maxabs > 0)
+  end
+  local strs, width = {}, 0
+  for i = 0, n - 1 do
+    local s = fmt_number(buf[i], is_float, info)
+    strs[i] = s
+    if #s > width then width = #s end
+  end
+  local summarize = n > SUMMARY_AT
+  local strides = {}
+  local acc = 1
+  for d = #shape, 1, -1 do strides[d] = acc; acc = acc * shape[d] end
+  local function rec(d, base, indent)
+    if d > #shape then return string.rep(' ', width - #strs[base]) .. strs[base] end
+    local parts = {}
+    local size = shape[d]
+    local function add(i) parts[#parts + 1] = rec(d + 1, base + (i - 1) * strides[d], indent .. ' ') end
+    if summarize and size > 2 * EDGE then
+      for i = 1, EDGE do add(i) end
+      parts[#parts + 1] = '...'
+      for i = size - EDGE + 1, size do add(i) end
+    else
+      for i = 1, size do add(i) end
+    end
+    local sep = d == #shape and ', ' or (',' .. string.rep('\n', #shape - d) .. indent .. ' ')
+    return '[' .. table.concat(parts, sep) .. ']'
+  end
+  local body = #shape == 0 and strs[0] or rec(1, 0, '       ')
+  local extra = { 'dtype=' .. M.dtype(t) }
+  if #shape > 0 then extra[#extra + 1] = 'shape=[' .. table.concat(shape, ',') .. ']' end
+  if t.dev ~= 0 then extra[#extra + 1] = 'device=' .. M.device(t) end
+  if t.fn ~= nil then extra[#extra + 1] = 'grad_fn=' .. M.grad_fn(t)
+  elseif t.req_grad ~= 0 then extra[#extra + 1] = 'requires_grad=true' end
+  return 'tensor(' .. body .. ', ' .. table.concat(extra, ', ') .. ')'
+end
+
+-- ---- op groups -----------------------------------------------------------------------------------
+-- Each file in lua/penumbra/ops/ adds its functions; listed here so load order is fixed.
+local OP_MODULES = { 'elementwise', 'reduce', 'matmul', 'nn', 'index', 'shape', 'loss' }
+for _, name in ipairs(OP_MODULES) do
+  local ok, mod = pcall(require, 'penumbra.ops.' .. name)
+  if ok then
+    mod(pn, M, B)
+  elseif not tostring(mod):match("module 'penumbra.ops." .. name .. "' not found") then
+    error(mod, 0)
+  end
+end
+
+-- ---- the metatype (declared once, M complete) ---------------------------------------------------
+local mt = {
+  __tostring = M.__tostring,
+  __len = function(t) return t.nd > 0 and tonumber(t.sizes[0]) or 0 end,
+  __index = function(t, k)
+    if k == 'grad' then return B.wrap_or_nil(C.pn_grad(t)) end
+    if k == 'requires_grad' then return C.pn_requires_grad(t) ~= 0 end
+    local m = M[k]
+    if m == nil then error("tensor has no method or field '" .. tostring(k) .. "'", 2) end
+    return m
+  end,
+  __newindex = function(t, k, v)
+    if k == 'grad' then check(C.pn_set_grad(t, v)); return end
+    error("cannot set field '" .. tostring(k) .. "' of a tensor", 2)
+  end,
+}
+for _, op in ipairs({ '__add', '__sub', '__mul', '__div', '__unm', '__pow', '__concat' }) do
+  if M[op] then mt[op] = M[op] end
+end
+B.metatype(mt)
+
+pn._methods = M
+return pn
