@@ -55,16 +55,20 @@ end
 
 local release = C.pn_release
 local NULL = nil
+-- Tensors live in Lua as `pn_tensor &` (a reference), not `pn_tensor *`: LuaJIT applies
+-- built-in pointer arithmetic to pointers before any metamethod (p + 2, p - q), while
+-- arithmetic on references goes to the metatype's __add/__sub.
+local tensor_ref = ffi.typeof('pn_tensor &')
 function B.wrap(p)
   if p == NULL then error(last_error(), 3) end
   pressure()
-  return ffi.gc(p, release)
+  return ffi.gc(ffi.cast(tensor_ref, p), release)
 end
 
 -- For C calls that may legitimately return NULL without an error (pn_grad).
 function B.wrap_or_nil(p)
   if p == NULL then return nil end
-  return ffi.gc(p, release)
+  return ffi.gc(ffi.cast(tensor_ref, p), release)
 end
 
 function B.check(status)
@@ -117,7 +121,7 @@ function B.metatype(mt)
 end
 
 function B.is_tensor(x)
-  return type(x) == 'cdata' and ffi.istype(B.tensor_ptr_ct, x)
+  return type(x) == 'cdata' and (ffi.istype(B.tensor_ct, x) or ffi.istype(B.tensor_ptr_ct, x))
 end
 
 return B

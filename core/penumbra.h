@@ -179,6 +179,14 @@ pn_tensor *pn_nll_loss(pn_tensor *logp, pn_tensor *target, int64_t ignore_index,
 pn_tensor *pn_bce_with_logits(pn_tensor *x, pn_tensor *y, int reduction);
 pn_tensor *pn_mse_loss(pn_tensor *x, pn_tensor *y, int reduction);
 
+/* ---- optimiser steps (ops/optim.c): in place, not recorded; p, g, state same shape/dtype ---- */
+/* Adam (decoupled = 0: L2 weight decay added to g) / AdamW (decoupled = 1); step counts from 1 */
+pn_status pn_adam_step_(pn_tensor *p, const pn_tensor *g, pn_tensor *m, pn_tensor *v, double lr, double beta1,
+                        double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+/* SGD with optional momentum buffer (NULL when momentum = 0), dampening, nesterov, L2 decay */
+pn_status pn_sgd_step_(pn_tensor *p, const pn_tensor *g, pn_tensor *buf, double lr, double momentum,
+                       double dampening, double weight_decay, int nesterov, int first_step);
+
 /* ---- autograd (autograd.c) ---------------------------------------------------------- */
 int pn_grad_enabled(void);
 int pn_set_grad_enabled(int enabled);           /* returns the previous mode */
@@ -210,5 +218,91 @@ pn_tensor *pn_h5_attr_tensor(pn_h5 *f, const char *obj, const char *attr);
 pn_status pn_h5_set_attr_string(pn_h5 *f, const char *obj, const char *attr, const char *value);
 pn_status pn_h5_set_attr_tensor(pn_h5 *f, const char *obj, const char *attr, const pn_tensor *t);
 pn_status pn_h5_flush(pn_h5 *f);
+/* Append t along dim 0 of an extendable (chunked, unlimited) dataset, creating it from t on
+ * first use; the other dims and the dtype must match. Run-file metrics grow this way. */
+pn_status pn_h5_append(pn_h5 *f, const char *name, const pn_tensor *t);
+pn_status pn_h5_delete(pn_h5 *f, const char *name);                 /* unlink a dataset or group */
+pn_status pn_h5_move(pn_h5 *f, const char *from, const char *to);   /* rename (checkpoints) */
+
+/* ---- manifold maps (attention/maps.c) and the hyperbolic toolkit (attention/hyperbolic.c) ----
+ * All differentiable; x (…, D), the last dim holds the coordinates. Coneheads/Gulcehre
+ * names (DESIGN §3.1). Points are rows of the last dim. */
+typedef enum { PN_MODEL_HYPERBOLOID = 0, PN_MODEL_HALFSPACE = 1, PN_MODEL_POINCARE = 2, PN_MODEL_KLEIN = 3 } pn_hyp_model;
+pn_tensor *pn_map_psi(pn_tensor *x);                 /* Coneheads Eq. 10: (x₋·e^{x_d}, e^{x_d}) */
+pn_tensor *pn_map_xi(pn_tensor *x, double h);        /* Coneheads Eq. 11: (x₋·h σ(x_d), h σ(x_d)) */
+pn_tensor *pn_map_pseudopolar(pn_tensor *x);         /* Gulcehre §4.1 → hyperboloid (…, D) */
+/* Coneheads Eq. 9 at O = (0,…,0,1); h: clamp of the height (NaN = none); scale_last: the
+ * authors' code scales x_d by 1/d first (0 = paper) */
+pn_tensor *pn_map_exp0(pn_tensor *x, double h, int scale_last);
+pn_tensor *pn_hyp_expmap0(pn_tensor *x, double c);   /* Poincaré ball of curvature −c */
+pn_tensor *pn_hyp_logmap0(pn_tensor *x, double c);
+pn_tensor *pn_hyp_mobius_add(pn_tensor *x, pn_tensor *y, double c);
+pn_tensor *pn_hyp_dist(pn_tensor *x, pn_tensor *y, double c);   /* (…, D) → (…) */
+pn_tensor *pn_hyp_project(pn_tensor *x, double c);   /* into the ball, float32-safe boundary eps */
+pn_tensor *pn_hyp_to_klein(pn_tensor *x, int from_model, double c);  /* hyperboloid (D+1) or Poincaré (D) → Klein (D) */
+pn_tensor *pn_hyp_from_klein(pn_tensor *x, int to_model, double c);
+
+/* ---- graphs (graph/csr.c) ---------------------------------------------------------------- */
+/* edges (E, 2) i32/i64 rows (src, dst): dst attends to src. Builds CSR by destination:
+ * *offsets (N+1) i64 and *src (E') i64 sorted by (dst, src), duplicates kept, self loops
+ * added for every node lacking one when self_loops != 0. Both outputs are new references. */
+pn_status pn_graph_csr(pn_tensor *edges, int64_t num_nodes, int self_loops, pn_tensor **offsets, pn_tensor **src);
+
+/* ---- fused attention (attention/dense.c, attention/graph.c, one file per score family) ----
+ * DESIGN §3.1. Options are a plain struct: fill it with pn_attn_opts_init (the defaults),
+ * then set fields. Scores are looked up by name in the registry (attention/variants.def). */
+typedef enum { PN_NORM_SOFTMAX = 0, PN_NORM_SIGMOID = 1, PN_NORM_SIGMOID_NORMALIZED = 2 } pn_attn_norm;
+typedef enum { PN_AGG_SUM = 0, PN_AGG_EINSTEIN = 1 } pn_attn_agg;
+typedef struct pn_attn_opts {
+    int score;            /* registry index (pn_attention_variant_find) */
+    int normalize;        /* pn_attn_norm */
+    int aggregate;        /* pn_attn_agg */
+    int model;            /* pn_hyp_model, for score 'hyperbolic' */
+    int causal;
+    int squared;          /* penumbral: −γ·height² (the authors' code) */
+    int alibi;            /* causal softmax dot: ALiBi slopes per head */
+    double scale;         /* dot: NaN → 1/√D */
+    double gamma, r, beta, c, curvature, slope;  /* NaN → the score's default (DESIGN §3.1) */
+    /* learnable scalars: 0-dim or (H) tensors; when set they override the doubles and get gradients */
+    pn_tensor *gamma_t, *r_t, *beta_t, *c_t, *curvature_t;
+    pn_tensor *mask;      /* u8 broadcastable to (B, H, Nq, Nk), nonzero = may attend; or NULL */
+    pn_tensor *bias;      /* float broadcastable to (B, H, Nq, Nk), added to scores; or NULL */
+    pn_tensor *a_l, *a_r; /* gat: (H, D) */
+    double dropout;       /* graph attention: dropout on the weights when train */
+    int train;
+} pn_attn_opts;
+void pn_attn_opts_init(pn_attn_opts *o);
+int pn_attention_variant_count(void);
+const char *pn_attention_variant_name(int i);
+int pn_attention_variant_find(const char *name);   /* −1 when unknown */
+/* q, k (B, H, N, D) | (B, N, D) | (N, D); v (…, Nk, Dv) → (…, Nq, Dv) */
+pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o);
+pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o);  /* (…, Nq, Nk) */
+/* node-major: q, k (N, H, D) or (N, D); v (N, H, Dv) or (N, Dv); CSR from pn_graph_csr */
+pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src,
+                              const pn_attn_opts *o);
+
+/* ---- linear attention (attention/cosine.c, attention/power.c, attention/rope.c) ---------
+ * DESIGN §3.2. q, k: (B, H, N, D); v: (B, H, N, Dv). */
+/* m: (H) per-head stabiliser; key_mask: (B, N) u8 (nonzero = real key) or NULL, bidirectional only */
+pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *m, int causal,
+                               pn_tensor *key_mask);
+/* p even >= 2; log_gate (B, H, N) or NULL; chunk 0 = quadratic form, else the chunked form
+ * (chunk must divide N); scale multiplies q·k before the power (NaN = 1) */
+pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, int causal, pn_tensor *log_gate,
+                              int64_t chunk, double scale);
+pn_tensor *pn_sympow_embed(pn_tensor *x, int p);     /* (…, D) → (…, C(D+p−1, p)), φ(q)·φ(k) = (q·k)^p */
+/* x (B, H, N, D), D even; theta (D/2) or NULL for base^(−2i/D); rate broadcastable to (B, H, N)
+ * or NULL (μ_t = t); with a rate μ_t = Σ_{s≤t} rate_s */
+pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate);
+/* Recurrent inference states, memory constant in sequence length. */
+typedef struct pn_lin_state pn_lin_state;
+pn_lin_state *pn_cosine_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, pn_tensor *m, int dtype);
+pn_lin_state *pn_power_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, int p, double scale, int dtype);
+/* q, k (B, H, D), v (B, H, Dv), log_gate (B, H) or NULL → output (B, H, Dv) for this position */
+pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *log_gate);
+void pn_lin_state_reset(pn_lin_state *s);
+int64_t pn_lin_state_bytes(const pn_lin_state *s);
+void pn_lin_state_free(pn_lin_state *s);
 
 #endif /* PENUMBRA_H */

@@ -360,6 +360,17 @@ function M.flatten(t) return M.reshape(t, { -1 }) end
 function M.contiguous(t) return wrap(C.pn_contiguous(t)) end
 function M.clone(t) return wrap(C.pn_clone(t)) end
 
+-- ---- in place, never recorded (initialisers, optimisers) -------------------------------------
+function M.copy_(t, src)
+  check(C.pn_copy_(t, as_tensor(src, t)))
+  return t
+end
+function M.fill_(t, v)
+  check(C.pn_fill_(t, v))
+  return t
+end
+function M.zero_(t) return M.fill_(t, 0) end
+
 -- ---- autograd -------------------------------------------------------------------------------
 function M.requires_grad_(t, flag)
   if flag == nil then flag = true end

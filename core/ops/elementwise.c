@@ -1,0 +1,611 @@
+/* elementwise.c — unary maths, binary arithmetic with NumPy broadcasting, comparisons and
+ * where. Each forward is next to its backward.
+ *
+ * Layout of the kernels: every op runs as "rows" of a pn_iter (or one flat row when all
+ * operands are contiguous and the same shape — the small-tensor fast path skips pn_iter).
+ * A row kernel gets the operands' first-element pointers and their element strides along
+ * the row; the output (operand 0) is always a fresh contiguous tensor, so its stride is 1.
+ * f32 and f64 kernels are the same source stamped twice (T = float, then T = double) with
+ * <tgmath.h> picking expf/exp etc.; the op switch sits outside the loops so simple loops
+ * vectorise. Integer dtypes go through a generic int64 path. */
+#include "../internal.h"
+
+#include <tgmath.h>
+
+#define CHUNK 8192 /* elements per parallel work unit along a long row */
+
+/* ---- the driver: rows (and chunks of long rows) of an iterator -------------------------- */
+/* p[k]: first element of operand k in this piece; st[k]: its stride (elements) along it. */
+typedef void (*row_fn)(const void *ctx, int64_t n, char *const *p, const int64_t *st);
+
+/* One flat row of n elements: what pn_iter_init would produce for contiguous operands
+ * (stride 1) and broadcast scalars (stride 0), without its setup cost. */
+static void iter_flat(pn_iter *it, int64_t n, int nops, const int64_t *istride) {
+    it->nd = 1;
+    it->nops = nops;
+    it->shape[0] = n;
+    for (int k = 0; k < nops; k++) it->strides[k][0] = it->istride[k] = istride[k];
+    it->inner = n;
+    it->rows = n > 0 ? 1 : 0;
+    it->numel = n;
+}
+
+static void run(const pn_iter *it, pn_tensor *const *ops, row_fn fn, const void *ctx) {
+    int nops = it->nops;
+    char *base[PN_ITER_MAX_OPS];
+    int64_t es[PN_ITER_MAX_OPS];
+    for (int k = 0; k < nops; k++) {
+        base[k] = pn_ptr(ops[k]);
+        es[k] = (int64_t)pn_elsize(ops[k]->dt);
+    }
+    if (it->numel <= PN_PAR_MIN) { /* serial: no chunking, no thread wake-up */
+        for (int64_t r = 0; r < it->rows; r++) {
+            int64_t off[PN_ITER_MAX_OPS];
+            char *p[PN_ITER_MAX_OPS];
+            pn_iter_row(it, r, off);
+            for (int k = 0; k < nops; k++) p[k] = base[k] + off[k] * es[k];
+            fn(ctx, it->inner, p, it->istride);
+        }
+        return;
+    }
+    int64_t nch = (it->inner + CHUNK - 1) / CHUNK, units = it->rows * nch;
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < units; u++) {
+        int64_t r = u / nch, c0 = (u % nch) * CHUNK;
+        int64_t len = it->inner - c0 < CHUNK ? it->inner - c0 : CHUNK;
+        int64_t off[PN_ITER_MAX_OPS];
+        char *p[PN_ITER_MAX_OPS];
+        pn_iter_row(it, r, off);
+        for (int k = 0; k < nops; k++) p[k] = base[k] + (off[k] + c0 * it->istride[k]) * es[k];
+        fn(ctx, len, p, it->istride);
+    }
+}
+
+/* Iterate out (fresh, contiguous, shape = the broadcast shape) with inputs ins[0..nin). */
+static void run_over(pn_tensor *out, int nin, pn_tensor *const *ins, row_fn fn, const void *ctx) {
+    pn_tensor *ops[PN_ITER_MAX_OPS] = {out};
+    int64_t n = pn_numel(out), st[PN_ITER_MAX_OPS] = {1};
+    bool flat = true;
+    for (int k = 0; k < nin; k++) {
+        ops[k + 1] = ins[k];
+        if (pn_same_shape(ins[k], out) && pn_is_contiguous(ins[k])) st[k + 1] = 1;
+        else if (pn_numel(ins[k]) == 1) st[k + 1] = 0;
+        else flat = false;
+    }
+    pn_iter it;
+    if (flat) iter_flat(&it, n, nin + 1, st);
+    else pn_iter_init(&it, out->nd, out->sizes, nin + 1, ops, NULL);
+    run(&it, ops, fn, ctx);
+}
+
+/* ---- loops ------------------------------------------------------------------------------ */
+/* Loops over one piece with out type OT at p[0]; the inputs' strides are tested once so the
+ * common unit-stride / broadcast-scalar cases are plain loops the compiler vectorises. */
+#define MAP1(OT, IT, EXPR)                                                              \
+    do {                                                                                \
+        OT *restrict o_ = (OT *)p[0];                                                   \
+        const IT *restrict x_ = (const IT *)p[1];                                       \
+        int64_t sx_ = st[1];                                                            \
+        if (sx_ == 1)                                                                   \
+            for (int64_t i = 0; i < n; i++) { IT v = x_[i]; o_[i] = (EXPR); }           \
+        else                                                                            \
+            for (int64_t i = 0; i < n; i++) { IT v = x_[i * sx_]; o_[i] = (EXPR); }     \
+    } while (0)
+
+#define MAP2(OT, IT, EXPR)                                                                   \
+    do {                                                                                     \
+        OT *restrict o_ = (OT *)p[0];                                                        \
+        const IT *restrict x_ = (const IT *)p[1], *restrict y_ = (const IT *)p[2];           \
+        int64_t sx_ = st[1], sy_ = st[2];                                                    \
+        if (sx_ == 1 && sy_ == 1)                                                            \
+            for (int64_t i = 0; i < n; i++) { IT x = x_[i], y = y_[i]; o_[i] = (EXPR); }     \
+        else if (sx_ == 1 && sy_ == 0) {                                                     \
+            IT y = y_[0];                                                                    \
+            for (int64_t i = 0; i < n; i++) { IT x = x_[i]; o_[i] = (EXPR); }               \
+        } else if (sx_ == 0 && sy_ == 1) {                                                   \
+            IT x = x_[0];                                                                    \
+            for (int64_t i = 0; i < n; i++) { IT y = y_[i]; o_[i] = (EXPR); }               \
+        } else                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                IT x = x_[i * sx_], y = y_[i * sy_];                                         \
+                o_[i] = (EXPR);                                                              \
+            }                                                                                \
+    } while (0)
+
+/* backward pieces: gradient g (gv), then two more inputs (x, y) */
+#define MAP3(T, EXPR)                                                                          \
+    do {                                                                                       \
+        T *restrict o_ = (T *)p[0];                                                            \
+        const T *restrict g_ = (const T *)p[1], *restrict x_ = (const T *)p[2],                \
+                          *restrict y_ = (const T *)p[3];                                      \
+        int64_t sg_ = st[1], sx_ = st[2], sy_ = st[3];                                         \
+        if (sg_ == 1 && sx_ == 1 && sy_ == 1)                                                  \
+            for (int64_t i = 0; i < n; i++) { T gv = g_[i], x = x_[i], y = y_[i]; (void)x; (void)y; o_[i] = (EXPR); } \
+        else                                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T gv = g_[i * sg_], x = x_[i * sx_], y = y_[i * sy_];                          \
+                (void)x; (void)y; o_[i] = (EXPR);                                                                \
+            }                                                                                  \
+    } while (0)
+
+/* integer operands as int64 (i32, i64, u8) */
+static inline int64_t ld_int(const char *p, int dt, int64_t i) {
+    switch (dt) {
+    case PN_I32: return ((const int32_t *)p)[i];
+    case PN_I64: return ((const int64_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+static inline void st_int(char *p, int dt, int64_t i, int64_t v) {
+    switch (dt) {
+    case PN_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case PN_I64: ((int64_t *)p)[i] = v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+
+/* type-generic helpers (float and double versions picked by _Generic) */
+static inline float sigmoid_f(float v) {
+    float e = expf(-fabsf(v)), r = 1.0f / (1.0f + e);
+    return v >= 0 ? r : e * r;
+}
+static inline double sigmoid_d(double v) {
+    double e = exp(-fabs(v)), r = 1.0 / (1.0 + e);
+    return v >= 0 ? r : e * r;
+}
+#define SIGMOID(v) _Generic((v), float: sigmoid_f, default: sigmoid_d)(v)
+/* log(1 + e^v) without overflow: max(v, 0) + log1p(e^-|v|) */
+#define SOFTPLUS(v) (fmax((v), (T)0) + log1p(exp(-fabs(v))))
+
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+
+/* ======================================================================================= */
+/* ---- binary ------------------------------------------------------------------------------ */
+static const char *binary_names[PN_BINARY_COUNT] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"};
+
+/* maximum/minimum propagate NaN from either side (torch semantics) */
+#define BINARY_OPS(X)                                  \
+    X(PN_ADD, x + y)                                   \
+    X(PN_SUB, x - y)                                   \
+    X(PN_MUL, x * y)                                   \
+    X(PN_DIV, x / y)                                   \
+    X(PN_POW, pow(x, y))                               \
+    X(PN_MAXIMUM, (x > y || x != x) ? x : y)           \
+    X(PN_MINIMUM, (x < y || x != x) ? x : y)
+
+#define BIN_CASE(OP, EXPR) case OP: MAP2(T, T, EXPR); break;
+#define T float
+static void binary_f32(int op, int64_t n, char *const *p, const int64_t *st) {
+    switch (op) { BINARY_OPS(BIN_CASE) }
+}
+#undef T
+#define T double
+static void binary_f64(int op, int64_t n, char *const *p, const int64_t *st) {
+    switch (op) { BINARY_OPS(BIN_CASE) }
+}
+#undef T
+
+typedef struct {
+    int op, dt;
+} op_ctx;
+
+static void binary_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
+    const op_ctx *c = ctx;
+    if (c->dt == PN_F32) { binary_f32(c->op, n, p, st); return; }
+    if (c->dt == PN_F64) { binary_f64(c->op, n, p, st); return; }
+    for (int64_t i = 0; i < n; i++) { /* integers: add sub mul maximum minimum, exact in int64 */
+        int64_t x = ld_int(p[1], c->dt, i * st[1]), y = ld_int(p[2], c->dt, i * st[2]), r;
+        switch (c->op) {
+        case PN_ADD: r = x + y; break;
+        case PN_SUB: r = x - y; break;
+        case PN_MUL: r = x * y; break;
+        case PN_MAXIMUM: r = x > y ? x : y; break;
+        default: r = x < y ? x : y; break;
+        }
+        st_int(p[0], c->dt, i, r);
+    }
+}
+
+/* d out / d a (side 0) and d out / d b (side 1), times the incoming gradient gv.
+ * pow: torch's conventions — no gradient to the base where the exponent is 0, none to the
+ * exponent where the base is 0 and the exponent >= 0. maximum/minimum: ties split evenly. */
+#define BINARY_GRADS(X)                                                                   \
+    X(PN_MUL * 2, gv * y)                                                                 \
+    X(PN_MUL * 2 + 1, gv * x)                                                             \
+    X(PN_DIV * 2, gv / y)                                                                 \
+    X(PN_DIV * 2 + 1, -gv * x / (y * y))                                                  \
+    X(PN_POW * 2, y == 0 ? (T)0 : gv * y * pow(x, y - 1))                                 \
+    X(PN_POW * 2 + 1, (x == 0 && y >= 0) ? (T)0 : gv * pow(x, y) * log(x))                \
+    X(PN_MAXIMUM * 2, x > y ? gv : (x == y ? gv * (T)0.5 : (T)0))                         \
+    X(PN_MAXIMUM * 2 + 1, y > x ? gv : (x == y ? gv * (T)0.5 : (T)0))                     \
+    X(PN_MINIMUM * 2, x < y ? gv : (x == y ? gv * (T)0.5 : (T)0))                         \
+    X(PN_MINIMUM * 2 + 1, y < x ? gv : (x == y ? gv * (T)0.5 : (T)0))
+
+#define BGRAD_CASE(CODE, EXPR) case CODE: MAP3(T, EXPR); break;
+#define T float
+static void binary_grad_f32(int code, int64_t n, char *const *p, const int64_t *st) {
+    switch (code) { BINARY_GRADS(BGRAD_CASE) }
+}
+#undef T
+#define T double
+static void binary_grad_f64(int code, int64_t n, char *const *p, const int64_t *st) {
+    switch (code) { BINARY_GRADS(BGRAD_CASE) }
+}
+#undef T
+
+static void binary_grad_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
+    const op_ctx *c = ctx; /* op holds the code op*2+side */
+    if (c->dt == PN_F32) binary_grad_f32(c->op, n, p, st);
+    else binary_grad_f64(c->op, n, p, st);
+}
+
+/* gradient wrt input `side`, at the full (broadcast) shape of g, then summed to the input */
+static pn_tensor *binary_side_grad(pn_node *nd, int op, int side, pn_tensor *g) {
+    pn_tensor *a = nd->saved[0], *b = nd->saved[1];
+    pn_tensor *full;
+    if (op == PN_ADD || op == PN_SUB) {
+        pn_tensor *r = pn_grad_to_input(nd, side, g);
+        if (!r || op == PN_ADD || side == 0) return r;
+        full = pn_unary(PN_NEG, r, 0, 0);
+        pn_release(r);
+        return full;
+    }
+    full = pn_empty_like(g);
+    if (!full) return NULL;
+    op_ctx c = {op * 2 + side, g->dt};
+    run_over(full, 3, (pn_tensor *const[]){g, a, b}, binary_grad_row, &c);
+    pn_tensor *r = pn_grad_to_input(nd, side, full);
+    pn_release(full);
+    return r;
+}
+
+static pn_status binary_bw(pn_node *nd, pn_tensor *g, pn_tensor **gin) {
+    int op = (int)nd->iv[0];
+    for (int side = 0; side < 2; side++) {
+        if (!pn_ag_input_needs(nd, side)) continue;
+        gin[side] = binary_side_grad(nd, op, side, g);
+        if (!gin[side]) return PN_ERR_SHAPE;
+    }
+    return PN_OK;
+}
+
+/* Checks shared by binary, compare and where: nil, device, same dtype; the broadcast shape. */
+static pn_status check_pair(const char *op, pn_tensor *a, pn_tensor *b, int *nd, int64_t *shape) {
+    if (!a || !b) return pn_error(PN_ERR_ARG, "%s: %s is nil", op, !a ? "a" : "b");
+    if (a->dev != PN_CPU || b->dev != PN_CPU)
+        return pn_error(PN_ERR_DEVICE, "%s: a %s and b %s must be cpu tensors", op, pn_shape_str(a), pn_shape_str(b));
+    if (a->dt != b->dt)
+        return pn_error(PN_ERR_DTYPE, "%s: a %s %s and b %s %s have different dtypes; convert one with :to()", op,
+                        pn_dtype_name(a->dt), pn_shape_str(a), pn_dtype_name(b->dt), pn_shape_str(b));
+    if (pn_same_shape(a, b)) { /* fast: no broadcast to compute */
+        *nd = a->nd;
+        memcpy(shape, a->sizes, sizeof(int64_t) * (size_t)a->nd);
+        return PN_OK;
+    }
+    return pn_broadcast_shape(op, a->nd, a->sizes, b->nd, b->sizes, nd, shape);
+}
+
+pn_tensor *pn_binary(int op, pn_tensor *a, pn_tensor *b) {
+    if (op < 0 || op >= PN_BINARY_COUNT) return pn_error_null(PN_ERR_ARG, "binary: unknown op %d", op);
+    const char *name = binary_names[op];
+    int nd;
+    int64_t shape[PN_MAX_DIMS];
+    if (check_pair(name, a, b, &nd, shape)) return NULL;
+    if (!pn_is_float(a->dt) && (op == PN_DIV || op == PN_POW))
+        return pn_error_null(PN_ERR_DTYPE, "%s: a %s %s and b %s %s: integer dtypes are not supported; use f32/f64",
+                             name, pn_dtype_name(a->dt), pn_shape_str(a), pn_dtype_name(b->dt), pn_shape_str(b));
+    pn_tensor *out = pn_empty(nd, shape, a->dt, PN_CPU);
+    if (!out) return NULL;
+    op_ctx c = {op, a->dt};
+    run_over(out, 2, (pn_tensor *const[]){a, b}, binary_row, &c);
+    pn_tensor *ins[2] = {a, b};
+    if (pn_ag_needed(2, ins)) {
+        pn_node *n = pn_ag_record(out, name, binary_bw, 2, ins);
+        if (!n) {
+            pn_release(out);
+            return NULL;
+        }
+        n->iv[0] = op;
+        if (op != PN_ADD && op != PN_SUB) {
+            pn_ag_save(n, a);
+            pn_ag_save(n, b);
+        }
+    }
+    return out;
+}
+
+/* ======================================================================================= */
+/* ---- unary ------------------------------------------------------------------------------- */
+static const char *unary_names[PN_UNARY_COUNT] = {
+    "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh",
+    "sigmoid", "logsigmoid", "relu", "elu", "leaky_relu", "gelu", "softplus",
+    "sinh", "cosh", "asinh", "acosh", "atanh", "clamp", "pow"};
+
+const char *pn_unary_name(int op) { return (op >= 0 && op < PN_UNARY_COUNT) ? unary_names[op] : "?"; }
+
+enum { OP_SQUARE = PN_UNARY_COUNT }; /* pow_scalar with exponent 2: a plain multiply */
+
+/* forward: v is the input, a and b the op's scalars (typed T) */
+#define UNARY_OPS(X)                                                  \
+    X(PN_NEG, -v)                                                     \
+    X(PN_ABS, fabs(v))                                                \
+    X(PN_EXP, exp(v))                                                 \
+    X(PN_LOG, log(v))                                                 \
+    X(PN_LOG1P, log1p(v))                                             \
+    X(PN_SQRT, sqrt(v))                                               \
+    X(PN_RSQRT, (T)1 / sqrt(v))                                       \
+    X(PN_SIN, sin(v))                                                 \
+    X(PN_COS, cos(v))                                                 \
+    X(PN_TANH, tanh(v))                                               \
+    X(PN_SIGMOID, SIGMOID(v))                                         \
+    X(PN_LOGSIGMOID, -(T)SOFTPLUS(-v))                                \
+    X(PN_RELU, v < 0 ? (T)0 : v)                                      \
+    X(PN_ELU, v > 0 ? v : a * expm1(v))                               \
+    X(PN_LEAKY_RELU, v > 0 ? v : a * v)                               \
+    X(PN_GELU, (T)0.5 * v * ((T)1 + erf(v * (T)SQRT1_2)))             \
+    X(PN_SOFTPLUS, (T)SOFTPLUS(v))                                    \
+    X(PN_SINH, sinh(v))                                               \
+    X(PN_COSH, cosh(v))                                               \
+    X(PN_ASINH, asinh(v))                                             \
+    X(PN_ACOSH, acosh(v))                                             \
+    X(PN_ATANH, atanh(v))                                             \
+    X(PN_CLAMP, v < a ? a : (v > b ? b : v))                          \
+    X(PN_POW_SCALAR, pow(v, a))                                       \
+    X(OP_SQUARE, v * v)
+
+/* backward: gv the incoming gradient, x the input, y the output. abs and relu have
+ * gradient 0 at 0; clamp passes it where min <= x <= max. */
+#define UNARY_GRADS(X)                                                                  \
+    X(PN_NEG, -gv)                                                                      \
+    X(PN_ABS, x > 0 ? gv : (x < 0 ? -gv : (T)0))                                        \
+    X(PN_EXP, gv * y)                                                                   \
+    X(PN_LOG, gv / x)                                                                   \
+    X(PN_LOG1P, gv / ((T)1 + x))                                                        \
+    X(PN_SQRT, gv * (T)0.5 / y)                                                         \
+    X(PN_RSQRT, gv * (T)-0.5 * y * y * y)                                               \
+    X(PN_SIN, gv * cos(x))                                                              \
+    X(PN_COS, -gv * sin(x))                                                             \
+    X(PN_TANH, gv * ((T)1 - y * y))                                                     \
+    X(PN_SIGMOID, gv * y * ((T)1 - y))                                                  \
+    X(PN_LOGSIGMOID, gv * SIGMOID(-x))                                                  \
+    X(PN_RELU, x > 0 ? gv : (T)0)                                                       \
+    X(PN_ELU, x > 0 ? gv : gv * (y + a))                                                \
+    X(PN_LEAKY_RELU, x > 0 ? gv : gv * a)                                               \
+    X(PN_GELU, gv * ((T)0.5 * ((T)1 + erf(x * (T)SQRT1_2)) +                            \
+                     x * (T)INV_SQRT_2PI * exp((T)-0.5 * x * x)))                       \
+    X(PN_SOFTPLUS, gv * SIGMOID(x))                                                     \
+    X(PN_SINH, gv * cosh(x))                                                            \
+    X(PN_COSH, gv * sinh(x))                                                            \
+    X(PN_ASINH, gv / sqrt(x * x + (T)1))                                                \
+    X(PN_ACOSH, gv / sqrt((x - (T)1) * (x + (T)1)))                                     \
+    X(PN_ATANH, gv / ((T)1 - x * x))                                                    \
+    X(PN_CLAMP, (x >= a && x <= b) ? gv : (T)0)                                         \
+    X(PN_POW_SCALAR, a == 0 ? (T)0 : gv * a * pow(x, a - (T)1))                         \
+    X(OP_SQUARE, gv * (T)2 * x)
+
+#define UN_CASE(OP, EXPR) case OP: MAP1(T, T, EXPR); break;
+#define UGRAD_CASE(OP, EXPR) case OP: MAP3(T, EXPR); break;
+#define T float
+static void unary_f32(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
+    switch (op) { UNARY_OPS(UN_CASE) }
+}
+static void unary_grad_f32(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
+    switch (op) { UNARY_GRADS(UGRAD_CASE) }
+}
+#undef T
+#define T double
+static void unary_f64(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
+    switch (op) { UNARY_OPS(UN_CASE) }
+}
+static void unary_grad_f64(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
+    switch (op) { UNARY_GRADS(UGRAD_CASE) }
+}
+#undef T
+
+typedef struct {
+    int op, dt;
+    double a, b;
+} unary_ctx;
+
+static void unary_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
+    const unary_ctx *c = ctx;
+    if (c->dt == PN_F32) { unary_f32(c->op, n, p, st, (float)c->a, (float)c->b); return; }
+    if (c->dt == PN_F64) { unary_f64(c->op, n, p, st, c->a, c->b); return; }
+    for (int64_t i = 0; i < n; i++) { /* integers: neg abs relu clamp */
+        int64_t v = ld_int(p[1], c->dt, i * st[1]), r = v;
+        switch (c->op) {
+        case PN_NEG: r = -v; break;
+        case PN_ABS: r = v < 0 ? -v : v; break;
+        case PN_RELU: r = v < 0 ? 0 : v; break;
+        case PN_CLAMP: r = (double)v < c->a ? (int64_t)ceil(c->a) : ((double)v > c->b ? (int64_t)floor(c->b) : v); break;
+        default: break;
+        }
+        st_int(p[0], c->dt, i, r);
+    }
+}
+
+static void unary_grad_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
+    const unary_ctx *c = ctx;
+    if (c->dt == PN_F32) unary_grad_f32(c->op, n, p, st, (float)c->a, (float)c->b);
+    else unary_grad_f64(c->op, n, p, st, c->a, c->b);
+}
+
+/* What each backward reads: the input x, the output y, or both. Saving only those keeps
+ * activations from living longer than they must. y is saved as a detached view of the
+ * output: the output itself would make a reference cycle output → node → output. */
+static bool unary_needs_x(int op) {
+    return !(op == PN_NEG || op == PN_EXP || op == PN_SQRT || op == PN_RSQRT || op == PN_TANH || op == PN_SIGMOID);
+}
+static bool unary_needs_y(int op) {
+    return op == PN_EXP || op == PN_SQRT || op == PN_RSQRT || op == PN_TANH || op == PN_SIGMOID || op == PN_ELU;
+}
+
+static pn_status unary_bw(pn_node *nd, pn_tensor *g, pn_tensor **gin) {
+    int op = (int)nd->iv[0], k = 0;
+    pn_tensor *x = unary_needs_x(op) ? nd->saved[k++] : g; /* g stands in for what is not read */
+    pn_tensor *y = unary_needs_y(op) ? nd->saved[k++] : g;
+    pn_tensor *gx = pn_empty_like(g);
+    if (!gx) return PN_ERR_OOM;
+    unary_ctx c = {op, g->dt, nd->sc[0], nd->sc[1]};
+    run_over(gx, 3, (pn_tensor *const[]){g, x, y}, unary_grad_row, &c);
+    gin[0] = gx;
+    return PN_OK;
+}
+
+pn_tensor *pn_unary(int op, pn_tensor *x, double a, double b) {
+    if (op < 0 || op >= PN_UNARY_COUNT) return pn_error_null(PN_ERR_ARG, "unary: unknown op %d", op);
+    const char *name = unary_names[op];
+    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", name);
+    if (pn_check_cpu(name, "x", x)) return NULL;
+    bool int_ok = op == PN_NEG || op == PN_ABS || op == PN_RELU || op == PN_CLAMP;
+    if (!int_ok && pn_check_float(name, "x", x)) return NULL;
+    if (op == PN_CLAMP && a > b)
+        return pn_error_null(PN_ERR_ARG, "clamp: x %s: min %g is greater than max %g", pn_shape_str(x), a, b);
+    int kop = (op == PN_POW_SCALAR && a == 2) ? OP_SQUARE : op;
+    pn_tensor *out = pn_empty_like(x);
+    if (!out) return NULL;
+    unary_ctx c = {kop, x->dt, a, b};
+    run_over(out, 1, &x, unary_row, &c);
+    if (pn_ag_needed(1, &x)) {
+        pn_node *n = pn_ag_record(out, name, unary_bw, 1, &x);
+        pn_tensor *y = (n && unary_needs_y(kop)) ? pn_detach(out) : NULL;
+        if (!n || (unary_needs_y(kop) && !y)) {
+            pn_release(out);
+            return NULL;
+        }
+        n->iv[0] = kop;
+        n->sc[0] = a;
+        n->sc[1] = b;
+        if (unary_needs_x(kop)) pn_ag_save(n, x);
+        if (y) {
+            pn_ag_save(n, y);
+            pn_release(y);
+        }
+    }
+    return out;
+}
+
+/* ======================================================================================= */
+/* ---- comparisons → u8 ------------------------------------------------------------------- */
+static const char *compare_names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+
+#define COMPARE_OPS(X) \
+    X(PN_EQ, x == y)   \
+    X(PN_NE, x != y)   \
+    X(PN_LT, x < y)    \
+    X(PN_LE, x <= y)   \
+    X(PN_GT, x > y)    \
+    X(PN_GE, x >= y)
+
+#define CMP_CASE(OP, EXPR) case OP: MAP2(uint8_t, T, (uint8_t)(EXPR)); break;
+#define T float
+static void compare_f32(int op, int64_t n, char *const *p, const int64_t *st) {
+    switch (op) { COMPARE_OPS(CMP_CASE) }
+}
+#undef T
+#define T double
+static void compare_f64(int op, int64_t n, char *const *p, const int64_t *st) {
+    switch (op) { COMPARE_OPS(CMP_CASE) }
+}
+#undef T
+
+static void compare_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
+    const op_ctx *c = ctx;
+    if (c->dt == PN_F32) { compare_f32(c->op, n, p, st); return; }
+    if (c->dt == PN_F64) { compare_f64(c->op, n, p, st); return; }
+    uint8_t *o = (uint8_t *)p[0];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t x = ld_int(p[1], c->dt, i * st[1]), y = ld_int(p[2], c->dt, i * st[2]);
+        bool r;
+        switch (c->op) {
+        case PN_EQ: r = x == y; break;
+        case PN_NE: r = x != y; break;
+        case PN_LT: r = x < y; break;
+        case PN_LE: r = x <= y; break;
+        case PN_GT: r = x > y; break;
+        default: r = x >= y; break;
+        }
+        o[i] = r;
+    }
+}
+
+pn_tensor *pn_compare(int op, pn_tensor *a, pn_tensor *b) {
+    if (op < PN_EQ || op > PN_GE) return pn_error_null(PN_ERR_ARG, "compare: unknown op %d", op);
+    int nd;
+    int64_t shape[PN_MAX_DIMS];
+    if (check_pair(compare_names[op], a, b, &nd, shape)) return NULL;
+    pn_tensor *out = pn_empty(nd, shape, PN_U8, PN_CPU);
+    if (!out) return NULL;
+    op_ctx c = {op, a->dt};
+    run_over(out, 2, (pn_tensor *const[]){a, b}, compare_row, &c);
+    return out; /* not differentiable: never recorded */
+}
+
+/* ======================================================================================= */
+/* ---- where ------------------------------------------------------------------------------ */
+/* Selection copies bits, so one kernel per element size serves every dtype. */
+#define WHERE_LOOP(W)                                                                        \
+    do {                                                                                     \
+        W *restrict o_ = (W *)p[0];                                                          \
+        const uint8_t *restrict c_ = (const uint8_t *)p[1];                                  \
+        const W *restrict a_ = (const W *)p[2], *restrict b_ = (const W *)p[3];              \
+        if (st[1] == 1 && st[2] == 1 && st[3] == 1)                                          \
+            for (int64_t i = 0; i < n; i++) o_[i] = c_[i] ? a_[i] : b_[i];                   \
+        else                                                                                 \
+            for (int64_t i = 0; i < n; i++)                                                  \
+                o_[i] = c_[i * st[1]] ? a_[i * st[2]] : b_[i * st[3]];                       \
+    } while (0)
+
+static void where_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
+    switch (*(const int *)ctx) {
+    case 8: WHERE_LOOP(uint64_t); break;
+    case 4: WHERE_LOOP(uint32_t); break;
+    default: WHERE_LOOP(uint8_t); break;
+    }
+}
+
+/* gradient to a: g where cond, else 0; to b: the opposite; then summed to each shape */
+static pn_status where_bw(pn_node *nd, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *zero = pn_zeros(0, NULL, g->dt, g->dev);
+    if (!zero) return PN_ERR_OOM;
+    pn_status s = PN_OK;
+    for (int i = 1; i <= 2 && s == PN_OK; i++) {
+        if (!pn_ag_input_needs(nd, i)) continue;
+        pn_tensor *full = i == 1 ? pn_where(nd->saved[0], g, zero) : pn_where(nd->saved[0], zero, g);
+        gin[i] = full ? pn_grad_to_input(nd, i, full) : NULL;
+        pn_release(full);
+        if (!gin[i]) s = PN_ERR_SHAPE;
+    }
+    pn_release(zero);
+    return s;
+}
+
+pn_tensor *pn_where(pn_tensor *cond, pn_tensor *a, pn_tensor *b) {
+    int nd, nd2;
+    int64_t shape[PN_MAX_DIMS], shape2[PN_MAX_DIMS];
+    if (!cond) return pn_error_null(PN_ERR_ARG, "where: cond is nil");
+    if (check_pair("where", a, b, &nd, shape)) return NULL;
+    if (cond->dt != PN_U8)
+        return pn_error_null(PN_ERR_DTYPE, "where: cond %s has dtype %s, expected u8 (a comparison result)",
+                             pn_shape_str(cond), pn_dtype_name(cond->dt));
+    if (cond->dev != PN_CPU) return pn_error_null(PN_ERR_DEVICE, "where: cond %s must be a cpu tensor", pn_shape_str(cond));
+    if (pn_broadcast_shape("where", cond->nd, cond->sizes, nd, shape, &nd2, shape2)) {
+        return pn_error_null(PN_ERR_SHAPE, "where: cond %s, a %s and b %s cannot be broadcast together",
+                             pn_shape_str(cond), pn_shape_str(a), pn_shape_str(b));
+    }
+    pn_tensor *out = pn_empty(nd2, shape2, a->dt, PN_CPU);
+    if (!out) return NULL;
+    int es = (int)pn_elsize(a->dt);
+    run_over(out, 3, (pn_tensor *const[]){cond, a, b}, where_row, &es);
+    pn_tensor *ins[3] = {cond, a, b};
+    if (pn_ag_needed(3, ins)) {
+        pn_node *n = pn_ag_record(out, "where", where_bw, 3, ins);
+        if (!n) {
+            pn_release(out);
+            return NULL;
+        }
+        pn_ag_save(n, cond);
+    }
+    return out;
+}

@@ -1,0 +1,103 @@
+-- The autograd engine (core/autograd.c): accumulation, graph freeing, no_grad, detach,
+-- shared subgraphs, long chains, and its errors.
+local pn = require 'penumbra'
+
+local function err_of(fn)
+  local ok, e = pcall(fn)
+  assert.is_false(ok, 'expected an error')
+  return tostring(e)
+end
+
+describe('autograd', function()
+  it('accumulates leaf gradients across backward calls (+=)', function()
+    local x = pn.tensor({ 1, 2, 3 }, { dtype = 'f64', requires_grad = true })
+    ;(x * x):sum():backward()
+    assert.same({ 2, 4, 6 }, x.grad:totable())
+    ;(x * 3):sum():backward()
+    assert.same({ 5, 7, 9 }, x.grad:totable())
+    x:zero_grad()
+    assert.is_nil(x.grad)
+  end)
+
+  it('sums gradients over every use of a tensor (diamond graph)', function()
+    local x = pn.tensor({ 0.5, -1.5 }, { dtype = 'f64', requires_grad = true })
+    local a = x * x          -- uses x twice
+    local y = (a + x + a * x):sum()   -- d/dx = 2x + 1 + 3x^2
+    y:backward()
+    local g = x.grad:totable()
+    assert.near(2 * 0.5 + 1 + 3 * 0.25, g[1], 1e-12)
+    assert.near(2 * -1.5 + 1 + 3 * 2.25, g[2], 1e-12)
+  end)
+
+  it('frees the graph after backward unless retain_graph', function()
+    local x = pn.tensor({ 1, 2 }, { dtype = 'f64', requires_grad = true })
+    local y = (x * x):sum()
+    y:backward({ retain_graph = true })
+    y:backward()
+    assert.same({ 4, 8 }, x.grad:totable())
+    local e = err_of(function() y:backward() end)
+    assert.truthy(e:find('backward: the graph of .* was freed'), e)
+  end)
+
+  it('records nothing under no_grad and stops at detach', function()
+    local x = pn.tensor({ 1, 2 }, { requires_grad = true })
+    local y = pn.no_grad(function() return x * 2 end)
+    assert.is_false(y.requires_grad)
+    assert.equal('', y:grad_fn())
+    assert.is_true(pn.grad_enabled())
+    local z = (x * 2):detach()
+    assert.is_false(z.requires_grad)
+    local w = (x:detach() * x):sum()
+    w:backward()
+    assert.same({ 1, 2 }, x.grad:totable()) -- only the non-detached factor carries gradient
+  end)
+
+  it('restores grad mode when the no_grad function raises', function()
+    local ok = pcall(pn.no_grad, function() error('boom') end)
+    assert.is_false(ok)
+    assert.is_true(pn.grad_enabled())
+  end)
+
+  it('gives a custom seed gradient to non-scalar outputs', function()
+    local x = pn.tensor({ 1, 2, 3 }, { dtype = 'f64', requires_grad = true })
+    local y = x * x
+    y:backward(pn.tensor({ 1, 0, 2 }, { dtype = 'f64' }))
+    assert.same({ 2, 0, 12 }, x.grad:totable())
+  end)
+
+  it('reports misuse with clear errors', function()
+    local x = pn.tensor({ 1, 2 }, { requires_grad = true })
+    assert.truthy(err_of(function() (x * 2):backward() end):find('backward: tensor %[2%] has 2 elements'))
+    assert.truthy(err_of(function() pn.tensor({ 1 }):backward() end):find('does not require grad'))
+    assert.truthy(err_of(function() (x * 2):requires_grad_() end):find('not a leaf'))
+    assert.truthy(err_of(function() pn.tensor({ 1 }, { dtype = 'i32' }):requires_grad_() end):find('only f32/f64'))
+    assert.truthy(err_of(function() (x * 2):backward(pn.ones(3)) end):find('backward: grad'))
+  end)
+
+  it('handles long chains without recursion and frees every node', function()
+    collectgarbage(); collectgarbage()
+    local nodes0 = pn.live_nodes()
+    local x = pn.tensor({ 1 }, { dtype = 'f64', requires_grad = true })
+    local y = x
+    for _ = 1, 20000 do y = y * 1.0001 end
+    assert.truthy(pn.live_nodes() >= nodes0 + 20000)
+    y:sum():backward()
+    assert.near(1.0001 ^ 20000, x.grad:item(), 1e-6 * 1.0001 ^ 20000)
+    y = nil
+    collectgarbage(); collectgarbage()
+    assert.equal(nodes0, pn.live_nodes())
+  end)
+
+  it('frees a dropped graph that never ran backward', function()
+    collectgarbage(); collectgarbage()
+    local nodes0, t0 = pn.live_nodes(), pn.live_tensors()
+    do
+      local x = pn.randn({ 4, 4 }, { requires_grad = true })
+      local y = x
+      for _ = 1, 50 do y = (y * 0.5 + x):tanh() end
+    end
+    collectgarbage(); collectgarbage()
+    assert.equal(nodes0, pn.live_nodes())
+    assert.equal(t0, pn.live_tensors())
+  end)
+end)
