@@ -2,6 +2,7 @@
  * ownership specs read (pn_live_tensors / pn_live_bytes / pn_live_nodes). */
 #include "internal.h"
 
+#include <malloc.h>
 #include <omp.h>
 
 static int64_t live_bytes, live_tensors, live_nodes;
@@ -11,6 +12,14 @@ int64_t pn_live_tensors(void) { return __atomic_load_n(&live_tensors, __ATOMIC_R
 int64_t pn_live_nodes(void) { return __atomic_load_n(&live_nodes, __ATOMIC_RELAXED); }
 void pn_count_tensor(int d) { __atomic_add_fetch(&live_tensors, d, __ATOMIC_RELAXED); }
 void pn_count_node(int d) { __atomic_add_fetch(&live_nodes, d, __ATOMIC_RELAXED); }
+
+/* Tensors of tens of MB are freed and reallocated every step; glibc would hand each one
+ * back to the kernel (mmap/munmap) and fault fresh pages in on the next allocation, which
+ * costs more than the arithmetic of a softmax. Keep such blocks in the heap for reuse. */
+__attribute__((constructor)) static void pn_tune_malloc(void) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's maximum on 64-bit */
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
 
 void *pn_alloc(size_t nbytes) {
     /* 64-byte alignment for SIMD and cache lines; never a zero-size request */

@@ -66,6 +66,11 @@ int64_t pn_live_nodes(void);         /* autograd nodes alive */
 int pn_num_threads(void);
 void pn_set_num_threads(int n);
 const char *pn_version(void);
+/* Ctrl-C for long runs: after pn_interrupt_install a first SIGINT only sets a flag that the
+ * experiment loop polls (pn_interrupted); a second one terminates as usual. */
+void pn_interrupt_install(void);
+int pn_interrupted(void);
+void pn_interrupt_clear(void);
 int pn_cuda_available(void);
 
 /* ---- lifetime ---------------------------------------------------------------- */
@@ -138,7 +143,7 @@ pn_tensor *pn_where(pn_tensor *cond, pn_tensor *a, pn_tensor *b); /* cond u8, br
 typedef enum { PN_SUM, PN_MEAN, PN_MAX, PN_MIN, PN_LOGSUMEXP, PN_PROD } pn_reduce_op;
 /* ndims == 0 reduces over every dim */
 pn_tensor *pn_reduce(int op, pn_tensor *x, int ndims, const int64_t *dims, int keepdim);
-pn_tensor *pn_argmax(pn_tensor *x, int dim, int keepdim);   /* → i64 */
+pn_tensor *pn_argmax(pn_tensor *x, int dim, int keepdim);   /* → i64; dim PN_ALL_DIMS: flat row-major position */
 pn_tensor *pn_argmin(pn_tensor *x, int dim, int keepdim);   /* → i64 */
 pn_tensor *pn_norm(pn_tensor *x, double p, int ndims, const int64_t *dims, int keepdim);
 /* gradient of a broadcast: sums g down to shape (used by every broadcasting backward) */
@@ -275,6 +280,7 @@ void pn_attn_opts_init(pn_attn_opts *o);
 int pn_attention_variant_count(void);
 const char *pn_attention_variant_name(int i);
 int pn_attention_variant_find(const char *name);   /* −1 when unknown */
+int pn_attention_variant_graph_only(int i);         /* 1: graph attention only (gat) */
 /* q, k (B, H, N, D) | (B, N, D) | (N, D); v (…, Nk, Dv) → (…, Nq, Dv) */
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o);
 pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o);  /* (…, Nq, Nk) */
@@ -284,7 +290,7 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
 
 /* ---- linear attention (attention/cosine.c, attention/power.c, attention/rope.c) ---------
  * DESIGN §3.2. q, k: (B, H, N, D); v: (B, H, N, Dv). */
-/* m: (H) per-head stabiliser; key_mask: (B, N) u8 (nonzero = real key) or NULL, bidirectional only */
+/* m: (H) per-head stabiliser; key_mask: (B, N) u8 (nonzero = real key) or NULL; n_t counts the real keys row t sees */
 pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *m, int causal,
                                pn_tensor *key_mask);
 /* p even >= 2; log_gate (B, H, N) or NULL; chunk 0 = quadratic form, else the chunked form

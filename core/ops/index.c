@@ -1,0 +1,624 @@
+/* index.c — indexing and graph ops: embedding, index_select, gather, scatter_add,
+ * index_add, and the CSR segment ops segment_sum / segment_softmax used by graph
+ * attention. Each forward is next to its backward.
+ *
+ * Index tensors are i32 or i64 and hold 0-based indices. Every index is checked before
+ * anything is allocated; a bad one is an error naming the op, the value, its position
+ * in the index tensor and the shapes.
+ *
+ * Determinism: accumulating kernels (index_add, scatter_add, the backward of embedding,
+ * index_select and gather) never use float atomics. Work is split so that each output
+ * element is owned by one thread, which adds its contributions in index order; the
+ * result does not depend on the thread count. */
+#include "../internal.h"
+
+#include <stdio.h>
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+/* A contiguous version of x made without autograd: x itself (retained) when already
+ * contiguous, else a copy. The ops record their own nodes. */
+static pn_tensor *contig(pn_tensor *x) {
+    if (pn_is_contiguous(x)) {
+        pn_retain(x);
+        return x;
+    }
+    pn_tensor *c = pn_empty_like(x);
+    if (c && pn_copy_(c, x)) {
+        pn_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Row-major coordinates of linear position p in shape, as "[i,j,…]". */
+static const char *pos_str(int nd, const int64_t *shape, int64_t p) {
+    int64_t c[PN_MAX_DIMS];
+    for (int d = nd - 1; d >= 0; d--) {
+        c[d] = shape[d] ? p % shape[d] : 0;
+        p = shape[d] ? p / shape[d] : 0;
+    }
+    return pn_dims_str(nd, c);
+}
+
+static pn_status check_index_tensor(const char *op, const char *arg, const pn_tensor *idx) {
+    PN_TRY(pn_check_cpu(op, arg, idx));
+    if (!pn_is_index(idx->dt))
+        return pn_error(PN_ERR_DTYPE, "%s: %s %s has dtype %s, expected i32 or i64", op, arg, pn_shape_str(idx),
+                        pn_dtype_name(idx->dt));
+    return PN_OK;
+}
+
+/* Every value of idx (contiguous, i32/i64) in [0, limit); what describes the target. */
+static pn_status check_range(const char *op, const char *arg, const pn_tensor *idx, int64_t limit, const char *what) {
+    const void *p = pn_ptr(idx);
+    int64_t n = pn_numel(idx);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = pn_ldi(p, idx->dt, i);
+        if (v < 0 || v >= limit)
+            return pn_error(PN_ERR_INDEX, "%s: %s value %lld at position %s of %s %s is out of range for %s "
+                            "(valid 0..%lld)", op, arg, (long long)v, pos_str(idx->nd, idx->sizes, i), arg,
+                            pn_shape_str(idx), what, (long long)limit - 1);
+    }
+    return PN_OK;
+}
+
+static int64_t prod(const int64_t *s, int from, int to) {
+    int64_t n = 1;
+    for (int i = from; i < to; i++) n *= s[i];
+    return n;
+}
+
+/* Record a node over the float inputs ins[0..n) and save the given tensors. */
+static pn_tensor *record(pn_tensor *out, const char *name, pn_backward_fn bw, int n, pn_tensor *const *ins,
+                         pn_tensor *s0, pn_tensor *s1) {
+    if (!pn_ag_needed(n, ins)) return out;
+    pn_node *node = pn_ag_record(out, name, bw, n, ins);
+    if (!node) {
+        pn_release(out);
+        return NULL;
+    }
+    if (s0) pn_ag_save(node, s0);
+    if (s1) pn_ag_save(node, s1);
+    return out;
+}
+
+/* ---- shared kernels ------------------------------------------------------------------------ */
+/* out (outer, n, inner) = x (outer, V, inner)[:, idx, :]; both contiguous. Any dtype. */
+static void select_rows(size_t es, char *out, const char *x, const pn_tensor *idx, int64_t outer, int64_t V,
+                        int64_t n, int64_t inner) {
+    const void *ip = pn_ptr(idx);
+    size_t row = (size_t)inner * es;
+    #pragma omp parallel for if (outer * n * inner > PN_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < outer * n; t++) {
+        int64_t o = t / n, j = t % n;
+        memcpy(out + (size_t)t * row, x + (size_t)(o * V + pn_ldi(ip, idx->dt, j)) * row, row);
+    }
+}
+
+/* dst (outer, V, inner) += src (outer, n, inner) scattered by idx (n) along the middle dim.
+ * Both contiguous. Tasks own (o, column block) pairs and walk j in order: deterministic. */
+#define ADD_BLOCK 256
+static void add_rows(int dt, char *dst, const char *src, const pn_tensor *idx, int64_t outer, int64_t V, int64_t n,
+                     int64_t inner) {
+    const void *ip = pn_ptr(idx);
+    int64_t nblk = (inner + ADD_BLOCK - 1) / ADD_BLOCK;
+    #pragma omp parallel for if (outer * n * inner > PN_PAR_MIN && outer * nblk > 1) schedule(static)
+    for (int64_t t = 0; t < outer * nblk; t++) {
+        int64_t o = t / nblk, c0 = (t % nblk) * ADD_BLOCK, c1 = c0 + ADD_BLOCK < inner ? c0 + ADD_BLOCK : inner;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t d = (o * V + pn_ldi(ip, idx->dt, j)) * inner, s = (o * n + j) * inner;
+            if (dt == PN_F32) {
+                float *pd = (float *)dst + d;
+                const float *ps = (const float *)src + s;
+                for (int64_t i = c0; i < c1; i++) pd[i] += ps[i];
+            } else if (dt == PN_F64) {
+                double *pd = (double *)dst + d;
+                const double *ps = (const double *)src + s;
+                for (int64_t i = c0; i < c1; i++) pd[i] += ps[i];
+            } else {
+                for (int64_t i = c0; i < c1; i++) pn_st(dst, dt, d + i, pn_ld(dst, dt, d + i) + pn_ld(src, dt, s + i));
+            }
+        }
+    }
+}
+
+/* dst (contiguous, x's shape)[… idx[p] …] += src[p] for every position p of idx along dim
+ * (torch scatter_add_). src is read with its own strides over idx's shape. The iteration
+ * puts `dim` innermost, so a row is one set of the other coordinates: rows touch disjoint
+ * outputs and may run in parallel, each adding in index order. */
+static void scatter_add_kernel(pn_tensor *dst, int dim, const pn_tensor *idx, const pn_tensor *src) {
+    int nd = idx->nd, dt = dst->dt;
+    int64_t shape[PN_MAX_DIMS], st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
+    int order[PN_MAX_DIMS], k = 0;
+    for (int i = 0; i < nd; i++)
+        if (i != dim) order[k++] = i;
+    order[k] = dim;
+    for (int i = 0; i < nd; i++) {
+        int d = order[i];
+        shape[i] = idx->sizes[d];
+        st[0][i] = d == dim ? 0 : dst->strides[d];
+        st[1][i] = idx->strides[d];
+        st[2][i] = src->strides[d];
+    }
+    pn_iter it;
+    pn_iter_init(&it, nd, shape, 3, (pn_tensor *const[]){dst, (pn_tensor *)idx, (pn_tensor *)src}, st);
+    char *pd = pn_ptr(dst);
+    const char *pi = pn_ptr(idx), *ps = pn_ptr(src);
+    int64_t dstride = dst->strides[dim];
+    #pragma omp parallel for if (it.numel > PN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < it.rows; r++) {
+        int64_t off[PN_ITER_MAX_OPS];
+        pn_iter_row(&it, r, off);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t d = off[0] + i * it.istride[0] + pn_ldi(pi, idx->dt, off[1] + i * it.istride[1]) * dstride;
+            int64_t s = off[2] + i * it.istride[2];
+            if (dt == PN_F32) ((float *)pd)[d] += ((const float *)ps)[s];
+            else if (dt == PN_F64) ((double *)pd)[d] += ((const double *)ps)[s];
+            else pn_st(pd, dt, d, pn_ld(pd, dt, d) + pn_ld(ps, dt, s));
+        }
+    }
+}
+
+/* ---- embedding ------------------------------------------------------------------------------- */
+/* saved: idx (contiguous). dW (V, D) = Σ over positions p of g[p] into row idx[p]. */
+static pn_status embedding_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *idx = n->saved[0];
+    int64_t V = n->in_shape[0][0], D = n->in_shape[0][1];
+    pn_tensor *gw = pn_zeros(2, n->in_shape[0], g->dt, PN_CPU);
+    pn_tensor *gc = gw ? contig(g) : NULL;
+    if (!gc) {
+        pn_release(gw);
+        return PN_ERR_OOM;
+    }
+    add_rows(g->dt, pn_ptr(gw), pn_ptr(gc), idx, 1, V, pn_numel(idx), D);
+    pn_release(gc);
+    gin[0] = gw;
+    return PN_OK;
+}
+
+pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
+    if (pn_check_cpu("embedding", "weight", w) || check_index_tensor("embedding", "idx", idx)) return NULL;
+    if (w->nd != 2) return pn_error_null(PN_ERR_SHAPE, "embedding: weight %s must be 2-D (V, D)", pn_shape_str(w));
+    if (idx->nd + 1 > PN_MAX_DIMS)
+        return pn_error_null(PN_ERR_SHAPE, "embedding: idx %s has too many dims for a (…, D) result", pn_shape_str(idx));
+    pn_tensor *ic = contig(idx);
+    if (!ic) return NULL;
+    char what[96];
+    snprintf(what, sizeof what, "the rows of weight %s", pn_shape_str(w));
+    if (check_range("embedding", "idx", ic, w->sizes[0], what)) {
+        pn_release(ic);
+        return NULL;
+    }
+    int64_t shape[PN_MAX_DIMS];
+    memcpy(shape, idx->sizes, sizeof(int64_t) * (size_t)idx->nd);
+    shape[idx->nd] = w->sizes[1];
+    pn_tensor *wc = contig(w);
+    pn_tensor *out = wc ? pn_empty(idx->nd + 1, shape, w->dt, PN_CPU) : NULL;
+    if (out) select_rows(pn_elsize(w->dt), pn_ptr(out), pn_ptr(wc), ic, 1, w->sizes[0], pn_numel(ic), w->sizes[1]);
+    pn_release(wc);
+    if (out) out = record(out, "embedding", embedding_bw, 1, &w, ic, NULL);
+    pn_release(ic);
+    return out;
+}
+
+/* ---- index_select / index_add ------------------------------------------------------------------ */
+/* Common checks: x, dim → d; idx 1-D, values in [0, x.size(d)). Returns a contiguous idx. */
+static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, int *d) {
+    if (pn_check_cpu(op, "x", x) || check_index_tensor(op, "idx", idx)) return NULL;
+    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
+    if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
+    if (idx->nd != 1) return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must be 1-D", op, pn_shape_str(idx));
+    pn_tensor *ic = contig(idx);
+    if (!ic) return NULL;
+    char what[96];
+    snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
+    if (check_range(op, "idx", ic, x->sizes[*d], what)) {
+        pn_release(ic);
+        return NULL;
+    }
+    return ic;
+}
+
+/* iv[0] = dim; saved: idx. dx = zeros with g added into rows idx along dim. */
+static pn_status index_select_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    int d = (int)n->iv[0], nd = (int)n->in_shape_nd[0];
+    const int64_t *xs = n->in_shape[0];
+    pn_tensor *idx = n->saved[0];
+    pn_tensor *gx = pn_zeros(nd, xs, g->dt, PN_CPU);
+    pn_tensor *gc = gx ? contig(g) : NULL;
+    if (!gc) {
+        pn_release(gx);
+        return PN_ERR_OOM;
+    }
+    add_rows(g->dt, pn_ptr(gx), pn_ptr(gc), idx, prod(xs, 0, d), xs[d], pn_numel(idx), prod(xs, d + 1, nd));
+    pn_release(gc);
+    gin[0] = gx;
+    return PN_OK;
+}
+
+pn_tensor *pn_index_select(pn_tensor *x, int dim, pn_tensor *idx) {
+    int d;
+    pn_tensor *ic = index_args("index_select", x, dim, idx, &d);
+    if (!ic) return NULL;
+    int64_t shape[PN_MAX_DIMS];
+    memcpy(shape, x->sizes, sizeof shape);
+    shape[d] = idx->sizes[0];
+    pn_tensor *xc = contig(x);
+    pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, PN_CPU) : NULL;
+    if (out)
+        select_rows(pn_elsize(x->dt), pn_ptr(out), pn_ptr(xc), ic, prod(x->sizes, 0, d), x->sizes[d], shape[d],
+                    prod(x->sizes, d + 1, x->nd));
+    pn_release(xc);
+    if (out) out = record(out, "index_select", index_select_bw, 1, &x, ic, NULL);
+    if (out && out->fn) out->fn->iv[0] = d;
+    pn_release(ic);
+    return out;
+}
+
+/* iv[0] = dim; saved: idx. dx = g; dsrc = g[:, idx, :] along dim. */
+static pn_status index_add_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    if (pn_ag_input_needs(n, 0)) {
+        pn_retain(g);
+        gin[0] = g;
+    }
+    if (pn_ag_input_needs(n, 1) && !(gin[1] = pn_index_select(g, (int)n->iv[0], n->saved[0]))) return PN_ERR_OOM;
+    return PN_OK;
+}
+
+pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
+    int d;
+    if (pn_check_cpu("index_add", "src", src)) return NULL;
+    pn_tensor *ic = index_args("index_add", x, dim, idx, &d);
+    if (!ic) return NULL;
+    bool ok = src->nd == x->nd && src->dt == x->dt;
+    for (int i = 0; ok && i < x->nd; i++) ok = src->sizes[i] == (i == d ? idx->sizes[0] : x->sizes[i]);
+    if (!ok) {
+        pn_release(ic);
+        return pn_error_null(PN_ERR_SHAPE, "index_add: src %s %s must be %s shaped like x %s %s with dim %d of size "
+                             "%lld (the length of idx %s)", pn_dtype_name(src->dt), pn_shape_str(src),
+                             pn_dtype_name(x->dt), pn_dtype_name(x->dt), pn_shape_str(x), d,
+                             (long long)idx->sizes[0], pn_shape_str(idx));
+    }
+    pn_tensor *out = pn_empty_like(x), *sc = NULL;
+    if (out && pn_copy_(out, x)) {
+        pn_release(out);
+        out = NULL;
+    }
+    if (out && !(sc = contig(src))) {
+        pn_release(out);
+        out = NULL;
+    }
+    if (out)
+        add_rows(x->dt, pn_ptr(out), pn_ptr(sc), ic, prod(x->sizes, 0, d), x->sizes[d], idx->sizes[0],
+                 prod(x->sizes, d + 1, x->nd));
+    pn_release(sc);
+    pn_tensor *ins[2] = {x, src};
+    if (out) out = record(out, "index_add", index_add_bw, 2, ins, ic, NULL);
+    if (out && out->fn) out->fn->iv[0] = d;
+    pn_release(ic);
+    return out;
+}
+
+/* ---- gather / scatter_add ------------------------------------------------------------------------- */
+/* Shared checks (torch semantics): x, idx (and src) have the same number of dims;
+ * idx.size(k) <= x.size(k) for k != dim; idx.size(k) <= src.size(k) for every k;
+ * values in [0, x.size(dim)). Returns idx (retained) or NULL. */
+static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
+    if (pn_check_cpu(op, "x", x) || check_index_tensor(op, "idx", idx)) return NULL;
+    if (src && pn_check_cpu(op, "src", src)) return NULL;
+    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
+    if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
+    if (idx->nd != x->nd)
+        return pn_error_null(PN_ERR_SHAPE, "%s: idx %s and x %s must have the same number of dims", op,
+                             pn_shape_str(idx), pn_shape_str(x));
+    for (int k = 0; k < x->nd; k++)
+        if (k != *d && idx->sizes[k] > x->sizes[k])
+            return pn_error_null(PN_ERR_SHAPE, "%s: idx %s is larger than x %s at dim %d", op, pn_shape_str(idx),
+                                 pn_shape_str(x), k);
+    if (src) {
+        if (src->dt != x->dt)
+            return pn_error_null(PN_ERR_DTYPE, "%s: src %s has dtype %s, x %s has %s", op, pn_shape_str(src),
+                                 pn_dtype_name(src->dt), pn_shape_str(x), pn_dtype_name(x->dt));
+        bool ok = src->nd == idx->nd;
+        for (int k = 0; ok && k < idx->nd; k++) ok = idx->sizes[k] <= src->sizes[k];
+        if (!ok)
+            return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must fit inside src %s (same dims, no larger size)", op,
+                                 pn_shape_str(idx), pn_shape_str(src));
+    }
+    pn_tensor *ic = contig(idx);
+    if (!ic) return NULL;
+    char what[96];
+    snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
+    pn_status s = check_range(op, "idx", ic, x->sizes[*d], what);
+    pn_release(ic);
+    if (s) return NULL;
+    pn_retain(idx);
+    return idx;
+}
+
+/* iv[0] = dim; saved: idx. dx = zeros(x) scatter-added with g. */
+static pn_status gather_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *gx = pn_zeros((int)n->in_shape_nd[0], n->in_shape[0], g->dt, PN_CPU);
+    if (!gx) return PN_ERR_OOM;
+    scatter_add_kernel(gx, (int)n->iv[0], n->saved[0], g);
+    gin[0] = gx;
+    return PN_OK;
+}
+
+pn_tensor *pn_gather(pn_tensor *x, int dim, pn_tensor *idx) {
+    int d;
+    if (!(idx = gather_args("gather", x, dim, idx, NULL, &d))) return NULL;
+    pn_tensor *out = pn_empty(idx->nd, idx->sizes, x->dt, PN_CPU);
+    if (!out) {
+        pn_release(idx);
+        return NULL;
+    }
+    /* walk idx's shape; x is read at the same coordinates except along dim */
+    int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
+    memcpy(st[0], out->strides, sizeof st[0]);
+    memcpy(st[1], idx->strides, sizeof st[1]);
+    memcpy(st[2], x->strides, sizeof st[2]);
+    st[2][d] = 0;
+    pn_iter it;
+    pn_iter_init(&it, idx->nd, idx->sizes, 3, (pn_tensor *const[]){out, idx, x}, st);
+    char *po = pn_ptr(out);
+    const char *pi = pn_ptr(idx), *px = pn_ptr(x);
+    int dt = x->dt;
+    size_t es = pn_elsize(dt);
+    int64_t xs = x->strides[d];
+    #pragma omp parallel for if (it.numel > PN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < it.rows; r++) {
+        int64_t off[PN_ITER_MAX_OPS];
+        pn_iter_row(&it, r, off);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t o = off[0] + i * it.istride[0];
+            int64_t s = off[2] + i * it.istride[2] + pn_ldi(pi, idx->dt, off[1] + i * it.istride[1]) * xs;
+            if (dt == PN_F32) ((float *)po)[o] = ((const float *)px)[s];
+            else if (dt == PN_F64) ((double *)po)[o] = ((const double *)px)[s];
+            else memcpy(po + (size_t)o * es, px + (size_t)s * es, es);
+        }
+    }
+    out = record(out, "gather", gather_bw, 1, &x, idx, NULL);
+    if (out && out->fn) out->fn->iv[0] = d;
+    pn_release(idx);
+    return out;
+}
+
+/* iv[0] = dim; saved: idx. dx = g; dsrc = gather(g, dim, idx) in the leading block of
+ * src's shape that idx covers, zero elsewhere (those src elements were not used). */
+static pn_status scatter_add_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *idx = n->saved[0];
+    int d = (int)n->iv[0];
+    if (pn_ag_input_needs(n, 0)) {
+        pn_retain(g);
+        gin[0] = g;
+    }
+    if (!pn_ag_input_needs(n, 2)) return PN_OK;
+    pn_tensor *gs = pn_gather(g, d, idx);
+    if (!gs) return PN_ERR_OOM;
+    int nd = (int)n->in_shape_nd[2];
+    const int64_t *ss = n->in_shape[2];
+    if (pn_shape_numel(nd, ss) == pn_numel(gs)) {
+        gin[2] = gs;
+        return PN_OK;
+    }
+    pn_tensor *z = pn_zeros(nd, ss, g->dt, PN_CPU);
+    pn_tensor *v = z;
+    if (z) pn_retain(z);
+    for (int k = 0; v && k < nd; k++) {
+        pn_tensor *nv = pn_narrow(v, k, 0, idx->sizes[k]);
+        pn_release(v);
+        v = nv;
+    }
+    pn_status s = v ? pn_copy_(v, gs) : PN_ERR_OOM;
+    pn_release(v);
+    pn_release(gs);
+    if (s) {
+        pn_release(z);
+        return s;
+    }
+    gin[2] = z;
+    return PN_OK;
+}
+
+pn_tensor *pn_scatter_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
+    int d;
+    if (!src) return pn_error_null(PN_ERR_ARG, "scatter_add: src is nil");
+    if (!(idx = gather_args("scatter_add", x, dim, idx, src, &d))) return NULL;
+    pn_tensor *out = pn_empty_like(x);
+    if (out && pn_copy_(out, x)) {
+        pn_release(out);
+        out = NULL;
+    }
+    if (out) scatter_add_kernel(out, d, idx, src);
+    pn_tensor *ins[3] = {x, NULL, src};
+    if (out) out = record(out, "scatter_add", scatter_add_bw, 3, ins, idx, NULL);
+    if (out && out->fn) out->fn->iv[0] = d;
+    pn_release(idx);
+    return out;
+}
+
+/* ---- segments (CSR) ---------------------------------------------------------------------------------- */
+/* offsets: 1-D i32/i64 of length S+1, offsets[0] = 0, non-decreasing, offsets[S] = rows of x.
+ * Returns the offsets as a contiguous i64 tensor (one format for the kernels). */
+static pn_tensor *segment_args(const char *op, pn_tensor *x, pn_tensor *offsets) {
+    if (pn_check_cpu(op, "x", x) || check_index_tensor(op, "offsets", offsets)) return NULL;
+    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs a leading (E) dim", op);
+    if (offsets->nd != 1 || offsets->sizes[0] < 1)
+        return pn_error_null(PN_ERR_SHAPE, "%s: offsets %s must be 1-D with S+1 >= 1 entries", op,
+                             pn_shape_str(offsets));
+    pn_tensor *oc = pn_empty(1, offsets->sizes, PN_I64, PN_CPU);
+    if (!oc) return NULL;
+    if (pn_copy_(oc, offsets)) {
+        pn_release(oc);
+        return NULL;
+    }
+    const int64_t *o = (const int64_t *)pn_ptr(oc);
+    int64_t S = oc->sizes[0] - 1, E = x->sizes[0];
+    pn_status s = PN_OK;
+    if (o[0] != 0)
+        s = pn_error(PN_ERR_INDEX, "%s: offsets %s must start at 0, got offsets[0] = %lld", op, pn_shape_str(offsets),
+                     (long long)o[0]);
+    for (int64_t i = 1; !s && i <= S; i++)
+        if (o[i] < o[i - 1])
+            s = pn_error(PN_ERR_INDEX, "%s: offsets must be non-decreasing, got offsets[%lld] = %lld after "
+                         "offsets[%lld] = %lld", op, (long long)i, (long long)o[i], (long long)(i - 1),
+                         (long long)o[i - 1]);
+    if (!s && o[S] != E)
+        s = pn_error(PN_ERR_INDEX, "%s: offsets must end at the %lld rows of x %s, got offsets[%lld] = %lld", op,
+                     (long long)E, pn_shape_str(x), (long long)S, (long long)o[S]);
+    if (s) {
+        pn_release(oc);
+        return NULL;
+    }
+    return oc;
+}
+
+/* saved: offsets (i64). dx[e] = g[segment of e]. */
+static pn_status segment_sum_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    const int64_t *o = (const int64_t *)pn_ptr(n->saved[0]);
+    int64_t S = n->saved[0]->sizes[0] - 1;
+    pn_tensor *gx = pn_empty((int)n->in_shape_nd[0], n->in_shape[0], g->dt, PN_CPU);
+    pn_tensor *gc = gx ? contig(g) : NULL;
+    if (!gc) {
+        pn_release(gx);
+        return PN_ERR_OOM;
+    }
+    size_t row = (size_t)prod(gx->sizes, 1, gx->nd) * pn_elsize(g->dt);
+    char *pd = pn_ptr(gx);
+    const char *ps = pn_ptr(gc);
+    #pragma omp parallel for if (pn_numel(gx) > PN_PAR_MIN) schedule(dynamic, 64)
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t e = o[s]; e < o[s + 1]; e++) memcpy(pd + (size_t)e * row, ps + (size_t)s * row, row);
+    pn_release(gc);
+    gin[0] = gx;
+    return PN_OK;
+}
+
+pn_tensor *pn_segment_sum(pn_tensor *x, pn_tensor *offsets) {
+    pn_tensor *oc = segment_args("segment_sum", x, offsets);
+    if (!oc) return NULL;
+    int64_t S = oc->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
+    int64_t shape[PN_MAX_DIMS];
+    memcpy(shape, x->sizes, sizeof shape);
+    shape[0] = S;
+    pn_tensor *xc = contig(x);
+    pn_tensor *out = xc ? pn_zeros(x->nd, shape, x->dt, PN_CPU) : NULL;
+    if (out) {
+        const int64_t *o = (const int64_t *)pn_ptr(oc);
+        char *po = pn_ptr(out);
+        const char *px = pn_ptr(xc);
+        int dt = x->dt;
+        /* one thread owns a segment and adds its rows in order */
+        #pragma omp parallel for if (pn_numel(x) > PN_PAR_MIN) schedule(dynamic, 64)
+        for (int64_t s = 0; s < S; s++) {
+            for (int64_t e = o[s]; e < o[s + 1]; e++) {
+                if (dt == PN_F32) {
+                    float *d = (float *)po + s * inner;
+                    const float *r = (const float *)px + e * inner;
+                    for (int64_t i = 0; i < inner; i++) d[i] += r[i];
+                } else if (dt == PN_F64) {
+                    double *d = (double *)po + s * inner;
+                    const double *r = (const double *)px + e * inner;
+                    for (int64_t i = 0; i < inner; i++) d[i] += r[i];
+                } else {
+                    for (int64_t i = 0; i < inner; i++)
+                        pn_st(po, dt, s * inner + i, pn_ld(po, dt, s * inner + i) + pn_ld(px, dt, e * inner + i));
+                }
+            }
+        }
+    }
+    pn_release(xc);
+    if (out) out = record(out, "segment_sum", segment_sum_bw, 1, &x, oc, NULL);
+    pn_release(oc);
+    return out;
+}
+
+/* Softmax over the rows [e0, e1) of one segment, separately for each of the inner
+ * columns. A segment whose entries are all -inf gets zeros (nothing to attend to)
+ * rather than NaN. Strided along the rows; inner is small in graph attention (heads). */
+#define SEGMENT_SOFTMAX(T, EXP)                                                      \
+    static void segment_softmax_##T(T *y, const T *x, int64_t e0, int64_t e1, int64_t inner) { \
+        for (int64_t i = 0; i < inner; i++) {                                        \
+            T m = -INFINITY;                                                         \
+            for (int64_t e = e0; e < e1; e++) m = x[e * inner + i] > m ? x[e * inner + i] : m; \
+            if (m == -INFINITY) {                                                    \
+                for (int64_t e = e0; e < e1; e++) y[e * inner + i] = 0;              \
+                continue;                                                            \
+            }                                                                        \
+            double sum = 0;                                                          \
+            for (int64_t e = e0; e < e1; e++) {                                      \
+                T v = EXP(x[e * inner + i] - m);                                     \
+                y[e * inner + i] = v;                                                \
+                sum += v;                                                            \
+            }                                                                        \
+            T inv = (T)(1.0 / sum);                                                  \
+            for (int64_t e = e0; e < e1; e++) y[e * inner + i] *= inv;               \
+        }                                                                            \
+    }
+SEGMENT_SOFTMAX(float, expf)
+SEGMENT_SOFTMAX(double, exp)
+
+/* dx = y ⊙ (g − Σ_segment y·g), per column. */
+#define SEGMENT_SOFTMAX_BW(T)                                                        \
+    static void segment_softmax_bw_##T(T *dx, const T *y, const T *g, int64_t e0, int64_t e1, int64_t inner) { \
+        for (int64_t i = 0; i < inner; i++) {                                        \
+            double dot = 0;                                                          \
+            for (int64_t e = e0; e < e1; e++) dot += (double)y[e * inner + i] * g[e * inner + i]; \
+            for (int64_t e = e0; e < e1; e++)                                        \
+                dx[e * inner + i] = (T)(y[e * inner + i] * (g[e * inner + i] - dot)); \
+        }                                                                            \
+    }
+SEGMENT_SOFTMAX_BW(float)
+SEGMENT_SOFTMAX_BW(double)
+
+/* saved: offsets (i64), y (the output). */
+static pn_status segment_softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *oc = n->saved[0], *y = n->saved[1];
+    const int64_t *o = (const int64_t *)pn_ptr(oc);
+    int64_t S = oc->sizes[0] - 1, inner = prod(y->sizes, 1, y->nd);
+    pn_tensor *gx = pn_empty_like(y);
+    pn_tensor *gc = gx ? contig(g) : NULL;
+    if (!gc) {
+        pn_release(gx);
+        return PN_ERR_OOM;
+    }
+    void *pd = pn_ptr(gx);
+    const void *py = pn_ptr(y), *pg = pn_ptr(gc);
+    #pragma omp parallel for if (pn_numel(y) > PN_PAR_MIN) schedule(dynamic, 64)
+    for (int64_t s = 0; s < S; s++) {
+        if (y->dt == PN_F32) segment_softmax_bw_float(pd, py, pg, o[s], o[s + 1], inner);
+        else segment_softmax_bw_double(pd, py, pg, o[s], o[s + 1], inner);
+    }
+    pn_release(gc);
+    gin[0] = gx;
+    return PN_OK;
+}
+
+pn_tensor *pn_segment_softmax(pn_tensor *x, pn_tensor *offsets) {
+    if (pn_check_float("segment_softmax", "x", x)) return NULL;
+    pn_tensor *oc = segment_args("segment_softmax", x, offsets);
+    if (!oc) return NULL;
+    int64_t S = oc->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
+    pn_tensor *xc = contig(x);
+    pn_tensor *out = xc ? pn_empty_like(x) : NULL;
+    if (out) {
+        const int64_t *o = (const int64_t *)pn_ptr(oc);
+        void *py = pn_ptr(out);
+        const void *px = pn_ptr(xc);
+        #pragma omp parallel for if (pn_numel(x) > PN_PAR_MIN) schedule(dynamic, 64)
+        for (int64_t s = 0; s < S; s++) {
+            if (x->dt == PN_F32) segment_softmax_float(py, px, o[s], o[s + 1], inner);
+            else segment_softmax_double(py, px, o[s], o[s + 1], inner);
+        }
+    }
+    pn_release(xc);
+    if (out && pn_ag_needed(1, &x)) {
+        /* save y detached: the node must not hold its own output (a reference cycle) */
+        pn_tensor *y = pn_detach(out);
+        out = y ? record(out, "segment_softmax", segment_softmax_bw, 1, &x, oc, y) : (pn_release(out), NULL);
+        pn_release(y);
+    }
+    pn_release(oc);
+    return out;
+}

@@ -1,0 +1,291 @@
+/* matmul.c — torch.matmul semantics on OpenBLAS GEMM, forward and backward.
+ *
+ *   a (K)          · b (K)          → ()              dot product
+ *   a (M, K)       @ b (K, N)       → (M, N)
+ *   a (K)          @ b (..., K, N)  → (..., N)        a promoted to (1, K), the 1 dropped
+ *   a (..., M, K)  @ b (K)          → (..., M)        b promoted to (K, 1), the 1 dropped
+ *   a (..., M, K)  @ b (..., K, N)  → (broadcast(...), M, N)
+ *
+ * No copies where BLAS can read the operand as it is: a matrix whose last two dims are
+ * row-major (stride 1 along the columns) is passed as NoTrans, one that is a transposed
+ * row-major matrix (stride 1 along the rows, e.g. x:transpose()) as Trans with the
+ * matching leading dimension. Only operands with neither layout (stride 0 from expand,
+ * or both strides > 1) are copied. When b is shared by every batch and a's batch and row
+ * dims collapse into one strided row dim, the whole batch is ONE GEMM (the linear-layer
+ * case x (B, T, D) @ W (D, N)).
+ *
+ * Threads: OpenBLAS threads each large GEMM itself, so the batch loop is parallel only
+ * when each GEMM is small enough that OpenBLAS runs it on the calling thread (its
+ * interface does so below about 64^3 multiply-adds); otherwise two thread pools would
+ * fight over the cores. */
+#include "../internal.h"
+
+#include <cblas.h>
+#include <limits.h>
+
+/* OpenBLAS (interface/gemm.c) runs a GEMM single-threaded when M·N·K is at most
+ * SMP_THRESHOLD_MIN (65536) · GEMM_MULTITHREAD_THRESHOLD (4). */
+#define SMALL_GEMM 262144.0
+
+/* How BLAS can read a (rows, cols) matrix with element strides (srow, scol). */
+typedef struct {
+    CBLAS_TRANSPOSE trans;
+    int64_t ld;
+    bool ok;
+} blas_layout;
+
+static blas_layout layout_of(int64_t rows, int64_t cols, int64_t srow, int64_t scol) {
+    blas_layout l = {CblasNoTrans, 0, false};
+    int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+    /* a size-1 dim may carry any stride: it is never stepped along */
+    if (scol == 1 || cols <= 1) {
+        int64_t ld = rows <= 1 ? c1 : srow;
+        if (ld >= c1) return (blas_layout){CblasNoTrans, ld, true};
+    }
+    if (srow == 1 || rows <= 1) {
+        int64_t ld = cols <= 1 ? r1 : scol;
+        if (ld >= r1) return (blas_layout){CblasTrans, ld, true};
+    }
+    return l;
+}
+
+/* One GEMM: c (m, n) row-major with ldc = n; c = a · b. */
+static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, blas_layout la, const char *b,
+                  blas_layout lb, char *c) {
+    if (dt == PN_F32)
+        cblas_sgemm(CblasRowMajor, la.trans, lb.trans, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a,
+                    (blasint)la.ld, (const float *)b, (blasint)lb.ld, 0.0f, (float *)c, (blasint)n);
+    else
+        cblas_dgemm(CblasRowMajor, la.trans, lb.trans, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a,
+                    (blasint)la.ld, (const double *)b, (blasint)lb.ld, 0.0, (double *)c, (blasint)n);
+}
+
+/* A contiguous copy made without autograd (the op records its own node). */
+static pn_tensor *plain_copy(pn_tensor *x) {
+    pn_tensor *c = pn_empty_like(x);
+    if (c && pn_copy_(c, x)) {
+        pn_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Row stride when a's batch dims (bshape, batch strides sa) and its row dim (m, srow)
+ * form one evenly strided run of rows; -1 otherwise. */
+static int64_t merged_row_stride(int bnd, const int64_t *bshape, const int64_t *sa, int64_t m, int64_t srow) {
+    int64_t base = -1, span = 1; /* stride of the innermost non-trivial dim, rows covered so far */
+    if (m > 1) {
+        base = srow;
+        span = m;
+    }
+    for (int d = bnd - 1; d >= 0; d--) {
+        if (bshape[d] == 1) continue;
+        if (base < 0) base = sa[d];
+        else if (sa[d] != base * span) return -1;
+        span *= bshape[d];
+    }
+    return base < 0 ? 0 : base;
+}
+
+/* c (batch..., m, n) contiguous = a (batch..., m, k) @ b (batch..., k, n).
+ * a, b: views whose batch strides (sa, sb; 0 where broadcast) are given over bshape. */
+static pn_status gemm_batched(int dt, int bnd, const int64_t *bshape, int64_t m, int64_t n, int64_t k,
+                              const pn_tensor *a, const int64_t *sa, int64_t a_sm, int64_t a_sk,
+                              const pn_tensor *b, const int64_t *sb, int64_t b_sk, int64_t b_sn, pn_tensor *c) {
+    int64_t nbatch = pn_shape_numel(bnd, bshape);
+    char *pc = pn_ptr(c);
+    size_t es = pn_elsize(dt);
+    if (nbatch == 0 || m == 0 || n == 0) return PN_OK;
+    if (k == 0) { /* empty sum */
+        memset(pc, 0, (size_t)(nbatch * m * n) * es);
+        return PN_OK;
+    }
+    blas_layout la = layout_of(m, k, a_sm, a_sk), lb = layout_of(k, n, b_sk, b_sn);
+    const char *pa = pn_ptr(a), *pb = pn_ptr(b);
+
+    /* b shared by every batch and a's rows evenly strided: one tall GEMM */
+    bool b_shared = true;
+    for (int d = 0; d < bnd; d++)
+        if (bshape[d] > 1 && sb[d] != 0) b_shared = false;
+    if (nbatch > 1 && b_shared && (a_sk == 1 || k == 1)) {
+        int64_t rs = merged_row_stride(bnd, bshape, sa, m, a_sm);
+        int64_t mm = nbatch * m;
+        if (rs >= (k > 1 ? k : 1) && mm <= INT_MAX) {
+            gemm1(dt, mm, n, k, pa, (blas_layout){CblasNoTrans, rs, true}, pb, lb, pc);
+            return PN_OK;
+        }
+    }
+
+    double mnk = (double)m * (double)n * (double)k;
+    bool par = nbatch > 1 && mnk <= SMALL_GEMM && mnk * (double)nbatch > PN_PAR_MIN;
+    #pragma omp parallel for if (par) schedule(static)
+    for (int64_t i = 0; i < nbatch; i++) {
+        int64_t oa = 0, ob = 0, r = i;
+        for (int d = bnd - 1; d >= 0; d--) {
+            int64_t j = r % bshape[d];
+            r /= bshape[d];
+            oa += j * sa[d];
+            ob += j * sb[d];
+        }
+        gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es);
+    }
+    return PN_OK;
+}
+
+/* ---- backward --------------------------------------------------------------------------- */
+/* a2, b2 below are the operands after 1-D promotion: a (K) → (1, K), b (K) → (K, 1); g2 is
+ * the gradient with the dropped dims put back, so every case is the N-D one:
+ *   dA2 = g2 @ b2ᵀ  summed over the batch dims a2 was broadcast along,
+ *   dB2 = a2ᵀ @ g2  likewise; when b2 is one matrix shared by the whole batch, the batch
+ *   is folded into the contraction instead ((B·M, K)ᵀ @ (B·M, N)), which sums it for free. */
+static pn_tensor *promote(pn_tensor *x, int dim) { return pn_unsqueeze(x, dim); }
+
+static pn_status matmul_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *a = n->saved[0], *b = n->saved[1];
+    bool a1 = a->nd == 1, b1 = b->nd == 1;
+    pn_tensor *a2 = NULL, *b2 = NULL, *g2 = NULL, *t = NULL, *prod = NULL, *red = NULL;
+    pn_status st = PN_ERR_OOM;
+    a2 = a1 ? promote(a, 0) : (pn_retain(a), a);
+    b2 = b1 ? promote(b, 1) : (pn_retain(b), b);
+    if (!a2 || !b2) goto cleanup;
+    pn_retain(g);
+    g2 = g;
+    if (a1) {
+        t = pn_unsqueeze(g2, g2->nd - (b1 ? 0 : 1)); /* (…, N) → (…, 1, N); () → (1) */
+        pn_release(g2);
+        g2 = t;
+        t = NULL;
+        if (!g2) goto cleanup;
+    }
+    if (b1) {
+        t = pn_unsqueeze(g2, g2->nd); /* (…, M) → (…, M, 1) */
+        pn_release(g2);
+        g2 = t;
+        t = NULL;
+        if (!g2) goto cleanup;
+    }
+    if (pn_ag_input_needs(n, 0)) {
+        t = pn_transpose(b2, -1, -2);
+        prod = t ? pn_matmul(g2, t) : NULL;
+        red = prod ? pn_sum_to_shape(prod, a2->nd, a2->sizes) : NULL;
+        gin[0] = red ? pn_reshape(red, a->nd, a->sizes) : NULL;
+        pn_release(t);
+        pn_release(prod);
+        pn_release(red);
+        t = prod = red = NULL;
+        if (!gin[0]) goto cleanup;
+    }
+    if (pn_ag_input_needs(n, 1)) {
+        if (b2->nd == 2 && g2->nd > 2) {
+            int64_t ka[2] = {-1, a2->sizes[a2->nd - 1]}, kg[2] = {-1, g2->sizes[g2->nd - 1]};
+            pn_tensor *ar = pn_reshape(a2, 2, ka), *gr = pn_reshape(g2, 2, kg);
+            t = ar ? pn_transpose(ar, 0, 1) : NULL;
+            red = (t && gr) ? pn_matmul(t, gr) : NULL;
+            pn_release(ar);
+            pn_release(gr);
+        } else {
+            t = pn_transpose(a2, -1, -2);
+            prod = t ? pn_matmul(t, g2) : NULL;
+            red = prod ? pn_sum_to_shape(prod, b2->nd, b2->sizes) : NULL;
+        }
+        gin[1] = red ? pn_reshape(red, b->nd, b->sizes) : NULL;
+        if (!gin[1]) goto cleanup;
+    }
+    st = PN_OK;
+cleanup:
+    pn_release(a2);
+    pn_release(b2);
+    pn_release(g2);
+    pn_release(t);
+    pn_release(prod);
+    pn_release(red);
+    return st;
+}
+
+/* ---- forward ---------------------------------------------------------------------------- */
+pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
+    if (pn_check_cpu("matmul", "a", a) || pn_check_cpu("matmul", "b", b)) return NULL;
+    if (!pn_is_float(a->dt) || a->dt != b->dt)
+        return pn_error_null(PN_ERR_DTYPE, "matmul: a %s %s and b %s %s: need the same float dtype (f32 or f64)",
+                             pn_dtype_name(a->dt), pn_shape_str(a), pn_dtype_name(b->dt), pn_shape_str(b));
+    if (a->nd == 0 || b->nd == 0)
+        return pn_error_null(PN_ERR_SHAPE, "matmul: a %s and b %s: both need at least 1 dim", pn_shape_str(a),
+                             pn_shape_str(b));
+    /* promoted views: a2 (…, m, k), b2 (…, k, n) described by sizes/strides, no tensors */
+    int64_t m = a->nd == 1 ? 1 : a->sizes[a->nd - 2], ka = a->sizes[a->nd - 1];
+    int64_t a_sm = a->nd == 1 ? 0 : a->strides[a->nd - 2], a_sk = a->strides[a->nd - 1];
+    int64_t kb = b->nd == 1 ? b->sizes[0] : b->sizes[b->nd - 2], n = b->nd == 1 ? 1 : b->sizes[b->nd - 1];
+    int64_t b_sk = b->nd == 1 ? b->strides[0] : b->strides[b->nd - 2], b_sn = b->nd == 1 ? 0 : b->strides[b->nd - 1];
+    if (ka != kb)
+        return pn_error_null(PN_ERR_SHAPE, "matmul: a %s and b %s: inner dims %lld and %lld differ", pn_shape_str(a),
+                             pn_shape_str(b), (long long)ka, (long long)kb);
+    int and_ = a->nd > 2 ? a->nd - 2 : 0, bnd_ = b->nd > 2 ? b->nd - 2 : 0;
+    int bnd;
+    int64_t bshape[PN_MAX_DIMS];
+    if (pn_broadcast_shape("matmul", and_, a->sizes, bnd_, b->sizes, &bnd, bshape))
+        return pn_error_null(PN_ERR_SHAPE, "matmul: a %s and b %s: batch dims %s and %s cannot be broadcast",
+                             pn_shape_str(a), pn_shape_str(b), pn_dims_str(and_, a->sizes), pn_dims_str(bnd_, b->sizes));
+    for (int i = 0; i < 3; i++) {
+        int64_t v = i == 0 ? m : i == 1 ? n : ka;
+        if (v > INT_MAX)
+            return pn_error_null(PN_ERR_ARG, "matmul: a %s and b %s: a dim of %lld exceeds the BLAS int range",
+                                 pn_shape_str(a), pn_shape_str(b), (long long)v);
+    }
+    /* output shape: batch, then m unless a was 1-D, then n unless b was 1-D */
+    int ond = bnd;
+    int64_t oshape[PN_MAX_DIMS];
+    memcpy(oshape, bshape, sizeof(int64_t) * (size_t)bnd);
+    if (a->nd > 1) oshape[ond++] = m;
+    if (b->nd > 1) oshape[ond++] = n;
+
+    /* operands BLAS cannot read as they are get one contiguous copy */
+    pn_tensor *ac = a, *bc = b;
+    pn_retain(a);
+    pn_retain(b);
+    if (!layout_of(m, ka, a_sm, a_sk).ok) {
+        pn_release(ac);
+        if (!(ac = plain_copy(a))) {
+            pn_release(bc);
+            return NULL;
+        }
+        a_sm = a->nd == 1 ? 0 : ka;
+        a_sk = 1;
+    }
+    if (!layout_of(kb, n, b_sk, b_sn).ok) {
+        pn_release(bc);
+        if (!(bc = plain_copy(b))) {
+            pn_release(ac);
+            return NULL;
+        }
+        b_sk = b->nd == 1 ? 1 : n;
+        b_sn = 1;
+    }
+    int64_t sa[PN_MAX_DIMS], sb[PN_MAX_DIMS];
+    {   /* batch strides of each operand over bshape (0 where broadcast or missing) */
+        pn_tensor va = *ac, vb = *bc;
+        va.nd = and_;
+        vb.nd = bnd_;
+        pn_broadcast_strides(&va, bnd, bshape, sa);
+        pn_broadcast_strides(&vb, bnd, bshape, sb);
+    }
+    pn_tensor *out = pn_empty(ond, oshape, a->dt, PN_CPU);
+    pn_status st = out ? gemm_batched(a->dt, bnd, bshape, m, n, ka, ac, sa, a_sm, a_sk, bc, sb, b_sk, b_sn, out)
+                       : PN_ERR_OOM;
+    pn_release(ac);
+    pn_release(bc);
+    if (st) {
+        pn_release(out);
+        return NULL;
+    }
+    pn_tensor *ins[2] = {a, b};
+    if (pn_ag_needed(2, ins)) {
+        pn_node *node = pn_ag_record(out, "matmul", matmul_bw, 2, ins);
+        if (!node) {
+            pn_release(out);
+            return NULL;
+        }
+        pn_ag_save(node, a);
+        pn_ag_save(node, b);
+    }
+    return out;
+}

@@ -1,0 +1,188 @@
+/* norm.c — layer normalisation over the last dim, forward and backward.
+ *
+ *   y = (x - mean) · rstd · weight + bias,   rstd = 1/sqrt(var + eps), var biased (/D)
+ *
+ * Rows (every index but the last) are independent and run in parallel; statistics are
+ * computed in double (two passes: mean, then the centred sum of squares). The weight and
+ * bias gradients sum over rows: rows are cut into at most 64 fixed blocks whose partial
+ * sums are added in block order, so the result does not depend on the thread count. */
+#include "../internal.h"
+
+/* x itself when contiguous, else a contiguous copy (not recorded). New reference. */
+static pn_tensor *contig(pn_tensor *x) {
+    if (pn_is_contiguous(x)) {
+        pn_retain(x);
+        return x;
+    }
+    pn_tensor *c = pn_empty_like(x);
+    if (c) pn_copy_(c, x);
+    return c;
+}
+
+static inline double ldf(const char *p, bool f32, int64_t i) {
+    return f32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+static inline void stf(char *p, bool f32, int64_t i, double v) {
+    if (f32) ((float *)p)[i] = (float)v;
+    else ((double *)p)[i] = v;
+}
+
+static pn_status check_param(const char *arg, const pn_tensor *p, const pn_tensor *x, int64_t D) {
+    if (!p) return PN_OK;
+    PN_TRY(pn_check_cpu("layer_norm", arg, p));
+    if (p->dt != x->dt)
+        return pn_error(PN_ERR_DTYPE, "layer_norm: %s %s has dtype %s but x %s has dtype %s", arg, pn_shape_str(p),
+                        pn_dtype_name(p->dt), pn_shape_str(x), pn_dtype_name(x->dt));
+    if (p->nd != 1 || p->sizes[0] != D)
+        return pn_error(PN_ERR_SHAPE, "layer_norm: %s %s must have shape [%lld] to match the last dim of x %s", arg,
+                        pn_shape_str(p), (long long)D, pn_shape_str(x));
+    return PN_OK;
+}
+
+/* saved: [0] x (contiguous), [1] stats (rows, 2) f64 = (mean, rstd), [2] weight (contiguous) or absent */
+static pn_status layer_norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *x = n->saved[0], *stats = n->saved[1], *w = n->iv[0] ? n->saved[2] : NULL;
+    int64_t D = x->sizes[x->nd - 1], rows = D ? pn_numel(x) / D : 0;
+    bool f32 = x->dt == PN_F32;
+    bool need_x = pn_ag_input_needs(n, 0), need_w = n->iv[0] && pn_ag_input_needs(n, 1),
+         need_b = n->iv[1] && pn_ag_input_needs(n, 2);
+    pn_tensor *gc = contig(g), *gx = NULL, *gw = NULL, *gb = NULL;
+    double *part = NULL;
+    pn_status s = PN_OK;
+    if (!gc) return PN_ERR_OOM;
+    const char *px = pn_ptr(x), *pg = pn_ptr(gc), *pw = w ? pn_ptr(w) : NULL;
+    const double *st = (const double *)pn_ptr(stats);
+
+    if (need_x) {
+        if (!(gx = pn_empty_like(x))) goto oom;
+        char *po = pn_ptr(gx);
+        #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            double mean = st[2 * r], rstd = st[2 * r + 1], a = 0, b = 0;
+            int64_t o = r * D;
+            for (int64_t j = 0; j < D; j++) { /* a = mean(dxhat), b = mean(dxhat · xhat) */
+                double dxh = ldf(pg, f32, o + j) * (pw ? ldf(pw, f32, j) : 1.0);
+                a += dxh;
+                b += dxh * (ldf(px, f32, o + j) - mean) * rstd;
+            }
+            a /= (double)D;
+            b /= (double)D;
+            for (int64_t j = 0; j < D; j++) {
+                double dxh = ldf(pg, f32, o + j) * (pw ? ldf(pw, f32, j) : 1.0);
+                double xh = (ldf(px, f32, o + j) - mean) * rstd;
+                stf(po, f32, o + j, rstd * (dxh - a - xh * b));
+            }
+        }
+    }
+    if (need_w || need_b) {
+        int64_t bs = rows > 64 ? (rows + 63) / 64 : 1, nb = rows ? (rows + bs - 1) / bs : 0;
+        /* part[k]: (2, D) partial sums of block k: g·xhat and g */
+        if (!(part = calloc((size_t)(nb ? nb : 1) * 2 * (size_t)D + 1, sizeof *part))) goto oom;
+        #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
+        for (int64_t k = 0; k < nb; k++) {
+            double *pw_k = part + k * 2 * D, *pb_k = pw_k + D;
+            int64_t r1 = (k + 1) * bs < rows ? (k + 1) * bs : rows;
+            for (int64_t r = k * bs; r < r1; r++) {
+                double mean = st[2 * r], rstd = st[2 * r + 1];
+                for (int64_t j = 0; j < D; j++) {
+                    double gv = ldf(pg, f32, r * D + j);
+                    pw_k[j] += gv * (ldf(px, f32, r * D + j) - mean) * rstd;
+                    pb_k[j] += gv;
+                }
+            }
+        }
+        for (int64_t k = 1; k < nb; k++)
+            for (int64_t j = 0; j < 2 * D; j++) part[j] += part[k * 2 * D + j];
+        int64_t dsh[1] = {D};
+        if (need_w) {
+            if (!(gw = pn_empty(1, dsh, x->dt, PN_CPU))) goto oom;
+            for (int64_t j = 0; j < D; j++) stf(pn_ptr(gw), f32, j, part[j]);
+        }
+        if (need_b) {
+            if (!(gb = pn_empty(1, dsh, x->dt, PN_CPU))) goto oom;
+            for (int64_t j = 0; j < D; j++) stf(pn_ptr(gb), f32, j, part[D + j]);
+        }
+    }
+    free(part);
+    pn_release(gc);
+    gin[0] = gx;
+    gin[1] = gw;
+    gin[2] = gb;
+    return PN_OK;
+oom:
+    s = PN_ERR_OOM;
+    free(part);
+    pn_release(gc);
+    pn_release(gx);
+    pn_release(gw);
+    pn_release(gb);
+    return s;
+}
+
+pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, double eps) {
+    if (!x) return pn_error_null(PN_ERR_ARG, "layer_norm: x is nil");
+    if (pn_check_cpu("layer_norm", "x", x) || pn_check_float("layer_norm", "x", x)) return NULL;
+    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "layer_norm: x must have at least 1 dim, got a 0-dim tensor");
+    int64_t D = x->sizes[x->nd - 1];
+    if (check_param("weight", weight, x, D) || check_param("bias", bias, x, D)) return NULL;
+    if (!(eps >= 0)) return pn_error_null(PN_ERR_ARG, "layer_norm: eps must be >= 0, got %g (x %s)", eps, pn_shape_str(x));
+    int64_t rows = D ? pn_numel(x) / D : 0;
+    bool f32 = x->dt == PN_F32;
+
+    pn_tensor *xc = contig(x), *wc = weight ? contig(weight) : NULL, *bc = bias ? contig(bias) : NULL;
+    int64_t ssh[2] = {rows, 2};
+    pn_tensor *y = pn_empty_like(x), *stats = pn_empty(2, ssh, PN_F64, PN_CPU);
+    if (!xc || (weight && !wc) || (bias && !bc) || !y || !stats) goto fail;
+    const char *px = pn_ptr(xc), *pw = wc ? pn_ptr(wc) : NULL, *pb = bc ? pn_ptr(bc) : NULL;
+    char *py = pn_ptr(y);
+    double *st = (double *)pn_ptr(stats);
+    #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * D;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < D; j++) mean += ldf(px, f32, o + j);
+        mean /= (double)D;
+        for (int64_t j = 0; j < D; j++) {
+            double c = ldf(px, f32, o + j) - mean;
+            var += c * c;
+        }
+        double rstd = 1.0 / sqrt(var / (double)D + eps);
+        st[2 * r] = mean;
+        st[2 * r + 1] = rstd;
+        for (int64_t j = 0; j < D; j++) {
+            double v = (ldf(px, f32, o + j) - mean) * rstd;
+            if (pw) v *= ldf(pw, f32, j);
+            if (pb) v += ldf(pb, f32, j);
+            stf(py, f32, o + j, v);
+        }
+    }
+
+    pn_tensor *ins[3] = {x, weight, bias};
+    if (pn_ag_needed(3, ins)) {
+        pn_node *n = pn_ag_record(y, "layer_norm", layer_norm_bw, 3, ins);
+        pn_tensor *xd = n ? pn_detach(xc) : NULL, *wd = (n && wc) ? pn_detach(wc) : NULL;
+        if (!n || !xd || (wc && !wd)) {
+            pn_release(xd);
+            goto fail;
+        }
+        n->iv[0] = weight != NULL;
+        n->iv[1] = bias != NULL;
+        pn_ag_save(n, xd);
+        pn_ag_save(n, stats);
+        if (wd) pn_ag_save(n, wd);
+        pn_release(xd);
+        pn_release(wd);
+    }
+    pn_release(xc);
+    pn_release(wc);
+    pn_release(bc);
+    pn_release(stats);
+    return y;
+fail:
+    pn_release(xc);
+    pn_release(wc);
+    pn_release(bc);
+    pn_release(y);
+    pn_release(stats);
+    return NULL;
+}

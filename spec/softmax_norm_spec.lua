@@ -1,0 +1,394 @@
+-- softmax / log_softmax (core/ops/softmax.c), layer_norm (core/ops/norm.c) and dropout
+-- (core/ops/dropout.c) through lua/penumbra/ops/nn.lua: values against plain-Lua references
+-- (contiguous and non-contiguous inputs, every dim), f64 gradchecks, f32 gradients against
+-- f64 ones, dropout statistics and determinism, and errors.
+local pn = require 'penumbra'
+local gradcheck = require 'spec.helpers.gradcheck'
+
+local inf = math.huge
+
+-- ---- helpers --------------------------------------------------------------------------------
+local function flatten(v, out)
+  out = out or {}
+  if type(v) == 'table' then
+    for i = 1, #v do flatten(v[i], out) end
+  else
+    out[#out + 1] = v
+  end
+  return out
+end
+local function vals(t) return flatten(t:totable()) end
+
+local function assert_close(got, ref, rtol, what)
+  assert.equal(#ref, #got, (what or '') .. ': element count')
+  for i = 1, #ref do
+    local g, r = got[i], ref[i]
+    local ok
+    if r ~= r then ok = g ~= g
+    elseif r == inf or r == -inf then ok = g == r
+    else ok = math.abs(g - r) <= rtol * (1 + math.abs(r)) end
+    assert.is_true(ok, string.format('%s: element %d got %.17g, expected %.17g', what or '', i, g, r))
+  end
+end
+
+local function assert_error_matching(fn, ...)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, 'expected an error')
+  for _, pat in ipairs({ ... }) do
+    assert.truthy(tostring(err):find(pat, 1, true), 'error "' .. tostring(err) .. '" does not name "' .. pat .. '"')
+  end
+end
+
+local function distinct(n, lo, hi, seed)
+  local t = {}
+  for k = 1, n do t[k] = lo + (hi - lo) * ((k * 0.6180339887498949 + (seed or 0) * 0.1234567) % 1) end
+  return t
+end
+
+local function nest(flat, shape)
+  local pos = 0
+  local function build(d)
+    local r = {}
+    for i = 1, shape[d] do
+      if d == #shape then pos = pos + 1; r[i] = flat[pos] else r[i] = build(d + 1) end
+    end
+    return r
+  end
+  return build(1)
+end
+
+local function numel(shape) local n = 1; for _, s in ipairs(shape) do n = n * s end; return n end
+
+-- Apply f to every line along 1-based dim d of flat row-major values of shape; f(list) -> list.
+local function along(flat, shape, d, f)
+  local nd = #shape
+  if d < 0 then d = d + nd + 1 end
+  local inner = 1
+  for k = d + 1, nd do inner = inner * shape[k] end
+  local len, outer = shape[d], numel(shape) / (inner * shape[d])
+  local out = {}
+  for o = 0, outer - 1 do
+    for i = 0, inner - 1 do
+      local line = {}
+      for r = 0, len - 1 do line[r + 1] = flat[o * len * inner + r * inner + i + 1] end
+      local res = f(line)
+      for r = 0, len - 1 do out[o * len * inner + r * inner + i + 1] = res[r + 1] end
+    end
+  end
+  return out
+end
+
+local function ref_softmax(line)
+  local m = -inf
+  for _, v in ipairs(line) do m = math.max(m, v) end
+  local s = 0
+  for _, v in ipairs(line) do s = s + math.exp(v - m) end
+  local r = {}
+  for i, v in ipairs(line) do r[i] = math.exp(v - m) / s end
+  return r
+end
+local function ref_log_softmax(line)
+  local m = -inf
+  for _, v in ipairs(line) do m = math.max(m, v) end
+  local s = 0
+  for _, v in ipairs(line) do s = s + math.exp(v - m) end
+  local r = {}
+  for i, v in ipairs(line) do r[i] = v - m - math.log(s) end
+  return r
+end
+
+-- (2, 3, 4)-shaped inputs: contiguous, transposed, permuted, sliced
+local function inputs(dt, lo, hi)
+  return {
+    contiguous = pn.tensor(nest(distinct(24, lo, hi, 1), { 2, 3, 4 }), { dtype = dt }),
+    transposed = pn.tensor(nest(distinct(24, lo, hi, 2), { 4, 3, 2 }), { dtype = dt }):transpose(1, 3),
+    permuted = pn.tensor(nest(distinct(24, lo, hi, 3), { 3, 4, 2 }), { dtype = dt }):permute(3, 1, 2),
+    sliced = pn.tensor(nest(distinct(36, lo, hi, 4), { 2, 3, 6 }), { dtype = dt }):narrow(3, 2, 4),
+  }
+end
+
+local function leaf(shape, lo, hi, seed)
+  return pn.tensor(nest(distinct(numel(shape), lo, hi, seed), shape), { dtype = 'f64', requires_grad = true })
+end
+
+-- ---- softmax --------------------------------------------------------------------------------------
+describe('softmax / log_softmax', function()
+  for name, ref in pairs({ softmax = ref_softmax, log_softmax = ref_log_softmax }) do
+    it(name .. ' matches a plain-Lua reference along every dim (f32, f64, non-contiguous)', function()
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        local rtol = dt == 'f32' and 2e-6 or 1e-13
+        for kind, x in pairs(inputs(dt, -3, 3)) do
+          for _, d in ipairs({ 1, 2, 3, -1, -2 }) do
+            local y = x[name](x, d)
+            local what = string.format('%s %s %s dim=%d', name, dt, kind, d)
+            assert.same(x:shape(), y:shape(), what)
+            assert.equal(dt, y:dtype(), what)
+            assert_close(vals(y), along(vals(x), x:shape(), d, ref), rtol, what)
+          end
+        end
+      end
+    end)
+
+    it(name .. ' defaults to the last dim; pn.' .. name .. ' is the same function', function()
+      local x = pn.tensor(nest(distinct(12, -2, 2, 5), { 3, 4 }), { dtype = 'f64' })
+      assert.same(vals(x[name](x, -1)), vals(x[name](x)))
+      assert.same(vals(x[name](x, 1)), vals(pn[name](x, 1)))
+    end)
+
+    it(name .. ' on long rows and long columns (f32 fast paths) matches the f64 result', function()
+      pn.manual_seed(3)
+      local x64 = pn.randn({ 7, 300 }, { dtype = 'f64' })
+      local x32 = x64:to('f32')
+      for _, d in ipairs({ 1, 2 }) do
+        local tol = name == 'softmax' and 1e-6 or 2e-6
+        assert_close(vals(x32[name](x32, d)), vals(x64[name](x64, d)), tol, name .. ' f32 vs f64 dim ' .. d)
+      end
+    end)
+  end
+
+  it('is stable for large logits and gives 0 probability to -inf', function()
+    local x = pn.tensor({ { 1000, 1001, -inf }, { -1000, -1000, -1000 } })
+    local y = vals(x:softmax())
+    local e = math.exp(-1)
+    assert_close(y, { e / (1 + e), 1 / (1 + e), 0, 1 / 3, 1 / 3, 1 / 3 }, 1e-6, 'softmax')
+    local l = vals(x:log_softmax())
+    assert.near(-math.log(1 + e), l[2], 1e-4)
+    assert.equal(-inf, l[3])
+  end)
+
+  it('rows sum to 1 for every dim', function()
+    local x = pn.randn({ 3, 5, 7 })
+    for d = 1, 3 do
+      local s = vals(x:softmax(d):sum(d))
+      for _, v in ipairs(s) do assert.near(1, v, 1e-6) end
+    end
+  end)
+
+  it('handles 0-dim and empty tensors', function()
+    assert.equal(1, pn.tensor(2.5):softmax():item())
+    assert.equal(0, pn.tensor(2.5):log_softmax(1):item())
+    assert.same({ 0, 3 }, pn.zeros({ 0, 3 }):softmax():shape())
+  end)
+
+  for _, name in ipairs({ 'softmax', 'log_softmax' }) do
+    it(name .. ' passes f64 gradchecks along every dim (and through a transposed view)', function()
+      for _, d in ipairs({ 1, 2, 3, -1 }) do
+        local x = leaf({ 2, 3, 4 }, -2, 2, 9)
+        gradcheck(function(t) return t[name](t, d) end, { x })
+        gradcheck(function(t) return t:transpose(1, 3)[name](t:transpose(1, 3), d) end, { x })
+      end
+    end)
+
+    it(name .. ' f32 gradients (rows and columns) agree with f64', function()
+      pn.manual_seed(11)
+      local x64 = pn.randn({ 5, 70 }, { dtype = 'f64' })
+      local w64 = pn.randn({ 5, 70 }, { dtype = 'f64' })
+      for _, d in ipairs({ 1, 2 }) do
+        local grads = {}
+        for _, dt in ipairs({ 'f32', 'f64' }) do
+          local x = x64:to(dt):detach():requires_grad_()
+          x[name](x, d):backward(w64:to(dt))
+          grads[dt] = vals(x.grad)
+        end
+        assert_close(grads.f32, grads.f64, 2e-5, name .. ' grad dim ' .. d)
+      end
+    end)
+  end
+
+  it('errors name the op: bad dim, integer dtype', function()
+    local x = pn.ones({ 2, 3 })
+    assert_error_matching(function() return x:softmax(3) end, 'softmax', 'out of range')
+    assert_error_matching(function() return x:log_softmax(-3) end, 'log_softmax', 'out of range')
+    assert_error_matching(function() return pn.tensor({ 1, 2 }, { dtype = 'i64' }):softmax() end, 'softmax', 'i64')
+    assert_error_matching(function() return pn.softmax(3) end, 'softmax')
+  end)
+end)
+
+-- ---- layer_norm ---------------------------------------------------------------------------------
+local function ref_layer_norm(flat, shape, w, b, eps)
+  return along(flat, shape, -1, function(line)
+    local n, mean, var = #line, 0, 0
+    for _, v in ipairs(line) do mean = mean + v end
+    mean = mean / n
+    for _, v in ipairs(line) do var = var + (v - mean) ^ 2 end
+    var = var / n
+    local r = {}
+    for i, v in ipairs(line) do
+      r[i] = (v - mean) / math.sqrt(var + eps) * (w and w[i] or 1) + (b and b[i] or 0)
+    end
+    return r
+  end)
+end
+
+describe('layer_norm', function()
+  it('matches a plain-Lua reference with and without weight/bias (f32, f64, non-contiguous)', function()
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      local rtol = dt == 'f32' and 2e-5 or 1e-12
+      local wl, bl = distinct(4, 0.5, 1.5, 8), distinct(4, -1, 1, 9)
+      local w, b = pn.tensor(wl, { dtype = dt }), pn.tensor(bl, { dtype = dt })
+      for kind, x in pairs(inputs(dt, -3, 3)) do
+        for _, cfg in ipairs({ { nil, nil }, { w, nil }, { nil, b }, { w, b } }) do
+          for _, eps in ipairs({ 1e-5, 0.1 }) do
+            local y = pn.layer_norm(x, cfg[1], cfg[2], eps)
+            local ref = ref_layer_norm(vals(x), x:shape(), cfg[1] and wl, cfg[2] and bl, eps)
+            local what = string.format('layer_norm %s %s w=%s b=%s eps=%g', dt, kind, tostring(cfg[1] ~= nil),
+              tostring(cfg[2] ~= nil), eps)
+            assert.same(x:shape(), y:shape(), what)
+            assert_close(vals(y), ref, rtol, what)
+          end
+        end
+      end
+    end
+  end)
+
+  it('defaults eps to 1e-5; t:layer_norm is the same function; works on 1-D input', function()
+    local x = pn.tensor({ 1, 2, 3, 4 }, { dtype = 'f64' })
+    assert_close(vals(x:layer_norm()), ref_layer_norm({ 1, 2, 3, 4 }, { 4 }, nil, nil, 1e-5), 1e-12, '1-D')
+    assert.same(vals(pn.layer_norm(x, nil, nil, 1e-5)), vals(x:layer_norm(nil, nil)))
+  end)
+
+  it('passes f64 gradchecks for x, weight and bias (each combination, transposed x)', function()
+    local x = leaf({ 3, 5 }, -2, 2, 21)
+    local w = leaf({ 5 }, 0.5, 1.5, 22)
+    local b = leaf({ 5 }, -1, 1, 23)
+    gradcheck(function(t, ww, bb) return pn.layer_norm(t, ww, bb) end, { x, w, b })
+    gradcheck(function(t) return pn.layer_norm(t) end, { x })
+    gradcheck(function(t, ww) return pn.layer_norm(t, ww, nil, 0.1) end, { x, w })
+    gradcheck(function(t, bb) return pn.layer_norm(t, nil, bb) end, { x, b })
+    local xt = leaf({ 5, 2, 3 }, -2, 2, 24) -- transposed to (3, 2, 5)
+    gradcheck(function(t, ww) return t:transpose(1, 3):layer_norm(ww, nil) end, { xt, w })
+  end)
+
+  it('a constant weight gets gradient only through the others (x constant, weight/bias learn)', function()
+    local x = pn.tensor(nest(distinct(15, -2, 2, 31), { 3, 5 }), { dtype = 'f64' })
+    local w = leaf({ 5 }, 0.5, 1.5, 32)
+    local b = leaf({ 5 }, -1, 1, 33)
+    gradcheck(function(ww, bb) return pn.layer_norm(x, ww, bb) end, { w, b })
+  end)
+
+  it('f32 gradients agree with f64 (many rows: blocked weight/bias sums)', function()
+    pn.manual_seed(5)
+    local x64, g64 = pn.randn({ 300, 6 }, { dtype = 'f64' }), pn.randn({ 300, 6 }, { dtype = 'f64' })
+    local w64, b64 = pn.randn({ 6 }, { dtype = 'f64' }), pn.randn({ 6 }, { dtype = 'f64' })
+    local res = {}
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      local x = x64:to(dt):detach():requires_grad_()
+      local w = w64:to(dt):detach():requires_grad_()
+      local b = b64:to(dt):detach():requires_grad_()
+      pn.layer_norm(x, w, b):backward(g64:to(dt))
+      res[dt] = { vals(x.grad), vals(w.grad), vals(b.grad) }
+    end
+    assert_close(res.f32[1], res.f64[1], 2e-5, 'x grad')
+    assert_close(res.f32[2], res.f64[2], 2e-5, 'weight grad')
+    assert_close(res.f32[3], res.f64[3], 2e-5, 'bias grad')
+  end)
+
+  it('errors name layer_norm and the shapes/dtypes', function()
+    local x = pn.ones({ 2, 3 })
+    assert_error_matching(function() return pn.layer_norm(x, pn.ones({ 4 })) end, 'layer_norm', 'weight', '[4]', '[2,3]')
+    assert_error_matching(function() return pn.layer_norm(x, nil, pn.ones({ 3, 1 })) end, 'layer_norm', 'bias', '[3,1]')
+    assert_error_matching(function() return pn.layer_norm(x, pn.ones({ 3 }, { dtype = 'f64' })) end, 'layer_norm',
+      'f64', 'f32')
+    assert_error_matching(function() return pn.layer_norm(x, nil, nil, -1) end, 'layer_norm', 'eps')
+    assert_error_matching(function() return pn.layer_norm(pn.tensor(1)) end, 'layer_norm', '0-dim')
+    assert_error_matching(function() return pn.layer_norm(pn.ones({ 2 }, { dtype = 'i32' })) end, 'layer_norm', 'i32')
+  end)
+end)
+
+-- ---- dropout ------------------------------------------------------------------------------------
+describe('dropout', function()
+  it('p = 0 or train = false returns x itself', function()
+    local x = pn.randn({ 3, 4 })
+    assert.is_true(x:dropout(0):data_ptr() == x:data_ptr())
+    assert.is_true(pn.dropout(x, 0.5, false):data_ptr() == x:data_ptr())
+    assert.same(vals(x), vals(x:dropout(0.7, false)))
+  end)
+
+  it('zeroes a fraction p of 1e5 elements, scales the rest by 1/(1-p), preserves the mean', function()
+    local n = 100000
+    local x = pn.ones({ n }, { dtype = 'f64' })
+    for _, p in ipairs({ 0.1, 0.5, 0.8 }) do
+      pn.manual_seed(42)
+      local y = vals(x:dropout(p))
+      local zeros, sum = 0, 0
+      for _, v in ipairs(y) do
+        if v == 0 then zeros = zeros + 1
+        else assert.near(1 / (1 - p), v, 1e-12) end
+        sum = sum + v
+      end
+      local sd = math.sqrt(p * (1 - p) / n) -- of the zero fraction
+      assert.is_true(math.abs(zeros / n - p) < 5 * sd, string.format('p=%g: zero fraction %g', p, zeros / n))
+      -- the mean is 1 ± (1/(1-p))·sd
+      assert.is_true(math.abs(sum / n - 1) < 5 * sd / (1 - p), string.format('p=%g: mean %g', p, sum / n))
+    end
+  end)
+
+  it('f32 gives the same mask as f64 for the same seed; same seed → same mask, new draws differ', function()
+    local x = pn.randn({ 50, 40 })
+    pn.manual_seed(9)
+    local a = vals(x:dropout(0.3))
+    pn.manual_seed(9)
+    local b = vals(x:dropout(0.3))
+    local c = vals(x:dropout(0.3)) -- the stream moved on
+    pn.manual_seed(9)
+    local d = vals(x:to('f64'):dropout(0.3))
+    assert.same(a, b)
+    local differ, same_zeros = 0, true
+    for i = 1, #a do
+      if (a[i] == 0) ~= (c[i] == 0) then differ = differ + 1 end
+      if (a[i] == 0) ~= (d[i] == 0) then same_zeros = false end
+    end
+    assert.is_true(differ > 100)
+    assert.is_true(same_zeros)
+  end)
+
+  it('reads non-contiguous input; backward multiplies by the saved mask', function()
+    local base = pn.tensor(nest(distinct(24, 0.5, 2, 3), { 4, 6 }), { dtype = 'f64', requires_grad = true })
+    pn.manual_seed(4)
+    local y = base:t():dropout(0.5)
+    local yv, xv = vals(y), vals(base:t())
+    for i = 1, #yv do assert.is_true(yv[i] == 0 or math.abs(yv[i] - 2 * xv[i]) < 1e-12) end
+    y:sum():backward()
+    local gv = vals(base.grad:t())
+    for i = 1, #yv do assert.equal(yv[i] == 0 and 0 or 2, gv[i]) end
+  end)
+
+  it('passes an f64 gradcheck with a fixed mask', function()
+    local x = leaf({ 4, 5 }, -1, 1, 41)
+    gradcheck(function(t) pn.manual_seed(77); return t:dropout(0.4) end, { x })
+  end)
+
+  it('errors name dropout and the bad p or dtype', function()
+    local x = pn.ones({ 3 })
+    assert_error_matching(function() return x:dropout(1) end, 'dropout', 'p must be in [0, 1)')
+    assert_error_matching(function() return x:dropout(-0.1) end, 'dropout', '-0.1')
+    assert_error_matching(function() return x:dropout(0 / 0) end, 'dropout')
+    assert_error_matching(function() return pn.ones({ 3 }, { dtype = 'i64' }):dropout(0.5) end, 'dropout', 'i64')
+  end)
+end)
+
+describe('softmax/layer_norm/dropout ownership', function()
+  it('frees every tensor, byte and node (forward, backward, error paths)', function()
+    for _ = 1, 3 do collectgarbage('collect') end
+    local t0, b0, n0 = pn.live_tensors(), pn.live_bytes(), pn.live_nodes()
+    for i = 1, 20 do
+      local dt = i % 3 == 0 and 'f64' or 'f32'
+      local x = pn.randn({ 4, 70 }, { dtype = dt, requires_grad = (i % 2 == 0) })
+      local w = pn.randn({ 70 }, { dtype = dt, requires_grad = true })
+      local b = pn.randn({ 70 }, { dtype = dt, requires_grad = (i % 4 == 0) })
+      local outs = { x:softmax(), x:log_softmax(1), x:t():softmax(2), pn.layer_norm(x, w, b), pn.layer_norm(x),
+        x:dropout(0.3), x:dropout(0.3, false) }
+      outs[4]:sum():backward() -- w always requires grad
+      if x.requires_grad then
+        for _, k in ipairs({ 1, 2, 3, 5, 6, 7 }) do outs[k]:sum():backward() end
+      end
+      pcall(function() return x:softmax(5) end)
+      pcall(function() return pn.layer_norm(x, pn.ones({ 3 })) end)
+      pcall(function() return x:dropout(2) end)
+    end
+    for _ = 1, 3 do collectgarbage('collect') end
+    assert.equal(t0, pn.live_tensors())
+    assert.equal(b0, pn.live_bytes())
+    assert.equal(n0, pn.live_nodes())
+  end)
+end)
