@@ -1,0 +1,333 @@
+/* cosine.c — Cottention (cosine attention, DESIGN §3.2), forward and analytic backward.
+ *
+ *   q̂ = q / sqrt(‖q‖² + ε), k̂ likewise (ε = PN_COSINE_EPS, linear.h)
+ *   out_t = n_t^{−σ(m_h)} Σ_{j ∈ keys(t)} (q̂_t·k̂_j) v_j
+ *
+ * keys(t) = the real keys (key_mask nonzero, or all) with j ≤ t when causal, all of them
+ * otherwise; n_t = |keys(t)|, counted as 1 when it is 0 (the row is then 0 anyway). So
+ * without a mask n_t = t+1 (causal, 0-based t) or N — the definition under which the
+ * parallel form and the recurrent state (lin_state.c) agree.
+ *
+ * Never an N×N matrix nor the (N, D, Dv) tensor of the naive cumsum: per (b, h) a
+ * running state S = Σ k̂_j v_jᵀ (D×Dv) — built once for the bidirectional form
+ * (q̂ (k̂ᵀ v), Cottention Eq. 5), grown row by row for the causal one (Eq. 7/8). Backward
+ * (Cottention §4): with G_t = n_t^{−σ} g_t,
+ *   g q̂_t = S_t G_t                (forward pass over t, S_t the state at row t)
+ *   g k̂_j = R_j v_j, g v_j = R_jᵀ k̂_j   with R_j = Σ_{t: j ∈ keys(t)} q̂_t G_tᵀ (reverse cumsum)
+ *   g m_h = σ'(m_h) Σ_t (g_t·out_t)(−ln n_t)
+ * O(N·D·Dv) time and O(D·Dv) extra memory per (b, h); (b, h) pairs run in parallel. */
+#include "linear.h"
+
+#define OP "cosine_attention"
+
+pn_status pn_lin_check_qkv(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v) {
+    if (!q || !k || !v) return pn_error(PN_ERR_ARG, "%s: q, k and v are required (got nil)", op);
+    PN_TRY(pn_check_cpu(op, "q", q));
+    PN_TRY(pn_check_cpu(op, "k", k));
+    PN_TRY(pn_check_cpu(op, "v", v));
+    PN_TRY(pn_check_float(op, "q", q));
+    if (k->dt != q->dt || v->dt != q->dt)
+        return pn_error(PN_ERR_DTYPE, "%s: q %s %s, k %s %s and v %s %s must have the same dtype", op,
+                        pn_dtype_name(q->dt), pn_shape_str(q), pn_dtype_name(k->dt), pn_shape_str(k),
+                        pn_dtype_name(v->dt), pn_shape_str(v));
+    if (q->nd != 4 || k->nd != 4 || v->nd != 4)
+        return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s and v %s must be 4-D (B, H, N, D)", op, pn_shape_str(q),
+                        pn_shape_str(k), pn_shape_str(v));
+    for (int d = 0; d < 3; d++)
+        if (k->sizes[d] != q->sizes[d] || v->sizes[d] != q->sizes[d])
+            return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s and v %s differ in (B, H, N)", op, pn_shape_str(q),
+                            pn_shape_str(k), pn_shape_str(v));
+    if (k->sizes[3] != q->sizes[3])
+        return pn_error(PN_ERR_SHAPE, "%s: q %s and k %s differ in the last dim", op, pn_shape_str(q), pn_shape_str(k));
+    return PN_OK;
+}
+
+/* One call's geometry and (contiguous) data. */
+typedef struct {
+    int64_t B, H, N, D, Dv;
+    int dt, causal;
+    const void *q, *k, *v;  /* (B, H, N, D), (B, H, N, D), (B, H, N, Dv) */
+    const uint8_t *mask;    /* (B, N) or NULL */
+    const double *s;        /* (H): σ(m_h) */
+} cos_args;
+
+static inline bool is_key(const cos_args *a, int64_t b, int64_t j) { return !a->mask || a->mask[b * a->N + j]; }
+
+/* n^{−s} with n counted as at least 1 */
+static inline double count_scale(int64_t n, double s) { return n > 1 ? exp(-s * log((double)n)) : 1.0; }
+
+static inline void state_add(double *S, const double *kh, const double *v, int64_t D, int64_t Dv) {
+    for (int64_t d = 0; d < D; d++) {
+        double kd = kh[d];
+        double *row = S + d * Dv;
+        for (int64_t e = 0; e < Dv; e++) row[e] += kd * v[e];
+    }
+}
+
+/* y (Dv) = c · x̂ᵀ S */
+static inline void state_read(const double *S, const double *xh, double c, double *y, int64_t D, int64_t Dv) {
+    for (int64_t e = 0; e < Dv; e++) y[e] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        double xd = xh[d] * c;
+        const double *row = S + d * Dv;
+        for (int64_t e = 0; e < Dv; e++) y[e] += xd * row[e];
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+/* out: (B, H, N, Dv). Returns false when scratch could not be allocated. */
+static bool cos_forward(const cos_args *a, void *out) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H;
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (BH * N * D * Dv > PN_PAR_MIN)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const int64_t b = bh / a->H;
+        const double s = a->s[bh % a->H];
+        double *S = calloc((size_t)(D * Dv + 2 * D + 2 * Dv), sizeof(double));
+        if (!S) {
+            #pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        double *x = S + D * Dv, *xh = x + D, *vr = xh + D, *y = vr + Dv;
+        const int64_t oqk = bh * N * D, ov = bh * N * Dv;
+        int64_t cnt = 0;
+        if (!a->causal) { /* S = Σ_j k̂_j v_jᵀ over the real keys */
+            for (int64_t j = 0; j < N; j++) {
+                if (!is_key(a, b, j)) continue;
+                ld_row(a->k, a->dt, oqk + j * D, D, x);
+                cos_normalize(x, xh, D);
+                ld_row(a->v, a->dt, ov + j * Dv, Dv, vr);
+                state_add(S, xh, vr, D, Dv);
+                cnt++;
+            }
+        }
+        const double cb = count_scale(cnt, s);
+        for (int64_t t = 0; t < N; t++) {
+            if (a->causal && is_key(a, b, t)) { /* key t joins the state before row t reads it */
+                ld_row(a->k, a->dt, oqk + t * D, D, x);
+                cos_normalize(x, xh, D);
+                ld_row(a->v, a->dt, ov + t * Dv, Dv, vr);
+                state_add(S, xh, vr, D, Dv);
+                cnt++;
+            }
+            ld_row(a->q, a->dt, oqk + t * D, D, x);
+            cos_normalize(x, xh, D);
+            state_read(S, xh, a->causal ? count_scale(cnt, s) : cb, y, D, Dv);
+            st_row(out, a->dt, ov + t * Dv, Dv, y);
+        }
+        free(S);
+    }
+    return !oom;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+/* S += k̂_j v_jᵀ; x, xh (D), vr (Dv) scratch */
+static inline void add_key(const cos_args *a, int64_t bh, int64_t j, double *S, double *x, double *xh, double *vr) {
+    ld_row(a->k, a->dt, (bh * a->N + j) * a->D, a->D, x);
+    cos_normalize(x, xh, a->D);
+    ld_row(a->v, a->dt, (bh * a->N + j) * a->Dv, a->Dv, vr);
+    state_add(S, xh, vr, a->D, a->Dv);
+}
+
+/* R += q̂_t (c·g_t)ᵀ; x, xh (D), G (Dv) scratch */
+static inline void add_query(const cos_args *a, const void *g, int64_t bh, int64_t t, double c, double *R, double *x,
+                             double *xh, double *G) {
+    ld_row(g, a->dt, (bh * a->N + t) * a->Dv, a->Dv, G);
+    for (int64_t e = 0; e < a->Dv; e++) G[e] *= c;
+    ld_row(a->q, a->dt, (bh * a->N + t) * a->D, a->D, x);
+    cos_normalize(x, xh, a->D);
+    state_add(R, xh, G, a->D, a->Dv);
+}
+
+/* g: (B, H, N, Dv). gq, gk: (B, H, N, D), gv: (B, H, N, Dv) or NULL when not needed;
+ * gm_bh: (B·H) partial sums of Σ_t (g_t·out_t)(−ln n_t), or NULL. */
+static bool cos_backward(const cos_args *a, const void *g, void *gq, void *gk, void *gv, double *gm_bh) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H;
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (BH * N * D * Dv > PN_PAR_MIN)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const int64_t b = bh / a->H;
+        const double s = a->s[bh % a->H];
+        double *S = calloc((size_t)(D * Dv + 4 * D + 3 * Dv), sizeof(double));
+        if (!S) {
+            #pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        double *x = S + D * Dv, *xh = x + D, *gxh = xh + D, *gx = gxh + D, *vr = gx + D, *G = vr + Dv, *y = G + Dv;
+        const int64_t oqk = bh * N * D, ov = bh * N * Dv;
+        int64_t total = 0;
+        for (int64_t j = 0; j < N; j++) total += is_key(a, b, j);
+
+        /* pass 1, forward in t: the state S_t gives g q_t and the m statistic */
+        if (gq || gm_bh) {
+            if (!a->causal)
+                for (int64_t j = 0; j < N; j++)
+                    if (is_key(a, b, j)) add_key(a, bh, j, S, x, xh, vr);
+            int64_t cnt = 0;
+            double gm = 0;
+            for (int64_t t = 0; t < N; t++) {
+                if (a->causal && is_key(a, b, t)) {
+                    add_key(a, bh, t, S, x, xh, vr);
+                    cnt++;
+                }
+                const int64_t n = a->causal ? cnt : total;
+                const double c = count_scale(n, s);
+                ld_row(g, a->dt, ov + t * Dv, Dv, G);
+                ld_row(a->q, a->dt, oqk + t * D, D, x);
+                double r = cos_normalize(x, xh, D);
+                if (gm_bh && n > 1) {
+                    state_read(S, xh, c, y, D, Dv); /* out_t */
+                    gm -= dotd(G, y, Dv) * log((double)n);
+                }
+                if (gq) {
+                    for (int64_t d = 0; d < D; d++) gxh[d] = c * dotd(S + d * Dv, G, Dv);
+                    cos_normalize_bw(x, r, gxh, gx, D);
+                    st_row(gq, a->dt, oqk + t * D, D, gx);
+                }
+            }
+            if (gm_bh) gm_bh[bh] = gm;
+        }
+
+        /* pass 2, backward in t: R_j = Σ_{t: j ∈ keys(t)} q̂_t G_tᵀ gives g k_j and g v_j */
+        if (gk || gv) {
+            double *R = S;
+            memset(R, 0, sizeof(double) * (size_t)(D * Dv));
+            if (!a->causal)
+                for (int64_t t = 0; t < N; t++) add_query(a, g, bh, t, count_scale(total, s), R, x, xh, G);
+            int64_t cur = total; /* causal: the number of real keys at or before t */
+            for (int64_t t = N - 1; t >= 0; t--) {
+                if (a->causal) add_query(a, g, bh, t, count_scale(cur, s), R, x, xh, G);
+                if (!is_key(a, b, t)) {
+                    memset(gx, 0, sizeof(double) * (size_t)D);
+                    memset(y, 0, sizeof(double) * (size_t)Dv);
+                } else {
+                    cur--;
+                    ld_row(a->k, a->dt, oqk + t * D, D, x);
+                    double r = cos_normalize(x, xh, D);
+                    ld_row(a->v, a->dt, ov + t * Dv, Dv, vr);
+                    for (int64_t d = 0; d < D; d++) gxh[d] = dotd(R + d * Dv, vr, Dv);
+                    cos_normalize_bw(x, r, gxh, gx, D);
+                    state_read(R, xh, 1.0, y, D, Dv); /* Rᵀ k̂_t */
+                }
+                if (gk) st_row(gk, a->dt, oqk + t * D, D, gx);
+                if (gv) st_row(gv, a->dt, ov + t * Dv, Dv, y);
+            }
+        }
+        free(S);
+    }
+    return !oom;
+}
+
+/* ---- entry points ------------------------------------------------------------------------- */
+/* σ(m_h) for every head; m (H) contiguous */
+static void sigmoids(const pn_tensor *m, double *s) {
+    for (int64_t h = 0; h < m->sizes[0]; h++) s[h] = 1.0 / (1.0 + exp(-pn_ld(pn_ptr(m), m->dt, h)));
+}
+
+static void fill_args(cos_args *a, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *mask, int causal,
+                      const double *s) {
+    a->B = q->sizes[0], a->H = q->sizes[1], a->N = q->sizes[2], a->D = q->sizes[3], a->Dv = v->sizes[3];
+    a->dt = q->dt, a->causal = causal != 0;
+    a->q = pn_ptr(q), a->k = pn_ptr(k), a->v = pn_ptr(v);
+    a->mask = mask ? (const uint8_t *)pn_ptr(mask) : NULL;
+    a->s = s;
+}
+
+/* saved: q, k, v, m (contiguous), then key_mask when given; iv[0] = causal */
+static pn_status cosine_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *m = n->saved[3], *mask = n->saved[4];
+    const int64_t H = q->sizes[1];
+    pn_status st = PN_OK;
+    double *s = malloc(sizeof(double) * (size_t)H);
+    double *gm_bh = NULL;
+    pn_tensor *gc = pn_lin_contig(g);
+    pn_tensor *gq = NULL, *gk = NULL, *gv = NULL, *gm = NULL;
+    if (!s || !gc) goto oom;
+    sigmoids(m, s);
+    cos_args a;
+    fill_args(&a, q, k, v, mask, (int)n->iv[0], s);
+    if (pn_ag_input_needs(n, 0) && !(gq = pn_empty_like(q))) goto oom;
+    if (pn_ag_input_needs(n, 1) && !(gk = pn_empty_like(k))) goto oom;
+    if (pn_ag_input_needs(n, 2) && !(gv = pn_empty_like(v))) goto oom;
+    if (pn_ag_input_needs(n, 3)) {
+        if (!(gm = pn_zeros(1, &H, m->dt, PN_CPU))) goto oom;
+        if (!(gm_bh = calloc((size_t)(a.B * H), sizeof(double)))) goto oom;
+    }
+    if (!cos_backward(&a, pn_ptr(gc), gq ? pn_ptr(gq) : NULL, gk ? pn_ptr(gk) : NULL, gv ? pn_ptr(gv) : NULL,
+                      gm_bh))
+        goto oom;
+    if (gm) { /* fixed-order sum over the batch: deterministic */
+        for (int64_t h = 0; h < H; h++) {
+            double acc = 0;
+            for (int64_t b = 0; b < a.B; b++) acc += gm_bh[b * H + h];
+            pn_st(pn_ptr(gm), gm->dt, h, acc * s[h] * (1 - s[h]));
+        }
+    }
+    gin[0] = gq, gin[1] = gk, gin[2] = gv, gin[3] = gm;
+    gq = gk = gv = gm = NULL;
+    goto cleanup;
+oom:
+    st = pn_error(PN_ERR_OOM, OP ": backward out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+cleanup:
+    pn_release(gq), pn_release(gk), pn_release(gv), pn_release(gm), pn_release(gc);
+    free(s);
+    free(gm_bh);
+    return st;
+}
+
+pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *m, int causal,
+                               pn_tensor *key_mask) {
+    if (pn_lin_check_qkv(OP, q, k, v)) return NULL;
+    const int64_t B = q->sizes[0], H = q->sizes[1], N = q->sizes[2];
+    if (!m) return pn_error_null(PN_ERR_ARG, OP ": m (one stabiliser per head, shape [%lld]) is required", (long long)H);
+    if (pn_check_cpu(OP, "m", m)) return NULL;
+    if (m->dt != q->dt)
+        return pn_error_null(PN_ERR_DTYPE, OP ": m %s %s must have the dtype of q (%s)", pn_dtype_name(m->dt),
+                             pn_shape_str(m), pn_dtype_name(q->dt));
+    if (m->nd != 1 || m->sizes[0] != H)
+        return pn_error_null(PN_ERR_SHAPE, OP ": m %s must have shape [%lld] (one per head of q %s)", pn_shape_str(m),
+                             (long long)H, pn_shape_str(q));
+    if (key_mask) {
+        if (pn_check_cpu(OP, "key_mask", key_mask)) return NULL;
+        if (key_mask->dt != PN_U8)
+            return pn_error_null(PN_ERR_DTYPE, OP ": key_mask %s has dtype %s, expected u8", pn_shape_str(key_mask),
+                                 pn_dtype_name(key_mask->dt));
+        if (key_mask->nd != 2 || key_mask->sizes[0] != B || key_mask->sizes[1] != N)
+            return pn_error_null(PN_ERR_SHAPE, OP ": key_mask %s must have shape [%lld,%lld] (B, N) for q %s",
+                                 pn_shape_str(key_mask), (long long)B, (long long)N, pn_shape_str(q));
+    }
+
+    pn_tensor *qc = pn_lin_contig(q), *kc = pn_lin_contig(k), *vc = pn_lin_contig(v), *mc = pn_lin_contig(m);
+    pn_tensor *maskc = key_mask ? pn_lin_contig(key_mask) : NULL;
+    pn_tensor *out = NULL;
+    double *s = malloc(sizeof(double) * (size_t)(H > 0 ? H : 1));
+    if (!s) pn_error(PN_ERR_OOM, OP ": out of memory");
+    if (!qc || !kc || !vc || !mc || (key_mask && !maskc) || !s) goto fail;
+    int64_t shape[4] = {B, H, N, v->sizes[3]};
+    if (!(out = pn_empty(4, shape, q->dt, PN_CPU))) goto fail;
+    sigmoids(mc, s);
+    cos_args a;
+    fill_args(&a, qc, kc, vc, maskc, causal, s);
+    if (!cos_forward(&a, pn_ptr(out))) {
+        pn_error(PN_ERR_OOM, OP ": out of memory for the state of q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+        goto fail;
+    }
+    pn_tensor *ins[4] = {q, k, v, m};
+    if (pn_ag_needed(4, ins)) {
+        pn_node *node = pn_ag_record(out, OP, cosine_bw, 4, ins);
+        if (!node) goto fail;
+        pn_ag_save(node, qc), pn_ag_save(node, kc), pn_ag_save(node, vc), pn_ag_save(node, mc);
+        if (maskc) pn_ag_save(node, maskc);
+        node->iv[0] = causal != 0;
+    }
+    goto done;
+fail:
+    pn_release(out);
+    out = NULL;
+done:
+    pn_release(qc), pn_release(kc), pn_release(vc), pn_release(mc), pn_release(maskc);
+    free(s);
+    return out;
+}

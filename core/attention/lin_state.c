@@ -1,0 +1,209 @@
+/* lin_state.c — recurrent inference states for cosine and power attention (DESIGN §3.2):
+ * one position at a time, memory constant in sequence length, no autograd.
+ *
+ * cosine (Cottention Eq. 8): S ← S + k̂ vᵀ, n ← n + 1, out = n^{−σ(m_h)} q̂ᵀ S
+ * power (sympow, gated):     S ← γ S + φ(k) vᵀ, z ← γ z + φ(k), γ = exp(log_gate) (1 without),
+ *                            out = Sᵀφ(scale·q) / z·φ(scale·q)   (0 when the denominator is 0)
+ * The key of step t enters the state before its query reads it, so step t returns row t of
+ * the causal parallel form (cosine.c, power.c) fed with the same rows. S is (B, H, D', Dv)
+ * and z (B, H, D') with D' = D (cosine) or C(D+p−1, p) (power), kept in f64 for both dtypes
+ * (long sequences accumulate without drift); inputs and outputs use the state's dtype. */
+#include "linear.h"
+
+enum { KIND_COSINE = 0, KIND_POWER = 1 };
+
+struct pn_lin_state {
+    int kind;
+    int dt, p;
+    int64_t B, H, D, Dv, Dp; /* Dp: the feature dim of the state (D or C(D+p−1, p)) */
+    double scale;            /* power: multiplies q·k */
+    double *s;               /* cosine: (H) σ(m_h) */
+    pn_sympow_table *tab;    /* power: φᵖ */
+    double *S;               /* (B, H, Dp, Dv) */
+    double *z;               /* (B, H, Dp), power */
+    int64_t steps;           /* positions seen */
+};
+
+static const char *state_name(const pn_lin_state *s) { return s->kind == KIND_POWER ? "power_state" : "cosine_state"; }
+
+void pn_lin_state_free(pn_lin_state *s) {
+    if (!s) return;
+    free(s->s);
+    pn_sympow_table_free(s->tab);
+    pn_free(s->S, sizeof(double) * (size_t)(s->B * s->H * s->Dp * s->Dv));
+    if (s->z) pn_free(s->z, sizeof(double) * (size_t)(s->B * s->H * s->Dp));
+    free(s);
+}
+
+static pn_status check_dims(const char *op, int64_t B, int64_t H, int64_t D, int64_t Dv, int dtype) {
+    if (B < 1 || H < 1 || D < 1 || Dv < 1)
+        return pn_error(PN_ERR_ARG, "%s: batch %lld, heads %lld, dim %lld and dim_v %lld must all be >= 1", op,
+                        (long long)B, (long long)H, (long long)D, (long long)Dv);
+    if (dtype != PN_F32 && dtype != PN_F64)
+        return pn_error(PN_ERR_DTYPE, "%s: dtype %s, expected f32 or f64", op, pn_dtype_name(dtype));
+    return PN_OK;
+}
+
+/* S (and z) zeroed; pn_alloc counts them in pn_live_bytes */
+static pn_lin_state *alloc_state(const char *op, pn_lin_state *s, bool with_z) {
+    const int64_t n = s->B * s->H * s->Dp;
+    if (n > INT64_MAX / 8 / s->Dv) {
+        pn_lin_state_free(s);
+        return pn_error_null(PN_ERR_ARG, "%s: state of %lld x %lld elements is too large", op, (long long)n,
+                             (long long)s->Dv);
+    }
+    s->S = pn_alloc(sizeof(double) * (size_t)(n * s->Dv));
+    if (s->S && with_z) s->z = pn_alloc(sizeof(double) * (size_t)n);
+    if (!s->S || (with_z && !s->z)) {
+        pn_lin_state_free(s);
+        return NULL; /* pn_alloc set the error */
+    }
+    pn_lin_state_reset(s);
+    return s;
+}
+
+pn_lin_state *pn_cosine_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, pn_tensor *m, int dtype) {
+    const char *op = "cosine_state";
+    if (check_dims(op, B, H, D, Dv, dtype)) return NULL;
+    if (!m) return pn_error_null(PN_ERR_ARG, "%s: m (one stabiliser per head, shape [%lld]) is required", op, (long long)H);
+    if (pn_check_cpu(op, "m", m) || pn_check_float(op, "m", m)) return NULL;
+    if (m->nd != 1 || m->sizes[0] != H)
+        return pn_error_null(PN_ERR_SHAPE, "%s: m %s must have shape [%lld] (one per head)", op, pn_shape_str(m),
+                             (long long)H);
+    pn_lin_state *s = calloc(1, sizeof *s);
+    if (s) s->s = malloc(sizeof(double) * (size_t)H);
+    if (!s || !s->s) {
+        free(s);
+        return pn_error_null(PN_ERR_OOM, "%s: out of memory", op);
+    }
+    s->kind = KIND_COSINE, s->dt = dtype, s->B = B, s->H = H, s->D = D, s->Dv = Dv, s->Dp = D;
+    for (int64_t h = 0; h < H; h++) s->s[h] = 1.0 / (1.0 + exp(-pn_ld(pn_ptr(m), m->dt, h * m->strides[0])));
+    return alloc_state(op, s, false);
+}
+
+pn_lin_state *pn_power_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, int p, double scale, int dtype) {
+    const char *op = "power_state";
+    if (check_dims(op, B, H, D, Dv, dtype)) return NULL;
+    if (p < 2 || p % 2 || p > PN_SYMPOW_MAX_P)
+        return pn_error_null(PN_ERR_ARG, "%s: p = %d must be even and in [2, %d]", op, p, PN_SYMPOW_MAX_P);
+    if (isnan(scale)) scale = 1;
+    if (!isfinite(scale)) return pn_error_null(PN_ERR_ARG, "%s: scale %g is not finite", op, scale);
+    pn_sympow_table *tab = pn_sympow_table_new(op, D, p);
+    if (!tab) return NULL;
+    pn_lin_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        pn_sympow_table_free(tab);
+        return pn_error_null(PN_ERR_OOM, "%s: out of memory", op);
+    }
+    s->kind = KIND_POWER, s->dt = dtype, s->p = p, s->scale = scale, s->tab = tab;
+    s->B = B, s->H = H, s->D = D, s->Dv = Dv, s->Dp = tab->Dp;
+    return alloc_state(op, s, true);
+}
+
+void pn_lin_state_reset(pn_lin_state *s) {
+    if (!s) return;
+    memset(s->S, 0, sizeof(double) * (size_t)(s->B * s->H * s->Dp * s->Dv));
+    if (s->z) memset(s->z, 0, sizeof(double) * (size_t)(s->B * s->H * s->Dp));
+    s->steps = 0;
+}
+
+int64_t pn_lin_state_bytes(const pn_lin_state *s) {
+    if (!s) return 0;
+    int64_t n = (int64_t)sizeof *s + (int64_t)sizeof(double) * s->B * s->H * s->Dp * s->Dv;
+    if (s->z) n += (int64_t)sizeof(double) * s->B * s->H * s->Dp;
+    if (s->s) n += (int64_t)sizeof(double) * s->H;
+    if (s->tab) n += (int64_t)sizeof *s->tab + s->tab->Dp * (int64_t)(s->tab->p * sizeof(int32_t) + sizeof(double));
+    return n;
+}
+
+/* t must be (B, H, n) in the state's dtype, on the cpu */
+static pn_status check_row(const pn_lin_state *s, const char *arg, const pn_tensor *t, int64_t n) {
+    const char *op = state_name(s);
+    if (!t) return pn_error(PN_ERR_ARG, "%s.step: %s is nil", op, arg);
+    PN_TRY(pn_check_cpu(op, arg, t));
+    if (t->dt != s->dt)
+        return pn_error(PN_ERR_DTYPE, "%s.step: %s %s %s must have the state's dtype %s", op, arg, pn_dtype_name(t->dt),
+                        pn_shape_str(t), pn_dtype_name(s->dt));
+    int64_t want[3] = {s->B, s->H, n};
+    int nd = n ? 3 : 2;
+    if (t->nd != nd || memcmp(t->sizes, want, sizeof(int64_t) * (size_t)nd))
+        return pn_error(PN_ERR_SHAPE, "%s.step: %s %s must have shape %s", op, arg, pn_shape_str(t),
+                        pn_dims_str(nd, want));
+    return PN_OK;
+}
+
+pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *log_gate) {
+    if (!s) return pn_error_null(PN_ERR_ARG, "lin_state_step: state is nil (freed?)");
+    const char *op = state_name(s);
+    if (check_row(s, "q", q, s->D) || check_row(s, "k", k, s->D) || check_row(s, "v", v, s->Dv)) return NULL;
+    if (log_gate && s->kind == KIND_COSINE)
+        return pn_error_null(PN_ERR_ARG, "%s.step: cosine attention has no gates; log_gate must be nil", op);
+    if (log_gate && check_row(s, "log_gate", log_gate, 0)) return NULL;
+
+    pn_tensor *qc = pn_lin_contig(q), *kc = pn_lin_contig(k), *vc = pn_lin_contig(v);
+    pn_tensor *gc = log_gate ? pn_lin_contig(log_gate) : NULL;
+    int64_t shape[3] = {s->B, s->H, s->Dv};
+    pn_tensor *out = (qc && kc && vc && (gc || !log_gate)) ? pn_empty(3, shape, s->dt, PN_CPU) : NULL;
+    if (!out) goto done;
+    const int64_t BH = s->B * s->H, D = s->D, Dv = s->Dv, Dp = s->Dp;
+    const int64_t n = s->steps + 1; /* positions including this one */
+    int oom = 0;
+    #pragma omp parallel if (BH * Dp * Dv > PN_PAR_MIN)
+    {
+        double *buf = malloc(sizeof(double) * (size_t)(2 * D + 2 * Dv + Dp));
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            if (!buf) continue;
+            double *x = buf, *xs = x + D, *vr = xs + D, *o = vr + Dv, *ph = o + Dv;
+            double *S = s->S + bh * Dp * Dv;
+            ld_row(pn_ptr(vc), s->dt, bh * Dv, Dv, vr);
+            ld_row(pn_ptr(kc), s->dt, bh * D, D, x);
+            if (s->kind == KIND_COSINE) {
+                cos_normalize(x, ph, D);
+                for (int64_t d = 0; d < D; d++)
+                    for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += ph[d] * vr[e];
+                ld_row(pn_ptr(qc), s->dt, bh * D, D, x);
+                cos_normalize(x, ph, D);
+                const double c = n > 1 ? exp(-s->s[bh % s->H] * log((double)n)) : 1.0;
+                for (int64_t e = 0; e < Dv; e++) o[e] = 0;
+                for (int64_t d = 0; d < D; d++)
+                    for (int64_t e = 0; e < Dv; e++) o[e] += c * ph[d] * S[d * Dv + e];
+            } else {
+                double *z = s->z + bh * Dp;
+                if (gc) {
+                    const double gam = exp(pn_ld(pn_ptr(gc), s->dt, bh));
+                    for (int64_t i = 0; i < Dp * Dv; i++) S[i] *= gam;
+                    for (int64_t i = 0; i < Dp; i++) z[i] *= gam;
+                }
+                pn_sympow_apply(s->tab, x, ph);
+                for (int64_t d = 0; d < Dp; d++) {
+                    z[d] += ph[d];
+                    for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += ph[d] * vr[e];
+                }
+                ld_row(pn_ptr(qc), s->dt, bh * D, D, x);
+                for (int64_t d = 0; d < D; d++) xs[d] = s->scale * x[d];
+                pn_sympow_apply(s->tab, xs, ph);
+                double den = dotd(ph, z, Dp);
+                for (int64_t e = 0; e < Dv; e++) o[e] = 0;
+                for (int64_t d = 0; d < Dp; d++)
+                    for (int64_t e = 0; e < Dv; e++) o[e] += ph[d] * S[d * Dv + e];
+                for (int64_t e = 0; e < Dv; e++) o[e] = den != 0 ? o[e] / den : 0;
+            }
+            st_row(pn_ptr(out), s->dt, bh * Dv, Dv, o);
+        }
+        free(buf);
+    }
+    if (oom) {
+        pn_release(out);
+        out = pn_error_null(PN_ERR_OOM, "%s.step: out of memory", op);
+        goto done; /* the state may be partly updated: reset it before reuse */
+    }
+    s->steps = n;
+done:
+    pn_release(qc), pn_release(kc), pn_release(vc), pn_release(gc);
+    return out;
+}

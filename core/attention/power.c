@@ -1,0 +1,672 @@
+/* power.c — symmetric power attention (DESIGN §3.2; Buckman et al., "Improving Symmetric
+ * Power Transformers with Conformal Transformations") and the embedding φᵖ, forward and
+ * analytic backward.
+ *
+ *   B_ij = g_ij · (scale · q_i·k_j)^p      p even, so B_ij ≥ 0
+ *   out_i = Σ_j B_ij v_j / Σ_j B_ij        over j ≤ i (causal) or all j
+ *   g_ij = exp(Σ_{k=j+1..i} log_gate_k) = exp(L_i − L_j),  L_t = Σ_{k≤t} log_gate_k
+ *
+ * Without causality the gate is the same product over the positions strictly after the
+ * earlier of i, j up to the later one: log g_ij = L_max(i,j) − L_min(i,j) (a symmetric decay
+ * by distance, as ALiBi's bidirectional variant). A row whose scores are all zero (e.g.
+ * q_i = 0) has no weights to normalise: its output is 0 (and so is its gradient), in
+ * every form.
+ *
+ * Two parallel forms, which agree with each other and with the recurrent state
+ * (lin_state.c):
+ *  - quadratic (chunk = 0): row by row in log space, log B_ij = p·log|s_ij| + log g_ij,
+ *    shifted by the row max before exp — no overflow for any p or gate. O(N²·D) per (b,h),
+ *    O(N) scratch per row; never an N×N matrix.
+ *  - chunked (chunk = c, causal only): inside a chunk the quadratic terms, across chunks
+ *    the φᵖ state S = Σ_j g φ(k_j) v_jᵀ (D'×Dv) and z = Σ_j g φ(k_j) (D'), decayed by the
+ *    gates; D' = C(D+p−1, p). O(N·c·D + N·D'·Dv) per (b,h). Not in log space (like the
+ *    recurrent state): scores (scale·q·k)^p must stay within the f64 range.
+ * Both accumulate in f64 for f32 and f64 inputs. Backward is analytic for both; the
+ * chunked backward recomputes the forward keeping the N/c chunk-boundary states (more
+ * chunks, more memory: the usual trade-off) and then runs the state recursion in reverse. */
+#include "linear.h"
+
+#define OP "power_attention"
+
+/* ---- φᵖ: the symmetric power embedding ------------------------------------------------- */
+pn_status pn_sympow_dim(const char *op, int64_t D, int p, int64_t *out) {
+    if (p < 1 || p > PN_SYMPOW_MAX_P)
+        return pn_error(PN_ERR_ARG, "%s: power p = %d out of range [1, %d]", op, p, PN_SYMPOW_MAX_P);
+    if (D < 1) return pn_error(PN_ERR_SHAPE, "%s: feature dim D = %lld must be at least 1", op, (long long)D);
+    int64_t c = 1; /* C(D−1+i, i) for i = 1..p, exact at every step */
+    for (int i = 1; i <= p; i++) {
+        int64_t f = D - 1 + i;
+        if (c > INT64_MAX / f || c * f / i > PN_SYMPOW_MAX_DIM)
+            return pn_error(PN_ERR_ARG, "%s: the symmetric power dim C(D+p-1, p) for D = %lld, p = %d exceeds %lld", op,
+                            (long long)D, p, (long long)PN_SYMPOW_MAX_DIM);
+        c = c * f / i;
+    }
+    *out = c;
+    return PN_OK;
+}
+
+void pn_sympow_table_free(pn_sympow_table *t) {
+    if (!t) return;
+    free(t->idx);
+    free(t->w);
+    free(t);
+}
+
+pn_sympow_table *pn_sympow_table_new(const char *op, int64_t D, int p) {
+    int64_t Dp;
+    if (pn_sympow_dim(op, D, p, &Dp)) return NULL;
+    pn_sympow_table *t = calloc(1, sizeof *t);
+    if (t) {
+        t->idx = malloc(sizeof(int32_t) * (size_t)(Dp * p));
+        t->w = malloc(sizeof(double) * (size_t)Dp);
+    }
+    if (!t || !t->idx || !t->w) {
+        pn_sympow_table_free(t);
+        return pn_error_null(PN_ERR_OOM, "%s: out of memory for the symmetric power table (D = %lld, p = %d)", op,
+                             (long long)D, p);
+    }
+    t->D = D, t->p = p, t->Dp = Dp;
+    double fact[PN_SYMPOW_MAX_P + 1];
+    fact[0] = 1;
+    for (int i = 1; i <= p; i++) fact[i] = fact[i - 1] * i;
+    int32_t cur[PN_SYMPOW_MAX_P] = {0}; /* the multiset i_1 ≤ … ≤ i_p, lexicographic */
+    for (int64_t a = 0; a < Dp; a++) {
+        memcpy(t->idx + a * p, cur, sizeof(int32_t) * (size_t)p);
+        double denom = 1;
+        for (int r = 0, run = 1; r < p; r++, run++) { /* Π m_d! from the runs of equal indices */
+            if (r + 1 == p || cur[r + 1] != cur[r]) {
+                denom *= fact[run];
+                run = 0;
+            }
+        }
+        t->w[a] = sqrt(fact[p] / denom);
+        int r = p - 1; /* next multiset: bump the last index below D−1, copy it rightwards */
+        while (r >= 0 && cur[r] == D - 1) r--;
+        if (r < 0) break;
+        cur[r]++;
+        for (int s = r + 1; s < p; s++) cur[s] = cur[r];
+    }
+    return t;
+}
+
+void pn_sympow_apply(const pn_sympow_table *t, const double *x, double *phi) {
+    const int p = t->p;
+    for (int64_t a = 0; a < t->Dp; a++) {
+        const int32_t *ix = t->idx + a * p;
+        double v = t->w[a];
+        for (int r = 0; r < p; r++) v *= x[ix[r]];
+        phi[a] = v;
+    }
+}
+
+void pn_sympow_grad(const pn_sympow_table *t, const double *x, const double *gphi, double *gx) {
+    const int p = t->p;
+    double pre[PN_SYMPOW_MAX_P + 1];
+    for (int64_t a = 0; a < t->Dp; a++) {
+        if (gphi[a] == 0) continue;
+        const int32_t *ix = t->idx + a * p;
+        /* ∂/∂x_{i_r} of Π x = prefix·suffix products (exact when some x are 0) */
+        pre[0] = 1;
+        for (int r = 0; r < p; r++) pre[r + 1] = pre[r] * x[ix[r]];
+        double suf = gphi[a] * t->w[a];
+        for (int r = p - 1; r >= 0; r--) {
+            gx[ix[r]] += pre[r] * suf;
+            suf *= x[ix[r]];
+        }
+    }
+}
+
+/* node extra: the table; saved[0] = x (contiguous) */
+static pn_status sympow_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    const pn_sympow_table *t = n->extra;
+    pn_tensor *x = n->saved[0];
+    pn_tensor *gc = pn_lin_contig(g);
+    pn_tensor *gx = gc ? pn_empty_like(x) : NULL;
+    if (!gx) {
+        pn_release(gc);
+        return pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory for x %s", pn_shape_str(x));
+    }
+    const int64_t D = t->D, Dp = t->Dp, R = pn_numel(x) / D;
+    int oom = 0;
+    #pragma omp parallel if (R * Dp * t->p > PN_PAR_MIN)
+    {
+        double *buf = malloc(sizeof(double) * (size_t)(2 * D + Dp));
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            if (!buf) continue;
+            double *xr = buf, *gr = buf + D, *gp = buf + 2 * D;
+            ld_row(pn_ptr(x), x->dt, r * D, D, xr);
+            ld_row(pn_ptr(gc), gc->dt, r * Dp, Dp, gp);
+            memset(gr, 0, sizeof(double) * (size_t)D);
+            pn_sympow_grad(t, xr, gp, gr);
+            st_row(pn_ptr(gx), gx->dt, r * D, D, gr);
+        }
+        free(buf);
+    }
+    pn_release(gc);
+    if (oom) {
+        pn_release(gx);
+        return pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory");
+    }
+    gin[0] = gx;
+    return PN_OK;
+}
+
+static void free_table(void *t) { pn_sympow_table_free(t); }
+
+pn_tensor *pn_sympow_embed(pn_tensor *x, int p) {
+    const char *op = "sympow_embed";
+    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
+    if (pn_check_cpu(op, "x", x) || pn_check_float(op, "x", x)) return NULL;
+    if (x->nd < 1) return pn_error_null(PN_ERR_SHAPE, "%s: x %s must have at least 1 dim (…, D)", op, pn_shape_str(x));
+    int64_t Dp, D = x->sizes[x->nd - 1];
+    if (pn_sympow_dim(op, D, p, &Dp)) return NULL;
+    int64_t shape[PN_MAX_DIMS];
+    memcpy(shape, x->sizes, sizeof shape);
+    shape[x->nd - 1] = Dp;
+    pn_sympow_table *t = pn_sympow_table_new(op, D, p);
+    pn_tensor *xc = t ? pn_lin_contig(x) : NULL;
+    pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, PN_CPU) : NULL;
+    if (!out) goto fail;
+    const int64_t R = pn_numel(x) / D;
+    int oom = 0;
+    #pragma omp parallel if (R * Dp * p > PN_PAR_MIN)
+    {
+        double *buf = malloc(sizeof(double) * (size_t)(D + Dp));
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            if (!buf) continue;
+            ld_row(pn_ptr(xc), xc->dt, r * D, D, buf);
+            pn_sympow_apply(t, buf, buf + D);
+            st_row(pn_ptr(out), out->dt, r * Dp, Dp, buf + D);
+        }
+        free(buf);
+    }
+    if (oom) {
+        pn_error(PN_ERR_OOM, "%s: out of memory", op);
+        goto fail;
+    }
+    if (pn_ag_needed(1, &x)) {
+        pn_node *n = pn_ag_record(out, op, sympow_bw, 1, &x);
+        if (!n) goto fail;
+        pn_ag_save(n, xc);
+        n->extra = t;
+        n->free_extra = free_table;
+        t = NULL;
+    }
+    pn_release(xc);
+    pn_sympow_table_free(t);
+    return out;
+fail:
+    pn_release(out);
+    pn_release(xc);
+    pn_sympow_table_free(t);
+    return NULL;
+}
+
+/* ---- power attention: shared per-(b, h) data -------------------------------------------- */
+typedef struct {
+    int64_t B, H, N, D, Dv, c; /* c: chunk size, 0 = quadratic */
+    int dt, p, causal;
+    double scale;
+    const void *q, *k, *v;     /* (B, H, N, D), (B, H, N, D), (B, H, N, Dv) */
+    const void *lg;            /* (B, H, N) log gates, or NULL */
+    const pn_sympow_table *tab; /* chunked form only */
+} pw_args;
+
+/* One (b, h) pair loaded into f64: qs = scale·q (N, D), k (N, D), v (N, Dv), L (N) the
+ * cumulative log gates (zeros without gates). */
+typedef struct {
+    double *qs, *k, *v, *L;
+} pw_rows;
+
+static double *pw_load(const pw_args *a, int64_t bh, pw_rows *r, size_t extra) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv;
+    double *buf = calloc((size_t)(2 * N * D + N * Dv + N) + extra, sizeof(double));
+    if (!buf) return NULL;
+    r->qs = buf, r->k = buf + N * D, r->v = r->k + N * D, r->L = r->v + N * Dv;
+    ld_row(a->q, a->dt, bh * N * D, N * D, r->qs);
+    for (int64_t i = 0; i < N * D; i++) r->qs[i] *= a->scale;
+    ld_row(a->k, a->dt, bh * N * D, N * D, r->k);
+    ld_row(a->v, a->dt, bh * N * Dv, N * Dv, r->v);
+    if (a->lg) {
+        ld_row(a->lg, a->dt, bh * N, N, r->L);
+        for (int64_t t = 1; t < N; t++) r->L[t] += r->L[t - 1];
+    }
+    return buf;
+}
+
+/* log g_ij */
+static inline double log_gate(const double *L, int64_t i, int64_t j) { return i >= j ? L[i] - L[j] : L[j] - L[i]; }
+
+/* Row i of the quadratic form: lb (N) ← log B_ij for the attended j (−inf for a zero
+ * score); returns the row max (−inf when every score is zero) and *jend = last j + 1. */
+static double quad_row(const pw_args *a, const pw_rows *r, int64_t i, double *lb, int64_t *jend) {
+    const int64_t D = a->D, n = a->causal ? i + 1 : a->N;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        double s = dotd(r->qs + i * D, r->k + j * D, D);
+        lb[j] = s == 0 ? -INFINITY : a->p * log(fabs(s)) + log_gate(r->L, i, j);
+        if (lb[j] > mx) mx = lb[j];
+    }
+    *jend = n;
+    return mx;
+}
+
+/* ---- quadratic form ------------------------------------------------------------------------ */
+static bool quad_forward(const pw_args *a, void *out) {
+    const int64_t N = a->N, Dv = a->Dv, BH = a->B * a->H;
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (BH * N * N * a->D > PN_PAR_MIN)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        pw_rows r;
+        double *buf = pw_load(a, bh, &r, (size_t)(N + Dv));
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        double *lb = r.L + N, *o = lb + N;
+        for (int64_t i = 0; i < N; i++) {
+            int64_t n;
+            double mx = quad_row(a, &r, i, lb, &n);
+            memset(o, 0, sizeof(double) * (size_t)Dv);
+            if (mx > -INFINITY) {
+                double Z = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    double w = exp(lb[j] - mx);
+                    Z += w;
+                    for (int64_t e = 0; e < Dv; e++) o[e] += w * r.v[j * Dv + e];
+                }
+                for (int64_t e = 0; e < Dv; e++) o[e] /= Z;
+            }
+            st_row(out, a->dt, (bh * N + i) * Dv, Dv, o);
+        }
+        free(buf);
+    }
+    return !oom;
+}
+
+/* Gradients of one (b, h) pair, accumulated in f64 and stored at the end.
+ * gq, gk (N, D), gv (N, Dv), gL (N): the slice of buf after the loaded rows. */
+typedef struct {
+    double *gq, *gk, *gv, *gL, *g;
+} pw_grads;
+
+static void pw_grads_init(const pw_args *a, const void *g, int64_t bh, double *at, pw_grads *G) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv;
+    G->gq = at, G->gk = at + N * D, G->gv = G->gk + N * D, G->gL = G->gv + N * Dv, G->g = G->gL + N;
+    ld_row(g, a->dt, bh * N * Dv, N * Dv, G->g);
+}
+static size_t pw_grads_size(const pw_args *a) { return (size_t)(2 * a->N * a->D + 2 * a->N * a->Dv + a->N); }
+
+/* Store the gradients of one (b, h) pair: gq = scale·g(qs); glg_k = Σ_{t ≥ k} gL_t. */
+static void pw_grads_store(const pw_args *a, int64_t bh, pw_grads *G, void *gq, void *gk, void *gv, void *glg) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv;
+    if (gq) {
+        for (int64_t i = 0; i < N * D; i++) G->gq[i] *= a->scale;
+        st_row(gq, a->dt, bh * N * D, N * D, G->gq);
+    }
+    if (gk) st_row(gk, a->dt, bh * N * D, N * D, G->gk);
+    if (gv) st_row(gv, a->dt, bh * N * Dv, N * Dv, G->gv);
+    if (glg) {
+        for (int64_t t = N - 2; t >= 0; t--) G->gL[t] += G->gL[t + 1];
+        st_row(glg, a->dt, bh * N, N, G->gL);
+    }
+}
+
+/* Per row i, with A_ij = B_ij/Σ_l B_il and out_i = Σ_j A_ij v_j:
+ *   ∂log B_ij = A_ij (g_i·v_j − g_i·out_i)
+ *   g v_j += A_ij g_i;   ∂s_ij = p ∂log B_ij / s_ij;   g qs_i += ∂s_ij k_j, g k_j += ∂s_ij qs_i
+ *   log g_ij = L_later − L_earlier:  g L_later += ∂log B_ij, g L_earlier −= ∂log B_ij */
+static bool quad_backward(const pw_args *a, const void *g, void *gq, void *gk, void *gv, void *glg) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H;
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (BH * N * N * a->D > PN_PAR_MIN)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        pw_rows r;
+        double *buf = pw_load(a, bh, &r, (size_t)(N + Dv) + pw_grads_size(a));
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        double *lb = r.L + N, *o = lb + N;
+        pw_grads G;
+        pw_grads_init(a, g, bh, o + Dv, &G);
+        for (int64_t i = 0; i < N; i++) {
+            int64_t n;
+            double mx = quad_row(a, &r, i, lb, &n);
+            if (mx == -INFINITY) continue; /* an all-zero row: output 0, no gradient */
+            const double *gi = G.g + i * Dv, *qi = r.qs + i * D;
+            double Z = 0;
+            for (int64_t j = 0; j < n; j++) Z += (lb[j] = exp(lb[j] - mx));
+            memset(o, 0, sizeof(double) * (size_t)Dv);
+            for (int64_t j = 0; j < n; j++) {
+                lb[j] /= Z; /* now A_ij */
+                for (int64_t e = 0; e < Dv; e++) o[e] += lb[j] * r.v[j * Dv + e];
+            }
+            const double go = dotd(gi, o, Dv);
+            for (int64_t j = 0; j < n; j++) {
+                const double A = lb[j];
+                if (A == 0) continue;
+                const double *kj = r.k + j * D;
+                const double dlb = A * (dotd(gi, r.v + j * Dv, Dv) - go);
+                for (int64_t e = 0; e < Dv; e++) G.gv[j * Dv + e] += A * gi[e];
+                const double ds = a->p * dlb / dotd(qi, kj, D); /* A ≠ 0 ⇒ s ≠ 0 */
+                for (int64_t d = 0; d < D; d++) {
+                    G.gq[i * D + d] += ds * kj[d];
+                    G.gk[j * D + d] += ds * qi[d];
+                }
+                int64_t later = i >= j ? i : j, earlier = i >= j ? j : i;
+                G.gL[later] += dlb;
+                G.gL[earlier] -= dlb;
+            }
+        }
+        pw_grads_store(a, bh, &G, gq, gk, gv, glg);
+        free(buf);
+    }
+    return !oom;
+}
+
+/* ---- chunked form ---------------------------------------------------------------------------- */
+/* State update after chunk [s0, s1): S ← decay·S + Σ_j f_j φ(k_j) v_jᵀ, z likewise, with
+ * decay = exp(L_{s1−1} − L_{s0−1}) and f_j = exp(L_{s1−1} − L_j). phk (D') scratch. */
+static void chunk_update(const pw_args *a, const pw_rows *r, int64_t s0, int64_t s1, double *S, double *z,
+                         double *phk) {
+    const int64_t D = a->D, Dv = a->Dv, Dp = a->tab->Dp;
+    const double Le = r->L[s1 - 1], decay = exp(Le - (s0 > 0 ? r->L[s0 - 1] : 0));
+    if (decay != 1) {
+        for (int64_t i = 0; i < Dp * Dv; i++) S[i] *= decay;
+        for (int64_t i = 0; i < Dp; i++) z[i] *= decay;
+    }
+    for (int64_t j = s0; j < s1; j++) {
+        const double f = exp(Le - r->L[j]);
+        const double *vj = r->v + j * Dv;
+        pn_sympow_apply(a->tab, r->k + j * D, phk);
+        for (int64_t d = 0; d < Dp; d++) {
+            const double w = f * phk[d];
+            z[d] += w;
+            for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += w * vj[e];
+        }
+    }
+}
+
+/* Row i of chunk [s0, ·): num (Dv) and the returned denominator, from the state (S, z)
+ * entering the chunk (NULL for the first chunk) and the intra-chunk terms. phq (D') scratch. */
+static double chunk_row(const pw_args *a, const pw_rows *r, int64_t s0, int64_t i, const double *S, const double *z,
+                        double *phq, double *num) {
+    const int64_t D = a->D, Dv = a->Dv, Dp = a->tab->Dp;
+    const double *qi = r->qs + i * D;
+    double den = 0;
+    memset(num, 0, sizeof(double) * (size_t)Dv);
+    if (S) {
+        const double e = exp(r->L[i] - (s0 > 0 ? r->L[s0 - 1] : 0));
+        pn_sympow_apply(a->tab, qi, phq);
+        for (int64_t d = 0; d < Dp; d++) {
+            const double w = e * phq[d];
+            den += w * z[d];
+            for (int64_t x = 0; x < Dv; x++) num[x] += w * S[d * Dv + x];
+        }
+    }
+    for (int64_t j = s0; j <= i; j++) {
+        const double T = exp(r->L[i] - r->L[j]) * ipow(dotd(qi, r->k + j * D, D), a->p);
+        den += T;
+        for (int64_t x = 0; x < Dv; x++) num[x] += T * r->v[j * Dv + x];
+    }
+    return den;
+}
+
+static bool chunk_forward(const pw_args *a, void *out) {
+    const int64_t N = a->N, Dv = a->Dv, BH = a->B * a->H, c = a->c, Dp = a->tab->Dp;
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (BH * N * (c * a->D + Dp * Dv) > PN_PAR_MIN)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        pw_rows r;
+        double *buf = pw_load(a, bh, &r, (size_t)(Dp * Dv + 2 * Dp + Dv));
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        double *S = r.L + N, *z = S + Dp * Dv, *ph = z + Dp, *num = ph + Dp;
+        for (int64_t s0 = 0; s0 < N; s0 += c) {
+            for (int64_t i = s0; i < s0 + c; i++) {
+                double den = chunk_row(a, &r, s0, i, s0 > 0 ? S : NULL, z, ph, num);
+                for (int64_t x = 0; x < Dv; x++) num[x] = den != 0 ? num[x] / den : 0;
+                st_row(out, a->dt, (bh * N + i) * Dv, Dv, num);
+            }
+            if (s0 + c < N) chunk_update(a, &r, s0, s0 + c, S, z, ph);
+        }
+        free(buf);
+    }
+    return !oom;
+}
+
+/* With G_i = g_i/den_i (∂num_i) and gd_i = −g_i·out_i/den_i (∂den_i):
+ *  rows of chunk a, inter part (num_i += e_i S_aᵀφ(qs_i), den_i += e_i z_a·φ(qs_i)):
+ *    g φ(qs_i) = e_i (S_a G_i + z_a gd_i); ∂S_a += e_i φ(qs_i) G_iᵀ; ∂z_a += e_i φ(qs_i) gd_i;
+ *    log e_i = L_i − L_{s0−1}
+ *  intra part T_ij = exp(L_i − L_j) s_ij^p: ∂T = G_i·v_j + gd_i, g v_j += T G_i,
+ *    ∂s_ij = ∂T·exp(L_i − L_j)·p·s_ij^{p−1}
+ *  state update S_{a+1} = decay·S_a + Σ_j f_j φ(k_j) v_jᵀ (z likewise), run in reverse:
+ *    g φ(k_j) = f_j (∂S v_j + ∂z), g v_j += f_j ∂Sᵀ φ(k_j), ∂S_a = decay·∂S_{a+1}. */
+static bool chunk_backward(const pw_args *a, const void *g, void *gq, void *gk, void *gv, void *glg) {
+    const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H, c = a->c, Dp = a->tab->Dp, nc = N / c;
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (BH * N * (c * D + Dp * Dv) > PN_PAR_MIN)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        pw_rows r;
+        /* states entering each chunk (nc·(D'Dv + D')), ∂S, ∂z, den (N), out (N, Dv), φ (D'),
+         * g φ (D'), S G (D'), num (Dv), grads */
+        size_t extra = (size_t)(nc * (Dp * Dv + Dp) + Dp * Dv + Dp + N + N * Dv + 3 * Dp + Dv) + pw_grads_size(a);
+        double *buf = pw_load(a, bh, &r, extra);
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        double *Ss = r.L + N, *zs = Ss + nc * Dp * Dv, *dS = zs + nc * Dp, *dz = dS + Dp * Dv, *den = dz + Dp,
+               *out = den + N, *ph = out + N * Dv, *gph = ph + Dp, *SG = gph + Dp, *num = SG + Dp;
+        pw_grads G;
+        pw_grads_init(a, g, bh, num + Dv, &G);
+
+        /* forward again, keeping the state entering every chunk */
+        for (int64_t ci = 0; ci < nc; ci++) {
+            const int64_t s0 = ci * c;
+            double *S = Ss + ci * Dp * Dv, *z = zs + ci * Dp;
+            if (ci > 0) {
+                memcpy(S, S - Dp * Dv, sizeof(double) * (size_t)(Dp * Dv));
+                memcpy(z, z - Dp, sizeof(double) * (size_t)Dp);
+                chunk_update(a, &r, s0 - c, s0, S, z, ph);
+            }
+            for (int64_t i = s0; i < s0 + c; i++) {
+                den[i] = chunk_row(a, &r, s0, i, ci > 0 ? S : NULL, z, ph, out + i * Dv);
+                for (int64_t x = 0; x < Dv; x++) out[i * Dv + x] = den[i] != 0 ? out[i * Dv + x] / den[i] : 0;
+            }
+        }
+        /* G_i, gd_i in place: g ← g/den, den ← −g·out/den */
+        for (int64_t i = 0; i < N; i++) {
+            double *gi = G.g + i * Dv;
+            if (den[i] == 0) {
+                memset(gi, 0, sizeof(double) * (size_t)Dv);
+                continue;
+            }
+            const double inv = 1.0 / den[i];
+            den[i] = -dotd(gi, out + i * Dv, Dv) * inv;
+            for (int64_t x = 0; x < Dv; x++) gi[x] *= inv;
+        }
+        const double *gd = den;
+
+        /* reverse over chunks; ∂S, ∂z hold the gradient wrt the state leaving chunk ci */
+        for (int64_t ci = nc - 1; ci >= 0; ci--) {
+            const int64_t s0 = ci * c, s1 = s0 + c;
+            const double Lp = s0 > 0 ? r.L[s0 - 1] : 0, Le = r.L[s1 - 1];
+            const double *S = Ss + ci * Dp * Dv, *z = zs + ci * Dp;
+            if (ci < nc - 1) { /* the update that produced the state leaving this chunk */
+                for (int64_t j = s0; j < s1; j++) {
+                    const double f = exp(Le - r.L[j]);
+                    const double *vj = r.v + j * Dv;
+                    pn_sympow_apply(a->tab, r.k + j * D, ph);
+                    double gf = 0;
+                    for (int64_t d = 0; d < Dp; d++) {
+                        const double t = dotd(dS + d * Dv, vj, Dv) + dz[d];
+                        gph[d] = f * t;
+                        gf += ph[d] * t;
+                        for (int64_t x = 0; x < Dv; x++) G.gv[j * Dv + x] += f * ph[d] * dS[d * Dv + x];
+                    }
+                    gf *= f;
+                    G.gL[s1 - 1] += gf;
+                    G.gL[j] -= gf;
+                    pn_sympow_grad(a->tab, r.k + j * D, gph, G.gk + j * D);
+                }
+                const double decay = exp(Le - Lp);
+                if (ci > 0) {
+                    const double gdec = decay * (dotd(dS, S, Dp * Dv) + dotd(dz, z, Dp));
+                    G.gL[s1 - 1] += gdec;
+                    G.gL[s0 - 1] -= gdec;
+                }
+                for (int64_t i = 0; i < Dp * Dv; i++) dS[i] *= decay;
+                for (int64_t i = 0; i < Dp; i++) dz[i] *= decay;
+            }
+            for (int64_t i = s0; i < s1; i++) {
+                const double *gi = G.g + i * Dv, *qi = r.qs + i * D;
+                if (ci > 0) { /* inter-chunk: the state entering the chunk */
+                    const double e = exp(r.L[i] - Lp);
+                    pn_sympow_apply(a->tab, qi, ph);
+                    double ge = 0;
+                    for (int64_t d = 0; d < Dp; d++) {
+                        SG[d] = dotd(S + d * Dv, gi, Dv) + z[d] * gd[i];
+                        gph[d] = e * SG[d];
+                        ge += ph[d] * SG[d];
+                        const double w = e * ph[d];
+                        dz[d] += w * gd[i];
+                        for (int64_t x = 0; x < Dv; x++) dS[d * Dv + x] += w * gi[x];
+                    }
+                    ge *= e;
+                    G.gL[i] += ge;
+                    G.gL[s0 - 1] -= ge;
+                    pn_sympow_grad(a->tab, qi, gph, G.gq + i * D);
+                }
+                for (int64_t j = s0; j <= i; j++) { /* intra-chunk */
+                    const double *kj = r.k + j * D, *vj = r.v + j * Dv;
+                    const double E = exp(r.L[i] - r.L[j]), s = dotd(qi, kj, D), sp1 = ipow(s, a->p - 1);
+                    const double T = E * sp1 * s, dT = dotd(gi, vj, Dv) + gd[i];
+                    for (int64_t x = 0; x < Dv; x++) G.gv[j * Dv + x] += T * gi[x];
+                    const double ds = dT * E * a->p * sp1;
+                    for (int64_t d = 0; d < D; d++) {
+                        G.gq[i * D + d] += ds * kj[d];
+                        G.gk[j * D + d] += ds * qi[d];
+                    }
+                    G.gL[i] += dT * T;
+                    G.gL[j] -= dT * T;
+                }
+            }
+        }
+        pw_grads_store(a, bh, &G, gq, gk, gv, glg);
+        free(buf);
+    }
+    return !oom;
+}
+
+/* ---- entry point -------------------------------------------------------------------------------- */
+static void fill_args(pw_args *a, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *lg, int p, int causal,
+                      int64_t chunk, double scale, const pn_sympow_table *tab) {
+    a->B = q->sizes[0], a->H = q->sizes[1], a->N = q->sizes[2], a->D = q->sizes[3], a->Dv = v->sizes[3];
+    a->c = chunk, a->dt = q->dt, a->p = p, a->causal = causal != 0, a->scale = scale;
+    a->q = pn_ptr(q), a->k = pn_ptr(k), a->v = pn_ptr(v), a->lg = lg ? pn_ptr(lg) : NULL;
+    a->tab = tab;
+}
+
+/* saved: q, k, v (contiguous), log_gate when given; iv: p, causal, chunk; sc[0] = scale;
+ * extra: the φ table (chunked form) */
+static pn_status power_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *lg = n->saved[3];
+    pn_tensor *gc = pn_lin_contig(g), *gq = NULL, *gk = NULL, *gv = NULL, *glg = NULL;
+    if (!gc) goto oom;
+    if (pn_ag_input_needs(n, 0) && !(gq = pn_empty_like(q))) goto oom;
+    if (pn_ag_input_needs(n, 1) && !(gk = pn_empty_like(k))) goto oom;
+    if (pn_ag_input_needs(n, 2) && !(gv = pn_empty_like(v))) goto oom;
+    if (lg && pn_ag_input_needs(n, 3) && !(glg = pn_empty_like(lg))) goto oom;
+    pw_args a;
+    fill_args(&a, q, k, v, lg, (int)n->iv[0], (int)n->iv[1], n->iv[2], n->sc[0], n->extra);
+    void *pq = gq ? pn_ptr(gq) : NULL, *pk = gk ? pn_ptr(gk) : NULL, *pv = gv ? pn_ptr(gv) : NULL,
+         *pl = glg ? pn_ptr(glg) : NULL;
+    bool ok = a.c ? chunk_backward(&a, pn_ptr(gc), pq, pk, pv, pl) : quad_backward(&a, pn_ptr(gc), pq, pk, pv, pl);
+    if (!ok) goto oom;
+    pn_release(gc);
+    gin[0] = gq, gin[1] = gk, gin[2] = gv, gin[3] = glg;
+    return PN_OK;
+oom:
+    pn_release(gc), pn_release(gq), pn_release(gk), pn_release(gv), pn_release(glg);
+    return pn_error(PN_ERR_OOM, OP ": backward out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+}
+
+pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, int causal, pn_tensor *log_gate,
+                              int64_t chunk, double scale) {
+    if (pn_lin_check_qkv(OP, q, k, v)) return NULL;
+    const int64_t B = q->sizes[0], H = q->sizes[1], N = q->sizes[2];
+    if (p < 2 || p % 2 || p > PN_SYMPOW_MAX_P)
+        return pn_error_null(PN_ERR_ARG, OP ": p = %d must be even and in [2, %d] (q %s)", p, PN_SYMPOW_MAX_P,
+                             pn_shape_str(q));
+    if (isnan(scale)) scale = 1;
+    if (!isfinite(scale)) return pn_error_null(PN_ERR_ARG, OP ": scale %g is not finite", scale);
+    if (chunk < 0) return pn_error_null(PN_ERR_ARG, OP ": chunk = %lld must be >= 0 (0 = quadratic form)", (long long)chunk);
+    if (chunk > 0 && N % chunk)
+        return pn_error_null(PN_ERR_SHAPE, OP ": chunk = %lld does not divide the sequence length N = %lld of q %s",
+                             (long long)chunk, (long long)N, pn_shape_str(q));
+    if (chunk > 0 && !causal)
+        return pn_error_null(PN_ERR_ARG, OP ": the chunked form (chunk = %lld) is causal only; use chunk = 0 with causal = false",
+                             (long long)chunk);
+    if (log_gate) {
+        if (pn_check_cpu(OP, "log_gate", log_gate)) return NULL;
+        if (log_gate->dt != q->dt)
+            return pn_error_null(PN_ERR_DTYPE, OP ": log_gate %s %s must have the dtype of q (%s)",
+                                 pn_dtype_name(log_gate->dt), pn_shape_str(log_gate), pn_dtype_name(q->dt));
+        if (log_gate->nd != 3 || log_gate->sizes[0] != B || log_gate->sizes[1] != H || log_gate->sizes[2] != N)
+            return pn_error_null(PN_ERR_SHAPE, OP ": log_gate %s must have shape [%lld,%lld,%lld] (B, H, N) for q %s",
+                                 pn_shape_str(log_gate), (long long)B, (long long)H, (long long)N, pn_shape_str(q));
+    }
+    pn_sympow_table *tab = NULL;
+    if (chunk > 0 && !(tab = pn_sympow_table_new(OP, q->sizes[3], p))) return NULL;
+
+    pn_tensor *qc = pn_lin_contig(q), *kc = pn_lin_contig(k), *vc = pn_lin_contig(v);
+    pn_tensor *lgc = log_gate ? pn_lin_contig(log_gate) : NULL;
+    pn_tensor *out = NULL;
+    if (!qc || !kc || !vc || (log_gate && !lgc)) goto fail;
+    int64_t shape[4] = {B, H, N, v->sizes[3]};
+    if (!(out = pn_empty(4, shape, q->dt, PN_CPU))) goto fail;
+    pw_args a;
+    fill_args(&a, qc, kc, vc, lgc, p, causal, chunk, scale, tab);
+    if (!(chunk ? chunk_forward(&a, pn_ptr(out)) : quad_forward(&a, pn_ptr(out)))) {
+        pn_error(PN_ERR_OOM, OP ": out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+        goto fail;
+    }
+    pn_tensor *ins[4] = {q, k, v, log_gate};
+    if (pn_ag_needed(4, ins)) {
+        pn_node *n = pn_ag_record(out, OP, power_bw, 4, ins);
+        if (!n) goto fail;
+        pn_ag_save(n, qc), pn_ag_save(n, kc), pn_ag_save(n, vc);
+        if (lgc) pn_ag_save(n, lgc);
+        n->iv[0] = p, n->iv[1] = causal != 0, n->iv[2] = chunk;
+        n->sc[0] = scale;
+        n->extra = tab, n->free_extra = free_table;
+        tab = NULL;
+    }
+    goto done;
+fail:
+    pn_release(out);
+    out = NULL;
+done:
+    pn_release(qc), pn_release(kc), pn_release(vc), pn_release(lgc);
+    pn_sympow_table_free(tab);
+    return out;
+}
