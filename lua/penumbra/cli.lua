@@ -5,6 +5,9 @@ usage: ./bench <command | script.lua> [args]
 
   ./bench script.lua [key=value ...]   run a Lua script (experiments/*.lua); key=value
                                        pairs reach it as the global table `args`
+  ./bench compare a.lua b.lua … seeds=N [key=value …]
+                                       run experiments over seeds, print and save a
+                                       table (runs/compare/<stamp>.md and .h5)
   ./bench test [spec files or dirs]    run the busted specs (default: spec/); ends with
                                        "N passed, N failed, N skipped"
   ./bench --help                       this text
@@ -63,6 +66,9 @@ if cmd == nil or cmd == '--help' or cmd == '-h' or cmd == 'help' then
   os.exit(cmd == nil and 1 or 0)
 elseif cmd == 'test' then
   run_tests(rest)
+elseif cmd == 'compare' then
+  local ok, err = xpcall(function() require('penumbra.compare').main(rest) end, debug.traceback)
+  if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
 elseif cmd:match('%.lua$') then
   run_script(cmd, rest)
 else

@@ -1,0 +1,3 @@
+-- GAT with dot attention on CiteSeer (Planetoid public split); hyperparameters in the recipe.
+--   ./bench experiments/citeseer_dot.lua [seed=1] [lr=0.01] …
+return require('penumbra.recipes.gat_planetoid'){ dataset = 'citeseer', score = 'dot' }

@@ -1,0 +1,3 @@
+-- GAT with gat attention on Cora (Planetoid public split); hyperparameters in the recipe.
+--   ./bench experiments/cora_gat.lua [seed=1] [lr=0.01] …
+return require('penumbra.recipes.gat_planetoid'){ dataset = 'cora', score = 'gat' }

@@ -1,0 +1,3 @@
+-- GAT with umbral attention on Cora (Planetoid public split); hyperparameters in the recipe.
+--   ./bench experiments/cora_umbral.lua [seed=1] [lr=0.01] …
+return require('penumbra.recipes.gat_planetoid'){ dataset = 'cora', score = 'umbral', r = 0.1 }

@@ -1,0 +1,96 @@
+-- penumbra.compare — `./bench compare experiments/cora_*.lua seeds=10 [key=value …]`:
+-- runs every script over seeds 0..seeds-1 (other key=value pairs are passed to each run),
+-- then prints a table — attention, test accuracy mean ± std, val accuracy, epochs,
+-- seconds per epoch — and saves it as Markdown and HDF5 under runs/compare/.
+local pn = require 'penumbra'
+
+local M = {}
+
+local function mean_std(xs)
+  local n = #xs
+  if n == 0 then return 0 / 0, 0 / 0 end
+  local s = 0
+  for _, x in ipairs(xs) do s = s + x end
+  local m = s / n
+  local v = 0
+  for _, x in ipairs(xs) do v = v + (x - m) ^ 2 end
+  return m, n > 1 and math.sqrt(v / (n - 1)) or 0
+end
+M.mean_std = mean_std
+
+local function run_one(script, overrides)
+  local prev = rawget(_G, 'args')
+  _G.args = overrides
+  local ok, res = pcall(dofile, script)
+  _G.args = prev
+  if not ok then return nil, tostring(res) end
+  return res
+end
+
+function M.main(argv)
+  local scripts, kv = {}, {}
+  for _, a in ipairs(argv) do
+    local k, v = a:match('^([%w_%.]+)=(.*)$')
+    if k then kv[k] = v else scripts[#scripts + 1] = a end
+  end
+  if #scripts == 0 then error('compare: no experiment scripts given (e.g. ./bench compare experiments/cora_*.lua seeds=10)', 0) end
+  local seeds = tonumber(kv.seeds or 3)
+  kv.seeds = nil
+  local rows = {}
+  for _, script in ipairs(scripts) do
+    local name = script:match('([^/]+)%.lua$') or script
+    local row = { name = name, test = {}, val = {}, epochs = {}, spe = {}, failed = 0 }
+    for seed = 0, seeds - 1 do
+      local o = { seed = tostring(seed), _quiet = true }
+      for k, v in pairs(kv) do o[k] = v end
+      io.stderr:write(string.format('compare: %s seed %d/%d …', name, seed + 1, seeds))
+      io.stderr:flush()
+      local r, err = run_one(script, o)
+      if r and r.status == 'finished' then
+        row.test[#row.test + 1] = r.test_acc
+        row.val[#row.val + 1] = r.val_acc
+        row.epochs[#row.epochs + 1] = r.epochs
+        row.spe[#row.spe + 1] = r.seconds_per_epoch
+        io.stderr:write(string.format(' test %.4f (%d epochs, %.1fs)\n', r.test_acc or 0 / 0, r.epochs, r.seconds))
+      else
+        row.failed = row.failed + 1
+        io.stderr:write(' FAILED: ' .. tostring(err or (r and r.status)) .. '\n')
+      end
+    end
+    rows[#rows + 1] = row
+  end
+  local lines = {
+    string.format('| experiment | test acc (mean ± std, %d seeds) | val acc | epochs | s/epoch | failed |', seeds),
+    '|---|---|---|---|---|---|' }
+  for _, r in ipairs(rows) do
+    local tm, ts = mean_std(r.test)
+    local vm = mean_std(r.val)
+    local em = mean_std(r.epochs)
+    local sm = mean_std(r.spe)
+    lines[#lines + 1] = string.format('| %s | %.4f ± %.4f | %.4f | %.0f | %.3f | %d |', r.name, tm, ts, vm, em, sm, r.failed)
+  end
+  local md = table.concat(lines, '\n') .. '\n'
+  io.write(md)
+  local dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/compare'
+  os.execute('mkdir -p "' .. dir .. '"')
+  local stamp = os.date('!%Y%m%dT%H%M%SZ')
+  local mdpath, h5path = dir .. '/' .. stamp .. '.md', dir .. '/' .. stamp .. '.h5'
+  local f = io.open(mdpath, 'w')
+  if f then f:write(md); f:close() end
+  local h = pn.io.open(h5path, 'w')
+  for _, r in ipairs(rows) do
+    if #r.test > 0 then
+      h:write(r.name .. '/test_acc', pn.tensor(r.test, { dtype = 'f64' }))
+      h:write(r.name .. '/val_acc', pn.tensor(r.val, { dtype = 'f64' }))
+      h:write(r.name .. '/epochs', pn.tensor(r.epochs, { dtype = 'f64' }))
+      h:write(r.name .. '/seconds_per_epoch', pn.tensor(r.spe, { dtype = 'f64' }))
+    end
+  end
+  h:set_attr('/', 'seeds', seeds)
+  h:set_attr('/', 'table', md)
+  h:close()
+  io.write('saved ' .. mdpath .. ' and ' .. h5path .. '\n')
+  return rows
+end
+
+return M

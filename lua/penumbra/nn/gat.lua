@@ -1,0 +1,104 @@
+-- penumbra.nn.gat — GATConv and the two-layer GAT of Veličković et al. with any attention
+-- score from the registry (DESIGN §3.1) or the original additive `gat` score.
+--
+-- GATConv(in, out, {heads=8, concat=true, score='gat', map=nil, qk_dim=out, dropout=0.6,
+--                   attn_dropout=0.6, residual=false, bias=true, gamma=1, r=nil, slope=0.2})
+--   x (N, in), g = pn.graph(...) → (N, heads·out) when concat, else (N, out) (mean of heads).
+-- For `gat` the score is LeakyReLU(a_l·Wh_i + a_r·Wh_j) on the value projection Wh, as in
+-- the paper. For distance scores, q and k are separate projections of width qk_dim per head,
+-- mapped onto the manifold the score lives on (`map`, default by score: umbral → psi,
+-- penumbral → xi with h = r, hyperbolic → pseudopolar, others none).
+return function(nn, pn)
+  local class = nn.class
+
+  local DEFAULT_MAP = { umbral = 'psi', penumbral = 'xi', hyperbolic = 'pseudopolar' }
+
+  local GATConv = class('GATConv')
+  nn.GATConv = GATConv
+
+  function GATConv:init(fin, fout, o)
+    o = o or {}
+    self.fin, self.fout = fin, fout
+    self.heads = o.heads or 8
+    self.concat = o.concat ~= false
+    self.score = o.score or 'gat'
+    self.dropout = o.dropout or 0.6
+    self.attn_dropout = o.attn_dropout or o.dropout or 0.6
+    self.slope = o.slope or 0.2
+    self.gamma, self.r = o.gamma, o.r
+    self.map = o.map
+    if self.map == nil then self.map = DEFAULT_MAP[self.score] or 'none' end
+    local H = self.heads
+    self:add('proj', nn.Linear(fin, H * fout, { bias = false }))
+    if self.score == 'gat' then
+      self:param('a_l', nn.init.xavier_uniform_(pn.empty({ H, fout })))
+      self:param('a_r', nn.init.xavier_uniform_(pn.empty({ H, fout })))
+    else
+      self.qk_dim = o.qk_dim or fout
+      self:add('proj_q', nn.Linear(fin, H * self.qk_dim, { bias = false }))
+      self:add('proj_k', nn.Linear(fin, H * self.qk_dim, { bias = false }))
+    end
+    if o.residual then
+      self:add('res', (fin == (self.concat and H * fout or fout)) and nn.Identity()
+        or nn.Linear(fin, self.concat and H * fout or fout, { bias = false }))
+    end
+    if o.bias ~= false then self:param('bias', pn.zeros({ self.concat and H * fout or fout })) end
+  end
+
+  -- q or k (N, H·d) → (N, H, d) on the score's manifold
+  function GATConv:mapped(t)
+    local N = t:shape()[1]
+    t = t:view(N, self.heads, -1)
+    if self.map == 'psi' then return pn.maps.psi(t)
+    elseif self.map == 'xi' then return pn.maps.xi(t, { h = self.r or 1 })
+    elseif self.map == 'pseudopolar' then return pn.maps.pseudopolar(t)
+    elseif self.map == 'none' then return t end
+    error("GATConv: unknown map '" .. tostring(self.map) .. "' (psi, xi, pseudopolar, none)", 2)
+  end
+
+  -- attention weights are kept for inspection (heatmaps) when keep_attention is set
+  function GATConv:forward(x, g)
+    local N, H = x:shape()[1], self.heads
+    local h = pn.dropout(x, self.dropout, self.training)
+    local v = self.proj(h):view(N, H, self.fout)
+    local opts = { score = self.score, dropout = self.attn_dropout, train = self.training }
+    local q, k
+    if self.score == 'gat' then
+      q, k = v, v
+      opts.a_l, opts.a_r, opts.slope = self.a_l, self.a_r, self.slope
+    else
+      q, k = self:mapped(self.proj_q(h)), self:mapped(self.proj_k(h))
+      if self.gamma then opts.gamma = self.gamma end
+      if self.r then opts.r = self.r end
+    end
+    self.last_q, self.last_k = q, k
+    local out = pn.graph_attention(q, k, v, g, opts) -- (N, H, fout)
+    if self.concat then out = out:reshape(N, H * self.fout) else out = out:mean(2) end
+    if self.res then out = out + self.res(h) end
+    if self.bias then out = out + self.bias end
+    return out
+  end
+
+  function GATConv:extra_repr()
+    return string.format('%d → %d×%d, score=%s, map=%s', self.fin, self.heads, self.fout, self.score, self.map)
+  end
+
+  -- The transductive GAT: GATConv(F, hidden, heads) → ELU → GATConv(heads·hidden, C, out_heads, mean)
+  local GAT = class('GAT')
+  nn.GAT = GAT
+  function GAT:init(fin, classes, o)
+    o = o or {}
+    local hidden, heads = o.hidden or 8, o.heads or 8
+    local common = { score = o.score, map = o.map, dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout,
+                     gamma = o.gamma, r = o.r, qk_dim = o.qk_dim, residual = o.residual }
+    local l1, l2 = {}, {}
+    for k, v in pairs(common) do l1[k], l2[k] = v, v end
+    l1.heads, l1.concat = heads, true
+    l2.heads, l2.concat = o.out_heads or 1, false
+    self:add('layer1', GATConv(fin, hidden, l1))
+    self:add('layer2', GATConv(heads * hidden, classes, l2))
+  end
+  function GAT:forward(x, g)
+    return self.layer2(self.layer1(x, g):elu(1), g)
+  end
+end

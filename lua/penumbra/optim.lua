@@ -1,0 +1,144 @@
+-- penumbra.optim — SGD (momentum, nesterov), Adam, AdamW, gradient clipping by norm, and
+-- learning-rate schedules. The updates are fused C loops (core/ops/optim.c).
+local pn = require 'penumbra.tensor'
+local B = require 'penumbra_ffi'
+local C, check = B.C, B.check
+
+local optim = {}
+
+local function param_list(params)
+  if params.parameters then params = params:parameters() end
+  local r = {}
+  for i, p in ipairs(params) do
+    if not pn.is_tensor(p) then error('optimiser: parameter ' .. i .. ' is not a tensor', 3) end
+    r[i] = p
+  end
+  if #r == 0 then error('optimiser: empty parameter list', 3) end
+  return r
+end
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+function Optimizer:zero_grad()
+  for _, p in ipairs(self.params) do p:zero_grad() end
+end
+
+-- SGD(params, {lr, momentum=0, dampening=0, weight_decay=0, nesterov=false})
+function optim.SGD(params, o)
+  o = o or {}
+  if not o.lr then error('SGD: lr is required', 2) end
+  local self = setmetatable({ params = param_list(params), lr = o.lr, momentum = o.momentum or 0,
+    dampening = o.dampening or 0, weight_decay = o.weight_decay or 0, nesterov = o.nesterov or false,
+    bufs = {}, steps = 0 }, Optimizer)
+  self.step = function(s)
+    s.steps = s.steps + 1
+    for i, p in ipairs(s.params) do
+      local g = p.grad
+      if g then
+        local buf = s.bufs[i]
+        local first = false
+        if s.momentum ~= 0 and not buf then
+          buf = pn.zeros(p:shape(), { dtype = p:dtype() }); s.bufs[i] = buf; first = true
+        end
+        check(C.pn_sgd_step_(p, g, buf, s.lr, s.momentum, s.dampening, s.weight_decay, s.nesterov and 1 or 0,
+          first and 1 or 0))
+      end
+    end
+  end
+  return self
+end
+
+local function adam(name, decoupled, default_wd)
+  return function(params, o)
+    o = o or {}
+    local betas = o.betas or { 0.9, 0.999 }
+    local self = setmetatable({ params = param_list(params), lr = o.lr or 1e-3, beta1 = betas[1], beta2 = betas[2],
+      eps = o.eps or 1e-8, weight_decay = o.weight_decay or default_wd, m = {}, v = {}, t = {}, steps = 0,
+      name = name }, Optimizer)
+    self.step = function(s)
+      s.steps = s.steps + 1
+      for i, p in ipairs(s.params) do
+        local g = p.grad
+        if g then
+          if not s.m[i] then
+            s.m[i] = pn.zeros(p:shape(), { dtype = p:dtype() })
+            s.v[i] = pn.zeros(p:shape(), { dtype = p:dtype() })
+            s.t[i] = 0
+          end
+          s.t[i] = s.t[i] + 1
+          check(C.pn_adam_step_(p, g, s.m[i], s.v[i], s.lr, s.beta1, s.beta2, s.eps, s.weight_decay,
+            decoupled and 1 or 0, s.t[i]))
+        end
+      end
+    end
+    return self
+  end
+end
+optim.Adam = adam('Adam', false, 0)
+optim.AdamW = adam('AdamW', true, 1e-2)
+
+-- Scales gradients in place so their global L2 norm is at most max_norm; returns the norm
+-- before clipping.
+function optim.clip_grad_norm(params, max_norm)
+  params = param_list(params)
+  local total = 0
+  local grads = {}
+  for _, p in ipairs(params) do
+    local g = p.grad
+    if g then
+      grads[#grads + 1] = g
+      local n = g:norm():item()
+      total = total + n * n
+    end
+  end
+  total = math.sqrt(total)
+  if total > max_norm and total > 0 then
+    local s = max_norm / (total + 1e-6)
+    for _, g in ipairs(grads) do check(C.pn_scale_(g, s)) end
+  end
+  return total
+end
+
+-- Schedules: functions of the step (counting from 1) returning a multiplier of the base lr.
+optim.schedules = {
+  constant = function() return function() return 1 end end,
+  linear_warmup = function(o)
+    local w = o.warmup or 1
+    return function(t) return math.min(1, t / w) end
+  end,
+  inverse_sqrt = function(o)
+    local w = o.warmup or 1
+    return function(t) return math.min(t / w, math.sqrt(w / t)) end
+  end,
+  cosine = function(o)
+    local w, total, floor = o.warmup or 0, o.total, o.min or 0
+    if not total then error('cosine schedule: total steps required', 2) end
+    return function(t)
+      if t <= w then return w > 0 and t / w or 1 end
+      local prog = math.min(1, (t - w) / math.max(1, total - w))
+      return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * prog))
+    end
+  end,
+}
+
+-- Scheduler(opt, 'cosine', {total=…}): sch:step() sets opt.lr = base·f(t)
+function optim.Scheduler(opt, kind, o)
+  local f = optim.schedules[kind]
+  if not f then
+    local names = {}
+    for k in pairs(optim.schedules) do names[#names + 1] = k end
+    table.sort(names)
+    error("Scheduler: unknown schedule '" .. tostring(kind) .. "' (" .. table.concat(names, ', ') .. ')', 2)
+  end
+  local fn = f(o or {})
+  local s = { opt = opt, base = opt.lr, t = 0, fn = fn }
+  function s.step(self_)
+    self_.t = self_.t + 1
+    self_.opt.lr = self_.base * self_.fn(self_.t)
+    return self_.opt.lr
+  end
+  s:step()
+  return s
+end
+
+return optim

@@ -1,0 +1,70 @@
+-- penumbra.recipes.gat_planetoid — the shared recipe of experiments/{cora,citeseer}_*.lua:
+-- the transductive GAT of Veličković et al. (2 layers, 8 heads × 8 hidden, ELU, 1 output
+-- head, dropout 0.6 on inputs and attention, Adam lr 0.005, weight decay 5e-4, patience 100)
+-- with the attention score swapped (Coneheads §7.5: penumbral r = 1, umbral r = 0.1).
+--
+--   return require('penumbra.recipes.gat_planetoid'){ dataset = 'cora', score = 'umbral', r = 0.1 }
+local pn = require 'penumbra'
+
+local function accuracy(logits, y, idx)
+  local pred = logits:index_select(1, idx):argmax(-1)
+  local truth = y:index_select(1, idx)
+  -- argmax returns 1-based positions; class ids are 0-based
+  return (pred - 1):eq(truth):to('f64'):mean():item()
+end
+
+return function(o)
+  local config = {
+    dataset = o.dataset, score = o.score,
+    epochs = o.epochs or 1000, patience = o.patience or 100,
+    lr = o.lr or 0.005, weight_decay = o.weight_decay or 5e-4,
+    hidden = 8, heads = 8, out_heads = o.out_heads or 1,
+    dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout or o.dropout or 0.6,
+    gamma = o.gamma or 1, r = o.r or 0, qk_dim = o.qk_dim or 8,
+    map = o.map or 'default', seed = 0, threads = 0,
+  }
+  return pn.experiment{
+    name = o.name or (o.dataset .. '_' .. o.score),
+    config = config,
+    monitor = 'val_acc', mode = 'max',
+    setup = function(cfg)
+      if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
+      local d = pn.data.planetoid(cfg.dataset)
+      local model = pn.nn.GAT(d.num_features, d.num_classes, {
+        score = cfg.score, hidden = cfg.hidden, heads = cfg.heads, out_heads = cfg.out_heads,
+        dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, gamma = cfg.gamma,
+        r = cfg.r > 0 and cfg.r or nil, qk_dim = cfg.qk_dim, map = cfg.map ~= 'default' and cfg.map or nil })
+      local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
+      return { d = d, model = model, opt = opt }
+    end,
+    model = function(s) return s.model end,
+    train = function(s)
+      local d, model = s.d, s.model
+      model:train()
+      s.opt:zero_grad()
+      local logits = model(d.x, d.graph)
+      local loss = pn.cross_entropy(logits:index_select(1, d.train_idx), d.y:index_select(1, d.train_idx))
+      loss:backward()
+      s.opt:step()
+      return { loss = loss:item(), train_acc = pn.no_grad(accuracy, logits, d.y, d.train_idx) }
+    end,
+    evaluate = function(s, _, split)
+      local d, model = s.d, s.model
+      model:eval()
+      return pn.no_grad(function()
+        local logits = model(d.x, d.graph)
+        local idx = split == 'test' and d.test_idx or d.val_idx
+        local loss = pn.cross_entropy(logits:index_select(1, idx), d.y:index_select(1, idx))
+        return { loss = loss:item(), acc = accuracy(logits, d.y, idx) }
+      end)
+    end,
+    finish = function(s, _, run)
+      -- learned heights (the last coordinate after the map) of the first layer's keys, per node
+      local l1 = s.model.layer1
+      if l1.last_k and l1.map ~= 'none' then
+        local k = l1.last_k
+        run:write('radii/layer1', k:select(-1, -1):detach():contiguous(), { score = l1.score, map = l1.map })
+      end
+    end,
+  }
+end

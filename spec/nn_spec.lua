@@ -1,0 +1,149 @@
+-- pn.nn modules and pn.optim: gradients against finite differences, optimisers against
+-- hand-computed steps, state_dict round trips through HDF5.
+local pn = require 'penumbra'
+local gradcheck = require 'spec.helpers.gradcheck'
+local nn, optim = pn.nn, pn.optim
+
+local function f64_module(m)
+  -- convert every parameter of m to f64 in place of the f32 ones (for gradchecks)
+  for _, np in ipairs(m:named_parameters()) do
+    local path, t = np[1], np[2]
+    local owner, key = m, path
+    for part in path:gmatch('([^%.]+)%.') do owner = owner[part] end
+    key = path:match('([^%.]+)$')
+    owner:param(key, t:to('f64'))
+  end
+  return m
+end
+
+describe('nn modules', function()
+  it('Linear computes x Wᵀ + b and has the right parameter count', function()
+    pn.manual_seed(1)
+    local l = nn.Linear(3, 2)
+    assert.equal(8, l:num_parameters())
+    local x = pn.tensor({ { 1, 2, 3 } })
+    local w, b = l.weight:totable(), l.bias:totable()
+    local y = l(x):totable()
+    for o = 1, 2 do
+      local want = b[o]
+      for i = 1, 3 do want = want + w[o][i] * i end
+      assert.near(want, y[1][o], 1e-5)
+    end
+  end)
+
+  it('Linear, LayerNorm, Embedding, Sequential gradients match finite differences', function()
+    pn.manual_seed(2)
+    local m = f64_module(nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.LayerNorm(5), nn.Linear(5, 3)))
+    local x = pn.randn({ 2, 4 }, { dtype = 'f64' })
+    local params = m:parameters()
+    local fn = function(...) return m(x) end
+    gradcheck(fn, params)
+    local e = f64_module(nn.Embedding(6, 3))
+    local idx = pn.tensor({ 0, 5, 2, 5 }, { dtype = 'i64' })
+    gradcheck(function() return e(idx) end, e:parameters())
+  end)
+
+  it('named_parameters follow registration order; train/eval propagate', function()
+    local m = nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.5), nn.Linear(3, 1))
+    local names = {}
+    for i, np in ipairs(m:named_parameters()) do names[i] = np[1] end
+    assert.same({ '1.weight', '1.bias', '3.weight', '3.bias' }, names)
+    m:eval()
+    assert.is_false(m['2'].training)
+    local x = pn.ones(4, 2)
+    assert.same(m(x):totable(), m(x):totable()) -- dropout off in eval
+  end)
+
+  it('state_dict round-trips through HDF5 bit-exactly and load_state_dict checks shapes', function()
+    pn.manual_seed(3)
+    local a = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+    local b = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+    local path = os.tmpname() .. '.h5'
+    a:save(path)
+    b:load(path)
+    for name, t in pairs(a:state_dict()) do
+      local u = b:state_dict()[name]
+      assert.same(t:totable(), u:totable()) -- f32 → Lua double is exact: equal means bit-equal
+    end
+    os.remove(path)
+    local c = nn.Sequential(nn.Linear(3, 5))
+    local ok, e = pcall(function() c:load_state_dict(a:state_dict()) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('load_state_dict'))
+  end)
+
+  it('initialisers respect their bounds', function()
+    pn.manual_seed(4)
+    local w = nn.init.xavier_uniform_(pn.empty({ 50, 30 }))
+    local a = math.sqrt(6 / 80)
+    assert.truthy(w:max():item() <= a and w:min():item() >= -a)
+    assert.truthy(w:max():item() > 0.8 * a)
+    local k = nn.init.kaiming_uniform_(pn.empty({ 40, 20 }))
+    local bnd = math.sqrt(2) * math.sqrt(3 / 20)
+    assert.truthy(k:max():item() <= bnd and k:min():item() >= -bnd)
+  end)
+end)
+
+describe('optimisers', function()
+  local function param(v) return pn.tensor(v, { dtype = 'f64' }):requires_grad_() end
+  local function set_grad(p, g) p.grad = pn.tensor(g, { dtype = 'f64' }) end
+
+  it('SGD with momentum and nesterov matches hand-computed steps', function()
+    local p = param({ 1.0, -2.0 })
+    local opt = optim.SGD({ p }, { lr = 0.1, momentum = 0.9, weight_decay = 0.01 })
+    set_grad(p, { 0.5, 1.0 }); opt:step()
+    -- d = g + wd·p = (0.51, 0.98); buf = d; p -= lr·buf
+    local v = p:totable()
+    assert.near(1 - 0.051, v[1], 1e-12); assert.near(-2 - 0.098, v[2], 1e-12)
+    set_grad(p, { 0.5, 1.0 }); opt:step()
+    local d1 = 0.5 + 0.01 * (1 - 0.051)
+    local b1 = 0.9 * 0.51 + d1
+    assert.near(1 - 0.051 - 0.1 * b1, p:totable()[1], 1e-12)
+    local q = param({ 1.0 })
+    local nes = optim.SGD({ q }, { lr = 0.1, momentum = 0.5, nesterov = true })
+    set_grad(q, { 2.0 }); nes:step()   -- buf = 2; d = 2 + 0.5·2 = 3
+    assert.near(0.7, q:item(), 1e-12)
+  end)
+
+  it('Adam and AdamW match hand-computed steps', function()
+    local p = param({ 1.0 })
+    local opt = optim.Adam({ p }, { lr = 0.1, weight_decay = 0.1 })
+    set_grad(p, { 0.5 }); opt:step()
+    -- g = 0.5 + 0.1·1 = 0.6; m = 0.06, v = 0.00036; m̂ = 0.6, v̂ = 0.36; p -= 0.1·0.6/(0.6+1e-8)
+    assert.near(1 - 0.1 * 0.6 / (0.6 + 1e-8), p:item(), 1e-12)
+    local q = param({ 1.0 })
+    local w = optim.AdamW({ q }, { lr = 0.1, weight_decay = 0.1 })
+    set_grad(q, { 0.5 }); w:step()
+    -- decoupled: p = 1 − 0.1·0.1·1 = 0.99, then − 0.1·0.5/(0.5+1e-8)
+    assert.near(0.99 - 0.1 * 0.5 / (0.5 + 1e-8), q:item(), 1e-12)
+    set_grad(q, { -0.2 }); w:step()
+    local m = 0.9 * 0.05 + 0.1 * -0.2
+    local v = 0.999 * 0.00025 + 0.001 * 0.04
+    local mh, vh = m / (1 - 0.81), v / (1 - 0.999 ^ 2)
+    local before = 0.99 - 0.1 * 0.5 / (0.5 + 1e-8)
+    assert.near(before * (1 - 0.01) - 0.1 * mh / (math.sqrt(vh) + 1e-8), q:item(), 1e-10)
+  end)
+
+  it('clips gradients by global norm', function()
+    local a, b = param({ 3.0 }), param({ 4.0 })
+    set_grad(a, { 3 }); set_grad(b, { 4 })
+    local n = optim.clip_grad_norm({ a, b }, 1)
+    assert.near(5, n, 1e-12)
+    assert.near(0.6, a.grad:item(), 1e-5); assert.near(0.8, b.grad:item(), 1e-5)
+  end)
+
+  it('schedules shape the learning rate', function()
+    local p = param({ 1.0 })
+    local opt = optim.SGD({ p }, { lr = 1 })
+    local s = optim.Scheduler(opt, 'linear_warmup', { warmup = 4 })
+    assert.near(0.25, opt.lr, 1e-12)
+    s:step(); s:step(); s:step(); s:step()
+    assert.near(1, opt.lr, 1e-12)
+    local f = optim.schedules.inverse_sqrt({ warmup = 4 })
+    assert.near(0.5, f(2), 1e-12); assert.near(1, f(4), 1e-12); assert.near(0.5, f(16), 1e-12)
+    local c = optim.schedules.cosine({ total = 10 })
+    assert.near(1, c(0), 1e-12); assert.near(0.5, c(5), 1e-12); assert.near(0, c(10), 1e-12)
+    local ok, e = pcall(optim.Scheduler, opt, 'nope')
+    assert.truthy(tostring(e):find('unknown schedule'))
+  end)
+end)
