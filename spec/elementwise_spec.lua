@@ -565,8 +565,8 @@ describe('gradients', function()
       x = nil
     end
     collectgarbage(); collectgarbage()
-    assert.equal(nodes, pn.live_nodes())
-    assert.equal(tensors, pn.live_tensors())
+    assert.is_true(pn.live_nodes() <= nodes, "live counter grew: " .. pn.live_nodes() .. " > " .. nodes) -- <=: tensors left by earlier spec files may be freed meanwhile
+    assert.is_true(pn.live_tensors() <= tensors, "live counter grew: " .. pn.live_tensors() .. " > " .. tensors) -- <=: tensors left by earlier spec files may be freed meanwhile
   end)
 end)
 

@@ -387,8 +387,8 @@ describe('softmax/layer_norm/dropout ownership', function()
       pcall(function() return x:dropout(2) end)
     end
     for _ = 1, 3 do collectgarbage('collect') end
-    assert.equal(t0, pn.live_tensors())
-    assert.equal(b0, pn.live_bytes())
-    assert.equal(n0, pn.live_nodes())
+    assert.is_true(pn.live_tensors() <= t0, "live counter grew: " .. pn.live_tensors() .. " > " .. t0) -- <=: tensors left by earlier spec files may be freed meanwhile
+    assert.is_true(pn.live_bytes() <= b0, "live counter grew: " .. pn.live_bytes() .. " > " .. b0) -- <=: tensors left by earlier spec files may be freed meanwhile
+    assert.is_true(pn.live_nodes() <= n0, "live counter grew: " .. pn.live_nodes() .. " > " .. n0) -- <=: tensors left by earlier spec files may be freed meanwhile
   end)
 end)

@@ -1,0 +1,72 @@
+/* rowmap.h — private to core/attention/: the driver behind the manifold maps (maps.c) and
+ * the hyperbolic toolkit (hyperbolic.c).
+ *
+ * Every one of those ops maps points, one point per row of the last dim: x (…, D) → (…, Dout),
+ * or (…, D) × (…, D) → (…, Dout) for the two-point ops (the leading dims broadcast, NumPy
+ * style). A map is a pair of row kernels written once in double precision:
+ *   fwd(x, y) → out            (one row; returns nonzero to reject the row, see below)
+ *   bwd(x, y, gout) → gx, gy   (the vector-Jacobian product of the same row)
+ * The driver gathers each row into double scratch (any strides, f32 or f64), runs the
+ * kernel, stores the result in the tensor's dtype, records the autograd node and runs the
+ * backward over the same rows. Doing the maths per row in double is what lets the kernels
+ * use the stable rewrites and clamps of the papers' formulas (see each kernel) without a
+ * chain of tensor ops, each of which would round to f32 and could overflow on its own.
+ *
+ * Rejecting a row (a point that cannot lie on the manifold): fwd returns 1 (x) or 2 (y)
+ * and writes the offending number to *bad; the driver reports the first such row as
+ * "<op>: <arg> <shape>, point <i>: <why>" with why = bad_fmt formatted with that number. */
+#ifndef PN_ATTENTION_ROWMAP_H
+#define PN_ATTENTION_ROWMAP_H
+
+#include "../internal.h"
+
+typedef struct pn_rowmap pn_rowmap;
+/* x, y: (D) rows (y NULL for one-input maps); out: (Dout) or (1) when Dout == 0 */
+typedef int (*pn_row_fwd)(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad);
+/* g: (Dout) or (1); gx, gy: (D) — both always written (gy ignored for one-input maps) */
+typedef void (*pn_row_bwd)(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx,
+                           double *gy);
+
+struct pn_rowmap {
+    const char *op;        /* name in error messages and grad_fn, e.g. "hyper.dist" */
+    const char *arg[2];    /* argument names for messages: {"x", "y"} */
+    int nin;               /* 1 or 2 inputs */
+    int64_t D;             /* input row length (the last dim of every input) */
+    int64_t Dout;          /* output row length; 0: one number per row and the last dim is dropped */
+    int dt;                /* dtype of the inputs (set by pn_rowmap_apply) */
+    double sc[8];          /* kernel parameters (curvature, clamps, …) */
+    int64_t iv[2];
+    pn_row_fwd fwd;
+    pn_row_bwd bwd;
+    const char *bad_fmt;   /* printf format with one %g: why a rejected row cannot be mapped */
+};
+
+/* Generic checks shared by every map: x (and y) non-nil, f32/f64, cpu, at least 1 dim, and
+ * for two inputs the same dtype and the same last dim. */
+pn_status pn_rowmap_check(const char *op, pn_tensor *x, pn_tensor *y);
+
+/* Runs the map (m->D, m->Dout, parameters filled in by the caller) and records autograd.
+ * y is NULL when m->nin == 1. New reference, or NULL with the error set. */
+pn_tensor *pn_rowmap_apply(const pn_rowmap *m, pn_tensor *x, pn_tensor *y);
+
+/* a·b of two rows (‖a‖² when b == a), in double */
+static inline double pn_row_dot(const double *a, const double *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ‖v‖ without overflow or underflow of the squares (f64 inputs may be huge or tiny);
+ * NaN/inf propagate */
+static inline double pn_row_norm(const double *v, int64_t n) {
+    double s = pn_row_dot(v, v, n);
+    if ((s > 1e-280 && s < 1e280) || s == 0 || s != s) return sqrt(s);
+    double a = 0;
+    for (int64_t i = 0; i < n; i++) a = fmax(a, fabs(v[i]));
+    if (isinf(a)) return a;
+    double t = 0;
+    for (int64_t i = 0; i < n; i++) t += (v[i] / a) * (v[i] / a);
+    return a * sqrt(t);
+}
+
+#endif /* PN_ATTENTION_ROWMAP_H */
