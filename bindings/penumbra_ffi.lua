@@ -42,14 +42,16 @@ end
 B.last_error = last_error
 
 -- The GC does not see C memory: collect when live tensor bytes have doubled since the
--- last collection (at least 256 MiB), so dropped tensors are freed in loops.
-local gc_threshold = 256 * 2 ^ 20
+-- last collection (at least 64 MiB), so dropped tensors are freed in loops and their
+-- memory is reused while still warm.
+local GC_MIN = 64 * 2 ^ 20
+local gc_threshold = GC_MIN
 local function pressure()
   local live = tonumber(C.pn_live_bytes())
   if live > gc_threshold then
     collectgarbage('collect')
     live = tonumber(C.pn_live_bytes())
-    gc_threshold = math.max(256 * 2 ^ 20, 2 * live)
+    gc_threshold = math.max(GC_MIN, 2 * live)
   end
 end
 

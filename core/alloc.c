@@ -2,6 +2,7 @@
  * ownership specs read (pn_live_tensors / pn_live_bytes / pn_live_nodes). */
 #include "internal.h"
 
+#include <cblas.h>
 #include <malloc.h>
 #include <omp.h>
 
@@ -38,6 +39,10 @@ void pn_free(void *p, size_t nbytes) {
 }
 
 int pn_num_threads(void) { return omp_get_max_threads(); }
+/* Both pools: our OpenMP loops and OpenBLAS's GEMM threads. */
 void pn_set_num_threads(int n) {
-    if (n > 0) omp_set_num_threads(n);
+    if (n > 0) {
+        omp_set_num_threads(n);
+        openblas_set_num_threads(n);
+    }
 }

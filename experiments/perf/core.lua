@@ -46,8 +46,9 @@ end
 -- ---- header -------------------------------------------------------------------------------
 local threads = pn.num_threads()
 local blas_threads = blas.openblas_get_num_threads()
-print('penumbra core benchmark  (' .. os.date('!%Y-%m-%d %H:%M UTC') .. ', ' ..
-      (io.popen('uname -n'):read('*l') or '?') .. ')')
+local uname = io.popen('uname -n')
+print('penumbra core benchmark  (' .. os.date('!%Y-%m-%d %H:%M UTC') .. ', ' .. (uname:read('*l') or '?') .. ')')
+uname:close()
 print(string.format('OPENBLAS_CORETYPE=%s   OpenBLAS core: %s   config: %s',
   os.getenv('OPENBLAS_CORETYPE') or '(unset)', ffi.string(blas.openblas_get_corename()),
   ffi.string(blas.openblas_get_config())))
@@ -56,6 +57,12 @@ print('load average: ' .. (la and la:read('*l') or '?') .. '   (other work on th
 if la then la:close() end
 print(string.format('threads: OpenMP (pn.num_threads) = %d, OpenBLAS = %d, OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s',
   threads, blas_threads, os.getenv('OMP_NUM_THREADS') or '(unset)', os.getenv('OPENBLAS_NUM_THREADS') or '(unset)'))
+-- Two thread pools share the cores: OpenMP (our kernels) and OpenBLAS's pthreads. With
+-- the default OpenMP wait policy idle OpenMP threads spin and starve the OpenBLAS threads
+-- (and vice versa) whenever the machine is not otherwise idle; PyTorch has the same
+-- mix. OMP_WAIT_POLICY=passive ./bench … avoids it; it applies to both sides.
+print('OMP_WAIT_POLICY=' .. (os.getenv('OMP_WAIT_POLICY') or '(unset: spinning waits)') ..
+  '   (passive is much faster for mixed OpenMP/OpenBLAS work on a busy machine)')
 print()
 
 -- ---- (1) GEMM ---------------------------------------------------------------------------------
