@@ -8,6 +8,10 @@
 --     evaluate = function(state, cfg, split) return { loss = …, acc = … } end, -- 'val' | 'test'
 --     model = function(state) return state.model end,     -- what gets checkpointed
 --     monitor = 'val_acc', mode = 'max',                  -- early stopping on this metric
+--     also = { val_loss = 'min' },                         -- optional: improving any of these
+--                                                          -- also resets patience (GAT's rule);
+--                                                          -- a tie on monitor with a better
+--                                                          -- first `also` metric checkpoints
 --     finish = function(state, cfg, run) end,              -- optional: log radii, attention maps
 --   }
 --
@@ -200,7 +204,13 @@ function M.run(def, overrides)
   math.randomseed(seed)
   local quiet = cfg.quiet or internal._quiet
   local monitor, mode = def.monitor or 'val_acc', def.mode or 'max'
-  local better = mode == 'max' and function(a, b) return a > b end or function(a, b) return a < b end
+  local function cmp(md) return md == 'max' and function(a, b) return a > b end or function(a, b) return a < b end end
+  local better = cmp(mode)
+  -- secondary metrics (GAT: val_loss) that also count as progress for patience
+  local also = {}
+  for name, md in pairs(def.also or {}) do also[#also + 1] = { name = name, better = cmp(md),
+    best = md == 'max' and -math.huge or math.huge } end
+  table.sort(also, function(a, b) return a.name < b.name end)
 
   -- the run file, before any training
   local runs_dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. def.name
@@ -256,12 +266,21 @@ function M.run(def, overrides)
       run:log(m, epoch)
       local score = m[monitor]
       if score == nil then error("experiment: monitor '" .. monitor .. "' was not produced by train/evaluate", 0) end
-      if better(score, best) then
-        best, best_epoch, bad_epochs = score, epoch, 0
-        if model then run:checkpoint(model, { epoch = epoch, [monitor] = score }) end
-      else
-        bad_epochs = bad_epochs + 1
+      local progress, tie_better = false, false
+      for i, a in ipairs(also) do
+        local v = m[a.name]
+        if v ~= nil and a.better(v, a.best) then
+          a.best = v
+          progress = true
+          if i == 1 then tie_better = true end
+        end
       end
+      if better(score, best) or (score == best and tie_better) then
+        best, best_epoch = score, epoch
+        progress = true
+        if model then run:checkpoint(model, { epoch = epoch, [monitor] = score }) end
+      end
+      if progress then bad_epochs = 0 else bad_epochs = bad_epochs + 1 end
       run:flush()
       local elapsed = now() - t0
       if not quiet then

@@ -26,7 +26,7 @@ return function(o)
   return pn.experiment{
     name = o.name or (o.dataset .. '_' .. o.score),
     config = config,
-    monitor = 'val_acc', mode = 'max',
+    monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' }, -- GAT: patience on acc or loss
     setup = function(cfg)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = pn.data.planetoid(cfg.dataset)
