@@ -102,6 +102,33 @@ static inline int64_t pn_ldi(const void *p, int dt, int64_t i) {
     return dt == PN_I64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
+/* ---- random (rng.c) ---------------------------------------------------------------- */
+/* Kernels that draw their own numbers: reserve `blocks` counter blocks of the global stream
+ * (returns the first; *seed gets the key), then call pn_philox4x32(seed, first + b, w) for
+ * block b — any thread, any order, same numbers. */
+uint64_t pn_philox_reserve(int64_t blocks, uint64_t *seed);
+
+/* Philox 4x32-10 (Salmon et al. 2011): 4 random words for counter block ctr under key seed.
+ * Inline so kernels that draw per element keep it in registers. */
+static inline void pn_philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
 /* ---- dims and broadcasting ------------------------------------------------------ */
 /* dim in [-nd, nd) → [0, nd); error names op. */
 pn_status pn_wrap_dim(const char *op, int dim, int nd, int *out);

@@ -13,28 +13,6 @@ void pn_manual_seed(uint64_t seed) {
 }
 uint64_t pn_seed(void) { return g_seed; }
 
-static inline void philox_round(uint32_t *c, const uint32_t *k) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
-    c[0] = n0;
-    c[1] = lo1;
-    c[2] = n2;
-    c[3] = lo0;
-}
-
-/* 4 random words for counter block `ctr` under `seed` */
-static inline void philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
-    uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), 0, 0};
-    uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    for (int r = 0; r < 10; r++) {
-        philox_round(c, k);
-        k[0] += 0x9E3779B9u;
-        k[1] += 0xBB67AE85u;
-    }
-    memcpy(out, c, sizeof c);
-}
-
 /* uniform in [0,1) with 53 (f64) or 24 (f32) bits */
 static inline double u01_64(uint32_t a, uint32_t b) {
     return (double)(((uint64_t)a << 21) ^ (uint64_t)(b >> 11)) * (1.0 / 9007199254740992.0);
@@ -45,6 +23,11 @@ static uint64_t reserve(int64_t blocks) {
     uint64_t base = g_offset;
     g_offset += (uint64_t)blocks;
     return base;
+}
+
+uint64_t pn_philox_reserve(int64_t blocks, uint64_t *seed) {
+    *seed = g_seed;
+    return reserve(blocks);
 }
 
 /* Fill the contiguous tensor t: kind 0 uniform, 1 normal. Two words per value. */
@@ -58,7 +41,7 @@ static void fill_random(pn_tensor *t, int kind) {
     #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         uint32_t w[4];
-        philox4x32(seed, base + (uint64_t)b, w);
+        pn_philox4x32(seed, base + (uint64_t)b, w);
         double u0 = u01_64(w[0], w[1]), u1 = u01_64(w[2], w[3]);
         double v0 = u0, v1 = u1;
         if (kind == 1) { /* Box–Muller: both outputs used */

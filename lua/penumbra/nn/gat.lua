@@ -29,14 +29,14 @@ return function(nn, pn)
     self.map = o.map
     if self.map == nil then self.map = DEFAULT_MAP[self.score] or 'none' end
     local H = self.heads
-    self:add('proj', nn.Linear(fin, H * fout, { bias = false }))
     if self.score == 'gat' then
+      self:add('proj', nn.Linear(fin, H * fout, { bias = false }))
       self:param('a_l', nn.init.xavier_uniform_(pn.empty({ H, fout })))
       self:param('a_r', nn.init.xavier_uniform_(pn.empty({ H, fout })))
     else
+      -- values, queries and keys from one GEMM (the input is read once: Cora's is 15 MB)
       self.qk_dim = o.qk_dim or fout
-      self:add('proj_q', nn.Linear(fin, H * self.qk_dim, { bias = false }))
-      self:add('proj_k', nn.Linear(fin, H * self.qk_dim, { bias = false }))
+      self:add('proj', nn.Linear(fin, H * (fout + 2 * self.qk_dim), { bias = false }))
     end
     if o.residual then
       self:add('res', (fin == (self.concat and H * fout or fout)) and nn.Identity()
@@ -60,14 +60,18 @@ return function(nn, pn)
   function GATConv:forward(x, g)
     local N, H = x:shape()[1], self.heads
     local h = pn.dropout(x, self.dropout, self.training)
-    local v = self.proj(h):view(N, H, self.fout)
     local opts = { score = self.score, dropout = self.attn_dropout, train = self.training }
-    local q, k
+    local q, k, v
     if self.score == 'gat' then
+      v = self.proj(h):view(N, H, self.fout)
       q, k = v, v
       opts.a_l, opts.a_r, opts.slope = self.a_l, self.a_r, self.slope
     else
-      q, k = self:mapped(self.proj_q(h)), self:mapped(self.proj_k(h))
+      local all = self.proj(h)
+      local wv, wq = H * self.fout, H * self.qk_dim
+      v = all:narrow(2, 1, wv):reshape(N, H, self.fout)
+      q = self:mapped(all:narrow(2, wv + 1, wq):contiguous())
+      k = self:mapped(all:narrow(2, wv + wq + 1, wq):contiguous())
       if self.gamma then opts.gamma = self.gamma end
       if self.r then opts.r = self.r end
     end
