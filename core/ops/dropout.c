@@ -27,12 +27,12 @@ static pn_status dropout_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         const float *pg = (const float *)pn_ptr(gc);
         float *po = (float *)pn_ptr(gx), s = (float)scale;
         #pragma omp parallel for if (n_el > PN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n_el; i++) po[i] = keep[i] ? pg[i] * s : 0.0f;
+        for (int64_t i = 0; i < n_el; i++) po[i] = pg[i] * ((float)keep[i] * s);
     } else {
         const double *pg = (const double *)pn_ptr(gc);
         double *po = (double *)pn_ptr(gx);
         #pragma omp parallel for if (n_el > PN_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n_el; i++) po[i] = keep[i] ? pg[i] * scale : 0.0;
+        for (int64_t i = 0; i < n_el; i++) po[i] = pg[i] * ((double)keep[i] * scale);
     }
     pn_release(gc);
     gin[0] = gx;
@@ -60,6 +60,7 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
     uint64_t seed, base = pn_philox_reserve(blocks, &seed);
     uint32_t thresh = (uint32_t)lround(p * 65536.0); /* p < 1, so at most 65536 */
     double scale = 1.0 / (1.0 - p);
+    float fscale = (float)scale;
     uint8_t *keep = (uint8_t *)pn_ptr(m);
     bool f32 = x->dt == PN_F32;
     const char *px = pn_ptr(xc);
@@ -74,8 +75,9 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
             uint32_t half = (w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu;
             uint8_t k = half >= thresh;
             keep[i] = k;
-            if (f32) ((float *)py)[i] = k ? ((const float *)px)[i] * (float)scale : 0.0f;
-            else ((double *)py)[i] = k ? ((const double *)px)[i] * scale : 0.0;
+            /* branch-free: keep is a coin flip, a branch on it mispredicts half the time */
+            if (f32) ((float *)py)[i] = ((const float *)px)[i] * ((float)k * fscale);
+            else ((double *)py)[i] = ((const double *)px)[i] * ((double)k * scale);
         }
     }
     pn_release(xc);
