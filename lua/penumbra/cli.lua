@@ -1,5 +1,5 @@
 -- penumbra.cli — what ./bench runs: `./bench script.lua [key=value ...]`, `./bench test`,
--- `./bench --help`. Later commands (compare, plot, repl, runs, show) register here.
+-- `./bench --help`, compare, plot, runs, show, repl.
 local HELP = [[
 usage: ./bench <command | script.lua> [args]
 
@@ -8,6 +8,16 @@ usage: ./bench <command | script.lua> [args]
   ./bench compare a.lua b.lua … seeds=N [key=value …]
                                        run experiments over seeds, print and save a
                                        table (runs/compare/<stamp>.md and .h5)
+  ./bench plot <kind> <run files…> [--out f.png|.svg|.pdf] [options]
+                                       pictures through gnuplot: curves (metrics over
+                                       epochs), radius (learned radii histogram), heatmap
+                                       (an attention head), compare (bars, mean ± std);
+                                       ./bench plot --help lists the options
+  ./bench runs [dir]                   list the run files under dir (default runs/):
+                                       experiment, seed, status, best metric, date
+  ./bench show run.h5 …                config, summary and the datasets a run file holds
+  ./bench repl [run.h5]                interactive LuaJIT with pn loaded (and the run:
+                                       run.config, run.metrics, run.model, heatmap(), …)
   ./bench test [spec files or dirs]    run the busted specs (default: spec/); ends with
                                        "N passed, N failed, N skipped"
   ./bench --help                       this text
@@ -68,6 +78,16 @@ elseif cmd == 'test' then
   run_tests(rest)
 elseif cmd == 'compare' then
   local ok, err = xpcall(function() require('penumbra.compare').main(rest) end, debug.traceback)
+  if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
+elseif cmd == 'plot' or cmd == 'runs' or cmd == 'show' or cmd == 'repl' then
+  -- errors of these commands are the user's (a missing file, an unknown option): print the
+  -- message alone; PN_TRACEBACK=1 adds the Lua traceback
+  local ok, err = xpcall(function()
+    if cmd == 'plot' then require('penumbra.plot').main(rest)
+    elseif cmd == 'runs' then require('penumbra.runs').main_runs(rest)
+    elseif cmd == 'show' then require('penumbra.runs').main_show(rest)
+    else require('penumbra.repl').main(rest) end
+  end, function(e) return os.getenv('PN_TRACEBACK') and debug.traceback(tostring(e), 2) or tostring(e) end)
   if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
 elseif cmd:match('%.lua$') then
   run_script(cmd, rest)
