@@ -132,7 +132,7 @@ R.recipes = {
       local c = run.config
       return c.dataset ~= nil and c.score ~= nil and c.heads ~= nil and c.hidden ~= nil
     end,
-    -- mirrors lua/penumbra/recipes/gat_planetoid.lua; features and classes from the
+    -- the recipe's own model(); features and classes from the
     -- checkpoint: layer1's projection is (·, F), layer2's bias (C) (its output is the mean
     -- over heads), else the projection's rows over out_heads (the additive gat score)
     build = function(run)
@@ -142,11 +142,7 @@ R.recipes = {
       local ok, b2 = pcall(run.read, run, 'params/layer2/bias')
       if ok then classes = b2:shape()[1]
       else classes = run:read('params/layer2/proj/weight'):shape()[1] / (c.out_heads or 1) end
-      local model = pn.nn.GAT(F, classes, {
-        score = c.score, hidden = c.hidden, heads = c.heads, out_heads = c.out_heads,
-        dropout = c.dropout, attn_dropout = c.attn_dropout, gamma = c.gamma,
-        r = (c.r or 0) > 0 and c.r or nil, qk_dim = c.qk_dim,
-        map = (c.map and c.map ~= 'default') and c.map or nil })
+      local model = require('penumbra.recipes.gat_planetoid').model(c, F, classes)
       model:load(run.path, 'params')
       model:eval()
       return model, string.format('GAT(%d → %d classes, score=%s) from /params', F, classes, tostring(c.score))

@@ -13,7 +13,18 @@ local function accuracy(logits, y, idx)
   return (pred - 1):eq(truth):to('f64'):mean():item()
 end
 
-return function(o)
+local R = {}
+
+-- The model a config describes (the REPL rebuilds checkpoints with this too).
+function R.model(cfg, num_features, num_classes)
+  return pn.nn.GAT(num_features, num_classes, {
+    score = cfg.score, hidden = cfg.hidden, heads = cfg.heads, out_heads = cfg.out_heads,
+    dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, gamma = cfg.gamma,
+    r = (cfg.r or 0) > 0 and cfg.r or nil, qk_dim = cfg.qk_dim,
+    map = (cfg.map and cfg.map ~= 'default') and cfg.map or nil })
+end
+
+local function experiment(o)
   local config = {
     dataset = o.dataset, score = o.score,
     epochs = o.epochs or 1000, patience = o.patience or 100,
@@ -30,10 +41,7 @@ return function(o)
     setup = function(cfg)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = pn.data.planetoid(cfg.dataset)
-      local model = pn.nn.GAT(d.num_features, d.num_classes, {
-        score = cfg.score, hidden = cfg.hidden, heads = cfg.heads, out_heads = cfg.out_heads,
-        dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, gamma = cfg.gamma,
-        r = cfg.r > 0 and cfg.r or nil, qk_dim = cfg.qk_dim, map = cfg.map ~= 'default' and cfg.map or nil })
+      local model = R.model(cfg, d.num_features, d.num_classes)
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
       return { d = d, model = model, opt = opt }
     end,
@@ -68,3 +76,5 @@ return function(o)
     end,
   }
 end
+
+return setmetatable(R, { __call = function(_, o) return experiment(o) end })
