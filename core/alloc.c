@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <malloc.h>
 #include <omp.h>
+#include <pthread.h>
 
 static int64_t live_bytes, live_tensors, live_nodes;
 
@@ -14,19 +15,81 @@ int64_t pn_live_nodes(void) { return __atomic_load_n(&live_nodes, __ATOMIC_RELAX
 void pn_count_tensor(int d) { __atomic_add_fetch(&live_tensors, d, __ATOMIC_RELAXED); }
 void pn_count_node(int d) { __atomic_add_fetch(&live_nodes, d, __ATOMIC_RELAXED); }
 
-/* Tensors of tens of MB are freed and reallocated every step; glibc would hand each one
- * back to the kernel (mmap/munmap) and fault fresh pages in on the next allocation, which
- * costs more than the arithmetic of a softmax. Keep such blocks in the heap for reuse. */
+/* Tensors of tens of MB are freed and reallocated every training step; glibc would hand
+ * each one back to the kernel (mmap/munmap) and fault fresh pages in on the next
+ * allocation, which costs more than the arithmetic of a softmax. So: keep blocks below
+ * 32 MiB in the heap (mallopt), and park freed blocks from 1 MiB up in a small cache of
+ * exact (1 MiB-rounded) sizes for the next request of that size. Off in ASan builds, where
+ * reuse would hide use-after-free. */
 __attribute__((constructor)) static void pn_tune_malloc(void) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's maximum on 64-bit */
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-void *pn_alloc(size_t nbytes) {
-    /* 64-byte alignment for SIMD and cache lines; never a zero-size request */
+#define BIG (1u << 20)             /* blocks from here on are cached */
+#define CACHE_SLOTS 16
+#define CACHE_LIMIT ((size_t)1 << 30) /* bytes parked at most */
+
+static struct {
+    void *p[CACHE_SLOTS];
+    size_t n[CACHE_SLOTS];
+    size_t total;
+} cache;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t rounded(size_t nbytes) {
     size_t n = (nbytes + 63) & ~(size_t)63;
     if (n == 0) n = 64;
-    void *p = aligned_alloc(64, n);
+    if (n >= BIG) n = (n + BIG - 1) & ~(size_t)(BIG - 1);
+    return n;
+}
+
+static void *cache_take(size_t n) {
+#ifdef PN_ASAN_BUILD
+    (void)n;
+    return NULL;
+#else
+    void *p = NULL;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache.p[i] && cache.n[i] == n) {
+            p = cache.p[i];
+            cache.p[i] = NULL;
+            cache.total -= n;
+            break;
+        }
+    pthread_mutex_unlock(&cache_lock);
+    return p;
+#endif
+}
+
+static bool cache_put(void *p, size_t n) {
+#ifdef PN_ASAN_BUILD
+    (void)p;
+    (void)n;
+    return false;
+#else
+    bool kept = false;
+    pthread_mutex_lock(&cache_lock);
+    if (cache.total + n <= CACHE_LIMIT) {
+        for (int i = 0; i < CACHE_SLOTS; i++)
+            if (!cache.p[i]) {
+                cache.p[i] = p;
+                cache.n[i] = n;
+                cache.total += n;
+                kept = true;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return kept;
+#endif
+}
+
+void *pn_alloc(size_t nbytes) {
+    size_t n = rounded(nbytes);
+    void *p = n >= BIG ? cache_take(n) : NULL;
+    if (!p) p = aligned_alloc(64, n);
     if (!p) return pn_error_null(PN_ERR_OOM, "alloc: out of memory allocating %zu bytes", nbytes);
     __atomic_add_fetch(&live_bytes, (int64_t)nbytes, __ATOMIC_RELAXED);
     return p;
@@ -34,7 +97,8 @@ void *pn_alloc(size_t nbytes) {
 
 void pn_free(void *p, size_t nbytes) {
     if (!p) return;
-    free(p);
+    size_t n = rounded(nbytes);
+    if (!(n >= BIG && cache_put(p, n))) free(p);
     __atomic_sub_fetch(&live_bytes, (int64_t)nbytes, __ATOMIC_RELAXED);
 }
 

@@ -239,6 +239,13 @@ static pn_status accumulate_leaf(pn_tensor *leaf, pn_tensor *g) {
         return pn_error(PN_ERR_SHAPE, "backward: gradient %s for leaf %s has the wrong shape", pn_shape_str(g),
                         pn_shape_str(leaf));
     if (!leaf->gradt) {
+        /* a gradient nobody else holds becomes .grad as is (no copy, no second buffer) */
+        if (g->refcount == 1 && g->storage->refcount == 1 && pn_is_contiguous(g) && g->dt == leaf->dt &&
+            g->offset == 0 && !g->fn) {
+            pn_retain(g);
+            leaf->gradt = g;
+            return PN_OK;
+        }
         pn_tensor *c = pn_empty_like(leaf);
         if (!c) return PN_ERR_OOM;
         PN_TRY(pn_copy_(c, g));

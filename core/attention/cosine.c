@@ -10,12 +10,17 @@
  *
  * Never an N×N matrix nor the (N, D, Dv) tensor of the naive cumsum: per (b, h) a
  * running state S = Σ k̂_j v_jᵀ (D×Dv) — built once for the bidirectional form
- * (q̂ (k̂ᵀ v), Cottention Eq. 5), grown row by row for the causal one (Eq. 7/8). Backward
- * (Cottention §4): with G_t = n_t^{−σ} g_t,
- *   g q̂_t = S_t G_t                (forward pass over t, S_t the state at row t)
- *   g k̂_j = R_j v_j, g v_j = R_jᵀ k̂_j   with R_j = Σ_{t: j ∈ keys(t)} q̂_t G_tᵀ (reverse cumsum)
- *   g m_h = σ'(m_h) Σ_t (g_t·out_t)(−ln n_t)
- * O(N·D·Dv) time and O(D·Dv) extra memory per (b, h); (b, h) pairs run in parallel. */
+ * (q̂ (k̂ᵀ v), Cottention Eq. 5), grown chunk by chunk for the causal one (Eq. 7/8). The
+ * causal form works on chunks of c rows (Q̂, K̂, V of the chunk, S the state entering it):
+ *   out = diag(n^{−σ}) ((Q̂ K̂ᵀ ⊙ tril) V + Q̂ S),   then S += K̂ᵀ V
+ * — GEMMs instead of N rank-1 updates (cosine_impl.h). Backward (Cottention §4): with
+ * G_t = n_t^{−σ} g_t,
+ *   g q̂_t = S_t G_t                (forward pass: (G Vᵀ ⊙ tril) K̂ + G Sᵀ per chunk)
+ *   g k̂_j = R_j v_j, g v_j = R_jᵀ k̂_j   with R_j = Σ_{t: j ∈ keys(t)} q̂_t G_tᵀ (reverse pass:
+ *                                   (G Vᵀ ⊙ tril)ᵀ Q̂ + V Rᵀ and (Q̂ K̂ᵀ ⊙ tril)ᵀ G + K̂ R)
+ *   g m_h = σ'(m_h) Σ_t (g_t·out_t)(−ln n_t),  g_t·out_t = q̂_t·g q̂_t
+ * O(N·(c·D + D·Dv)) time and O(c·D + D·Dv) extra memory per (b, h), whatever N; (b, h)
+ * pairs run in parallel, each on one thread, so results do not depend on the schedule. */
 #include "linear.h"
 
 #define OP "cosine_attention"
@@ -56,168 +61,43 @@ static inline bool is_key(const cos_args *a, int64_t b, int64_t j) { return !a->
 /* n^{−s} with n counted as at least 1 */
 static inline double count_scale(int64_t n, double s) { return n > 1 ? exp(-s * log((double)n)) : 1.0; }
 
-static inline void state_add(double *S, const double *kh, const double *v, int64_t D, int64_t Dv) {
-    for (int64_t d = 0; d < D; d++) {
-        double kd = kh[d];
-        double *row = S + d * Dv;
-        for (int64_t e = 0; e < Dv; e++) row[e] += kd * v[e];
-    }
-}
+/* Rows per chunk of the GEMM forms: big enough for efficient GEMMs, small enough that
+ * the intra-chunk scores (c·c per chunk, half of them masked) cost about as much as the
+ * state terms (c·D·Dv). */
+#define PN_COSINE_CHUNK 64
 
-/* y (Dv) = c · x̂ᵀ S */
-static inline void state_read(const double *S, const double *xh, double c, double *y, int64_t D, int64_t Dv) {
-    for (int64_t e = 0; e < Dv; e++) y[e] = 0;
-    for (int64_t d = 0; d < D; d++) {
-        double xd = xh[d] * c;
-        const double *row = S + d * Dv;
-        for (int64_t e = 0; e < Dv; e++) y[e] += xd * row[e];
-    }
-}
+/* ---- the chunked kernels, once per dtype (cosine_impl.h) ----------------------------------- */
+#define real float
+#define SFX(x) x##_f32
+#define GEMM cblas_sgemm
+#include "cosine_impl.h"
+#undef real
+#undef SFX
+#undef GEMM
 
-/* ---- forward ------------------------------------------------------------------------------- */
+#define real double
+#define SFX(x) x##_f64
+#define GEMM cblas_dgemm
+#include "cosine_impl.h"
+#undef real
+#undef SFX
+#undef GEMM
+
 /* out: (B, H, N, Dv). Returns false when scratch could not be allocated. */
 static bool cos_forward(const cos_args *a, void *out) {
-    const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H;
-    int oom = 0;
-    #pragma omp parallel for schedule(static) if (BH * N * D * Dv > PN_PAR_MIN)
-    for (int64_t bh = 0; bh < BH; bh++) {
-        const int64_t b = bh / a->H;
-        const double s = a->s[bh % a->H];
-        double *S = calloc((size_t)(D * Dv + 2 * D + 2 * Dv), sizeof(double));
-        if (!S) {
-            #pragma omp atomic write
-            oom = 1;
-            continue;
-        }
-        double *x = S + D * Dv, *xh = x + D, *vr = xh + D, *y = vr + Dv;
-        const int64_t oqk = bh * N * D, ov = bh * N * Dv;
-        int64_t cnt = 0;
-        if (!a->causal) { /* S = Σ_j k̂_j v_jᵀ over the real keys */
-            for (int64_t j = 0; j < N; j++) {
-                if (!is_key(a, b, j)) continue;
-                ld_row(a->k, a->dt, oqk + j * D, D, x);
-                cos_normalize(x, xh, D);
-                ld_row(a->v, a->dt, ov + j * Dv, Dv, vr);
-                state_add(S, xh, vr, D, Dv);
-                cnt++;
-            }
-        }
-        const double cb = count_scale(cnt, s);
-        for (int64_t t = 0; t < N; t++) {
-            if (a->causal && is_key(a, b, t)) { /* key t joins the state before row t reads it */
-                ld_row(a->k, a->dt, oqk + t * D, D, x);
-                cos_normalize(x, xh, D);
-                ld_row(a->v, a->dt, ov + t * Dv, Dv, vr);
-                state_add(S, xh, vr, D, Dv);
-                cnt++;
-            }
-            ld_row(a->q, a->dt, oqk + t * D, D, x);
-            cos_normalize(x, xh, D);
-            state_read(S, xh, a->causal ? count_scale(cnt, s) : cb, y, D, Dv);
-            st_row(out, a->dt, ov + t * Dv, Dv, y);
-        }
-        free(S);
-    }
-    return !oom;
-}
-
-/* ---- backward ------------------------------------------------------------------------------ */
-/* S += k̂_j v_jᵀ; x, xh (D), vr (Dv) scratch */
-static inline void add_key(const cos_args *a, int64_t bh, int64_t j, double *S, double *x, double *xh, double *vr) {
-    ld_row(a->k, a->dt, (bh * a->N + j) * a->D, a->D, x);
-    cos_normalize(x, xh, a->D);
-    ld_row(a->v, a->dt, (bh * a->N + j) * a->Dv, a->Dv, vr);
-    state_add(S, xh, vr, a->D, a->Dv);
-}
-
-/* R += q̂_t (c·g_t)ᵀ; x, xh (D), G (Dv) scratch */
-static inline void add_query(const cos_args *a, const void *g, int64_t bh, int64_t t, double c, double *R, double *x,
-                             double *xh, double *G) {
-    ld_row(g, a->dt, (bh * a->N + t) * a->Dv, a->Dv, G);
-    for (int64_t e = 0; e < a->Dv; e++) G[e] *= c;
-    ld_row(a->q, a->dt, (bh * a->N + t) * a->D, a->D, x);
-    cos_normalize(x, xh, a->D);
-    state_add(R, xh, G, a->D, a->Dv);
+    PN_BLAS_SERIAL_BEGIN;
+    bool ok = a->dt == PN_F32 ? cos_forward_f32(a, out) : cos_forward_f64(a, out);
+    PN_BLAS_SERIAL_END;
+    return ok;
 }
 
 /* g: (B, H, N, Dv). gq, gk: (B, H, N, D), gv: (B, H, N, Dv) or NULL when not needed;
  * gm_bh: (B·H) partial sums of Σ_t (g_t·out_t)(−ln n_t), or NULL. */
 static bool cos_backward(const cos_args *a, const void *g, void *gq, void *gk, void *gv, double *gm_bh) {
-    const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H;
-    int oom = 0;
-    #pragma omp parallel for schedule(static) if (BH * N * D * Dv > PN_PAR_MIN)
-    for (int64_t bh = 0; bh < BH; bh++) {
-        const int64_t b = bh / a->H;
-        const double s = a->s[bh % a->H];
-        double *S = calloc((size_t)(D * Dv + 4 * D + 3 * Dv), sizeof(double));
-        if (!S) {
-            #pragma omp atomic write
-            oom = 1;
-            continue;
-        }
-        double *x = S + D * Dv, *xh = x + D, *gxh = xh + D, *gx = gxh + D, *vr = gx + D, *G = vr + Dv, *y = G + Dv;
-        const int64_t oqk = bh * N * D, ov = bh * N * Dv;
-        int64_t total = 0;
-        for (int64_t j = 0; j < N; j++) total += is_key(a, b, j);
-
-        /* pass 1, forward in t: the state S_t gives g q_t and the m statistic */
-        if (gq || gm_bh) {
-            if (!a->causal)
-                for (int64_t j = 0; j < N; j++)
-                    if (is_key(a, b, j)) add_key(a, bh, j, S, x, xh, vr);
-            int64_t cnt = 0;
-            double gm = 0;
-            for (int64_t t = 0; t < N; t++) {
-                if (a->causal && is_key(a, b, t)) {
-                    add_key(a, bh, t, S, x, xh, vr);
-                    cnt++;
-                }
-                const int64_t n = a->causal ? cnt : total;
-                const double c = count_scale(n, s);
-                ld_row(g, a->dt, ov + t * Dv, Dv, G);
-                ld_row(a->q, a->dt, oqk + t * D, D, x);
-                double r = cos_normalize(x, xh, D);
-                if (gm_bh && n > 1) {
-                    state_read(S, xh, c, y, D, Dv); /* out_t */
-                    gm -= dotd(G, y, Dv) * log((double)n);
-                }
-                if (gq) {
-                    for (int64_t d = 0; d < D; d++) gxh[d] = c * dotd(S + d * Dv, G, Dv);
-                    cos_normalize_bw(x, r, gxh, gx, D);
-                    st_row(gq, a->dt, oqk + t * D, D, gx);
-                }
-            }
-            if (gm_bh) gm_bh[bh] = gm;
-        }
-
-        /* pass 2, backward in t: R_j = Σ_{t: j ∈ keys(t)} q̂_t G_tᵀ gives g k_j and g v_j */
-        if (gk || gv) {
-            double *R = S;
-            memset(R, 0, sizeof(double) * (size_t)(D * Dv));
-            if (!a->causal)
-                for (int64_t t = 0; t < N; t++) add_query(a, g, bh, t, count_scale(total, s), R, x, xh, G);
-            int64_t cur = total; /* causal: the number of real keys at or before t */
-            for (int64_t t = N - 1; t >= 0; t--) {
-                if (a->causal) add_query(a, g, bh, t, count_scale(cur, s), R, x, xh, G);
-                if (!is_key(a, b, t)) {
-                    memset(gx, 0, sizeof(double) * (size_t)D);
-                    memset(y, 0, sizeof(double) * (size_t)Dv);
-                } else {
-                    cur--;
-                    ld_row(a->k, a->dt, oqk + t * D, D, x);
-                    double r = cos_normalize(x, xh, D);
-                    ld_row(a->v, a->dt, ov + t * Dv, Dv, vr);
-                    for (int64_t d = 0; d < D; d++) gxh[d] = dotd(R + d * Dv, vr, Dv);
-                    cos_normalize_bw(x, r, gxh, gx, D);
-                    state_read(R, xh, 1.0, y, D, Dv); /* Rᵀ k̂_t */
-                }
-                if (gk) st_row(gk, a->dt, oqk + t * D, D, gx);
-                if (gv) st_row(gv, a->dt, ov + t * Dv, Dv, y);
-            }
-        }
-        free(S);
-    }
-    return !oom;
+    PN_BLAS_SERIAL_BEGIN;
+    bool ok = a->dt == PN_F32 ? cos_backward_f32(a, g, gq, gk, gv, gm_bh) : cos_backward_f64(a, g, gq, gk, gv, gm_bh);
+    PN_BLAS_SERIAL_END;
+    return ok;
 }
 
 /* ---- entry points ------------------------------------------------------------------------- */

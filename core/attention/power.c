@@ -19,8 +19,9 @@
  *    O(N) scratch per row; never an N×N matrix.
  *  - chunked (chunk = c, causal only): inside a chunk the quadratic terms, across chunks
  *    the φᵖ state S = Σ_j g φ(k_j) v_jᵀ (D'×Dv) and z = Σ_j g φ(k_j) (D'), decayed by the
- *    gates; D' = C(D+p−1, p). O(N·c·D + N·D'·Dv) per (b,h). Not in log space (like the
- *    recurrent state): scores (scale·q·k)^p must stay within the f64 range.
+ *    gates; D' = C(D+p−1, p). O(N·c·D + N·D'·Dv) per (b,h), as f64 GEMMs per chunk (BLAS
+ *    single-threaded inside our loop over (b,h)). Not in log space (like the recurrent
+ *    state): scores (scale·q·k)^p must stay within the f64 range.
  * Both accumulate in f64 for f32 and f64 inputs. Backward is analytic for both; the
  * chunked backward recomputes the forward keeping the N/c chunk-boundary states (more
  * chunks, more memory: the usual trade-off) and then runs the state recursion in reverse. */
@@ -89,8 +90,38 @@ pn_sympow_table *pn_sympow_table_new(const char *op, int64_t D, int p) {
     return t;
 }
 
+#define PN_SQRT2 1.41421356237309504880
+
+/* p = 2, the common case, without the index table: φ = (x_a x_b, a ≤ b), √2 off the diagonal,
+ * in the table's order (a-major). The inner loops run over contiguous b. */
+static void sympow2_apply(int64_t D, const double *x, double *phi) {
+    for (int64_t a = 0; a < D; a++) {
+        const double xa = x[a], xs = PN_SQRT2 * xa;
+        *phi++ = xa * xa;
+        for (int64_t b = a + 1; b < D; b++) *phi++ = xs * x[b];
+    }
+}
+
+static void sympow2_grad(int64_t D, const double *x, const double *gphi, double *gx) {
+    for (int64_t a = 0; a < D; a++) {
+        const double xs = PN_SQRT2 * x[a];
+        double acc = 2 * x[a] * gphi[0];
+        for (int64_t b = a + 1; b < D; b++) {
+            const double g = gphi[b - a];
+            acc += PN_SQRT2 * g * x[b];
+            gx[b] += xs * g;
+        }
+        gx[a] += acc;
+        gphi += D - a;
+    }
+}
+
 void pn_sympow_apply(const pn_sympow_table *t, const double *x, double *phi) {
     const int p = t->p;
+    if (p == 2) {
+        sympow2_apply(t->D, x, phi);
+        return;
+    }
     for (int64_t a = 0; a < t->Dp; a++) {
         const int32_t *ix = t->idx + a * p;
         double v = t->w[a];
@@ -101,6 +132,10 @@ void pn_sympow_apply(const pn_sympow_table *t, const double *x, double *phi) {
 
 void pn_sympow_grad(const pn_sympow_table *t, const double *x, const double *gphi, double *gx) {
     const int p = t->p;
+    if (p == 2) {
+        sympow2_grad(t->D, x, gphi, gx);
+        return;
+    }
     double pre[PN_SYMPOW_MAX_P + 1];
     for (int64_t a = 0; a < t->Dp; a++) {
         if (gphi[a] == 0) continue;
@@ -378,96 +413,116 @@ static bool quad_backward(const pw_args *a, const void *g, void *gq, void *gk, v
 }
 
 /* ---- chunked form ---------------------------------------------------------------------------- */
-/* State update after chunk [s0, s1): S ← decay·S + Σ_j f_j φ(k_j) v_jᵀ, z likewise, with
- * decay = exp(L_{s1−1} − L_{s0−1}) and f_j = exp(L_{s1−1} − L_j). phk (D') scratch. */
-static void chunk_update(const pw_args *a, const pw_rows *r, int64_t s0, int64_t s1, double *S, double *z,
-                         double *phk) {
-    const int64_t D = a->D, Dv = a->Dv, Dp = a->tab->Dp;
-    const double Le = r->L[s1 - 1], decay = exp(Le - (s0 > 0 ? r->L[s0 - 1] : 0));
-    if (decay != 1) {
-        for (int64_t i = 0; i < Dp * Dv; i++) S[i] *= decay;
-        for (int64_t i = 0; i < Dp; i++) z[i] *= decay;
-    }
-    for (int64_t j = s0; j < s1; j++) {
-        const double f = exp(Le - r->L[j]);
-        const double *vj = r->v + j * Dv;
-        pn_sympow_apply(a->tab, r->k + j * D, phk);
-        for (int64_t d = 0; d < Dp; d++) {
-            const double w = f * phk[d];
-            z[d] += w;
-            for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += w * vj[e];
-        }
+/* Per chunk of c rows (qs, k, v of the chunk; S, z the state entering it), as GEMMs:
+ *   T = E ⊙ (Qs Kᵀ)^p ⊙ tril, E_ij = exp(L_i − L_j)          (intra-chunk weights)
+ *   Φq_e = diag(e) φ(Qs), e_i = exp(L_i − L_{s0−1})          (inter-chunk: the state)
+ *   num = T V + Φq_e S,  den = T·1 + Φq_e z,  out = num / den
+ *   S ← decay·S + (diag(f) φ(K))ᵀ V, z likewise, decay = exp(L_{s1−1} − L_{s0−1}),
+ *   f_j = exp(L_{s1−1} − L_j).
+ * Everything in f64 (the rows were loaded into f64 by pw_load). */
+
+/* C (m, n) = A (m, k) · B, with A stored transposed (k, m) when ta, B stored (n, k) when tb */
+static inline void pw_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
+                           double beta, double *Cm) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
+                (blasint)k, 1.0, A, (blasint)(ta ? m : k), B, (blasint)(tb ? k : n), beta, Cm, (blasint)n);
+}
+
+/* Ph (c, D') ← w_i φ(x_i) for the c rows x (c, D) starting at row s0, with w_i = exp(L_i − Lref)
+ * (sign = +1, the queries' e_i) or exp(Lref − L_i) (sign = −1, the keys' f_j) */
+static void chunk_phi(const pw_args *a, const double *x, const double *L, int64_t s0, double Lref, int sign, double *Ph) {
+    const int64_t c = a->c, D = a->D, Dp = a->tab->Dp;
+    for (int64_t i = 0; i < c; i++) {
+        double *row = Ph + i * Dp;
+        pn_sympow_apply(a->tab, x + (s0 + i) * D, row);
+        const double w = exp(sign * (L[s0 + i] - Lref));
+        if (w != 1)
+            for (int64_t d = 0; d < Dp; d++) row[d] *= w;
     }
 }
 
-/* Row i of chunk [s0, ·): num (Dv) and the returned denominator, from the state (S, z)
- * entering the chunk (NULL for the first chunk) and the intra-chunk terms. phq (D') scratch. */
-static double chunk_row(const pw_args *a, const pw_rows *r, int64_t s0, int64_t i, const double *S, const double *z,
-                        double *phq, double *num) {
-    const int64_t D = a->D, Dv = a->Dv, Dp = a->tab->Dp;
-    const double *qi = r->qs + i * D;
-    double den = 0;
-    memset(num, 0, sizeof(double) * (size_t)Dv);
-    if (S) {
-        const double e = exp(r->L[i] - (s0 > 0 ? r->L[s0 - 1] : 0));
-        pn_sympow_apply(a->tab, qi, phq);
-        for (int64_t d = 0; d < Dp; d++) {
-            const double w = e * phq[d];
-            den += w * z[d];
-            for (int64_t x = 0; x < Dv; x++) num[x] += w * S[d * Dv + x];
-        }
+/* Rows [s0, s0 + c): out (c, Dv) ← num/den (0 where den = 0), den (c) kept. S, z: the state
+ * entering the chunk (ignored for the first chunk). Ph (c, D'), T (c, c) scratch. */
+static void chunk_rows(const pw_args *a, const pw_rows *r, int64_t s0, const double *S, const double *z, double *Ph,
+                       double *T, double *out, double *den) {
+    const int64_t c = a->c, D = a->D, Dv = a->Dv, Dp = a->tab->Dp;
+    const double *L = r->L;
+    pw_gemm(false, true, c, c, D, r->qs + s0 * D, r->k + s0 * D, 0, T); /* s_ij */
+    for (int64_t i = 0; i < c; i++) {
+        double *Ti = T + i * c, sum = 0;
+        for (int64_t j = 0; j <= i; j++) sum += (Ti[j] = exp(L[s0 + i] - L[s0 + j]) * ipow(Ti[j], a->p));
+        for (int64_t j = i + 1; j < c; j++) Ti[j] = 0;
+        den[i] = sum;
     }
-    for (int64_t j = s0; j <= i; j++) {
-        const double T = exp(r->L[i] - r->L[j]) * ipow(dotd(qi, r->k + j * D, D), a->p);
-        den += T;
-        for (int64_t x = 0; x < Dv; x++) num[x] += T * r->v[j * Dv + x];
+    pw_gemm(false, false, c, Dv, c, T, r->v + s0 * Dv, 0, out); /* T V */
+    if (s0 > 0) {
+        chunk_phi(a, r->qs, L, s0, L[s0 - 1], +1, Ph);
+        pw_gemm(false, false, c, Dv, Dp, Ph, S, 1, out); /* + Φq_e S */
+        for (int64_t i = 0; i < c; i++) den[i] += dotd(Ph + i * Dp, z, Dp);
     }
-    return den;
+    for (int64_t i = 0; i < c; i++) {
+        const double inv = den[i] != 0 ? 1.0 / den[i] : 0;
+        for (int64_t x = 0; x < Dv; x++) out[i * Dv + x] *= inv;
+    }
+}
+
+/* The state after chunk [s0, s0 + c): S ← decay·S + (diag(f) φ(K))ᵀ V, z ← decay·z + Σ_j f_j φ(k_j) */
+static void chunk_advance(const pw_args *a, const pw_rows *r, int64_t s0, double *S, double *z, double *Ph) {
+    const int64_t c = a->c, Dv = a->Dv, Dp = a->tab->Dp;
+    const double Le = r->L[s0 + c - 1], decay = exp(Le - (s0 > 0 ? r->L[s0 - 1] : 0));
+    chunk_phi(a, r->k, r->L, s0, Le, -1, Ph);
+    pw_gemm(true, false, Dp, Dv, c, Ph, r->v + s0 * Dv, decay, S);
+    for (int64_t d = 0; d < Dp; d++) z[d] *= decay;
+    for (int64_t j = 0; j < c; j++)
+        for (int64_t d = 0; d < Dp; d++) z[d] += Ph[j * Dp + d];
 }
 
 static bool chunk_forward(const pw_args *a, void *out) {
     const int64_t N = a->N, Dv = a->Dv, BH = a->B * a->H, c = a->c, Dp = a->tab->Dp;
     int oom = 0;
-    #pragma omp parallel for schedule(static) if (BH * N * (c * a->D + Dp * Dv) > PN_PAR_MIN)
+    #pragma omp parallel for schedule(static) if (BH > 1 && BH * N * (c * a->D + Dp * Dv) > PN_PAR_MIN)
     for (int64_t bh = 0; bh < BH; bh++) {
         pw_rows r;
-        double *buf = pw_load(a, bh, &r, (size_t)(Dp * Dv + 2 * Dp + Dv));
+        double *buf = pw_load(a, bh, &r, (size_t)(Dp * Dv + Dp + c * Dp + c * c + c * Dv + c));
         if (!buf) {
             #pragma omp atomic write
             oom = 1;
             continue;
         }
-        double *S = r.L + N, *z = S + Dp * Dv, *ph = z + Dp, *num = ph + Dp;
+        double *S = r.L + N, *z = S + Dp * Dv, *Ph = z + Dp, *T = Ph + c * Dp, *o = T + c * c, *den = o + c * Dv;
         for (int64_t s0 = 0; s0 < N; s0 += c) {
-            for (int64_t i = s0; i < s0 + c; i++) {
-                double den = chunk_row(a, &r, s0, i, s0 > 0 ? S : NULL, z, ph, num);
-                for (int64_t x = 0; x < Dv; x++) num[x] = den != 0 ? num[x] / den : 0;
-                st_row(out, a->dt, (bh * N + i) * Dv, Dv, num);
-            }
-            if (s0 + c < N) chunk_update(a, &r, s0, s0 + c, S, z, ph);
+            chunk_rows(a, &r, s0, S, z, Ph, T, o, den);
+            st_row(out, a->dt, (bh * N + s0) * Dv, c * Dv, o);
+            if (s0 + c < N) chunk_advance(a, &r, s0, S, z, Ph);
         }
         free(buf);
     }
     return !oom;
 }
 
-/* With G_i = g_i/den_i (∂num_i) and gd_i = −g_i·out_i/den_i (∂den_i):
- *  rows of chunk a, inter part (num_i += e_i S_aᵀφ(qs_i), den_i += e_i z_a·φ(qs_i)):
- *    g φ(qs_i) = e_i (S_a G_i + z_a gd_i); ∂S_a += e_i φ(qs_i) G_iᵀ; ∂z_a += e_i φ(qs_i) gd_i;
- *    log e_i = L_i − L_{s0−1}
- *  intra part T_ij = exp(L_i − L_j) s_ij^p: ∂T = G_i·v_j + gd_i, g v_j += T G_i,
- *    ∂s_ij = ∂T·exp(L_i − L_j)·p·s_ij^{p−1}
- *  state update S_{a+1} = decay·S_a + Σ_j f_j φ(k_j) v_jᵀ (z likewise), run in reverse:
- *    g φ(k_j) = f_j (∂S v_j + ∂z), g v_j += f_j ∂Sᵀ φ(k_j), ∂S_a = decay·∂S_{a+1}. */
+/* With G_i = g_i/den_i (∂num_i) and gd_i = −g_i·out_i/den_i (∂den_i), over the chunks in
+ * reverse, ∂S, ∂z the gradient wrt the state leaving the chunk:
+ *  state update (S_next = decay·S + Σ_j f_j φ(k_j) v_jᵀ, z likewise):
+ *    t_j = ∂S v_j + ∂z;  g φ(k_j) = f_j t_j;  ∂log f_j = f_j φ(k_j)·t_j;  g V += diag(f) φ(K) ∂S;
+ *    ∂log decay = decay (∂S·S + ∂z·z);  then ∂S, ∂z ← decay·∂S, decay·∂z
+ *  inter part of the rows (num_i += e_i φ(qs_i)ᵀ S, den_i += e_i φ(qs_i)·z):
+ *    SG_i = S G_i + z gd_i;  g φ(qs_i) = e_i SG_i;  ∂log e_i = e_i φ(qs_i)·SG_i;
+ *    ∂S += Φq_eᵀ G, ∂z += Φq_eᵀ gd
+ *  intra part (T_ij = E_ij s_ij^p): dT = G Vᵀ + gd 1ᵀ;  g V += Tᵀ G;
+ *    ds_ij = dT_ij E_ij p s_ij^{p−1};  g Qs += ds K, g K += dsᵀ Qs;  ∂log E_ij = dT_ij T_ij
+ *  log weights are differences of L, so each ∂log w adds to g L at the later index and
+ *  subtracts at the earlier one. The forward runs again first, keeping the state entering
+ *  every chunk (N/c of them: more chunks, more memory). */
 static bool chunk_backward(const pw_args *a, const void *g, void *gq, void *gk, void *gv, void *glg) {
     const int64_t N = a->N, D = a->D, Dv = a->Dv, BH = a->B * a->H, c = a->c, Dp = a->tab->Dp, nc = N / c;
     int oom = 0;
-    #pragma omp parallel for schedule(static) if (BH * N * (c * D + Dp * Dv) > PN_PAR_MIN)
+    #pragma omp parallel for schedule(static) if (BH > 1 && BH * N * (c * D + Dp * Dv) > PN_PAR_MIN)
     for (int64_t bh = 0; bh < BH; bh++) {
         pw_rows r;
-        /* states entering each chunk (nc·(D'Dv + D')), ∂S, ∂z, den (N), out (N, Dv), φ (D'),
-         * g φ (D'), S G (D'), num (Dv), grads */
-        size_t extra = (size_t)(nc * (Dp * Dv + Dp) + Dp * Dv + Dp + N + N * Dv + 3 * Dp + Dv) + pw_grads_size(a);
+        /* states entering each chunk (nc·(D'Dv + D')), ∂S, ∂z, den (N), out (N, Dv), Φ and g Φ
+         * (c, D') each, P and A (c, c) each, grads */
+        size_t extra = (size_t)(nc * (Dp * Dv + Dp) + Dp * Dv + Dp + N + N * Dv + 2 * c * Dp + 2 * c * c) +
+                       pw_grads_size(a);
         double *buf = pw_load(a, bh, &r, extra);
         if (!buf) {
             #pragma omp atomic write
@@ -475,23 +530,20 @@ static bool chunk_backward(const pw_args *a, const void *g, void *gq, void *gk, 
             continue;
         }
         double *Ss = r.L + N, *zs = Ss + nc * Dp * Dv, *dS = zs + nc * Dp, *dz = dS + Dp * Dv, *den = dz + Dp,
-               *out = den + N, *ph = out + N * Dv, *gph = ph + Dp, *SG = gph + Dp, *num = SG + Dp;
+               *out = den + N, *Ph = out + N * Dv, *gPh = Ph + c * Dp, *P = gPh + c * Dp, *A = P + c * c;
         pw_grads G;
-        pw_grads_init(a, g, bh, num + Dv, &G);
+        pw_grads_init(a, g, bh, A + c * c, &G);
+        const double *L = r.L;
 
         /* forward again, keeping the state entering every chunk */
         for (int64_t ci = 0; ci < nc; ci++) {
-            const int64_t s0 = ci * c;
             double *S = Ss + ci * Dp * Dv, *z = zs + ci * Dp;
             if (ci > 0) {
                 memcpy(S, S - Dp * Dv, sizeof(double) * (size_t)(Dp * Dv));
                 memcpy(z, z - Dp, sizeof(double) * (size_t)Dp);
-                chunk_update(a, &r, s0 - c, s0, S, z, ph);
+                chunk_advance(a, &r, (ci - 1) * c, S, z, Ph);
             }
-            for (int64_t i = s0; i < s0 + c; i++) {
-                den[i] = chunk_row(a, &r, s0, i, ci > 0 ? S : NULL, z, ph, out + i * Dv);
-                for (int64_t x = 0; x < Dv; x++) out[i * Dv + x] = den[i] != 0 ? out[i * Dv + x] / den[i] : 0;
-            }
+            chunk_rows(a, &r, ci * c, S, z, Ph, P, out + ci * c * Dv, den + ci * c);
         }
         /* G_i, gd_i in place: g ← g/den, den ← −g·out/den */
         for (int64_t i = 0; i < N; i++) {
@@ -506,28 +558,28 @@ static bool chunk_backward(const pw_args *a, const void *g, void *gq, void *gk, 
         }
         const double *gd = den;
 
-        /* reverse over chunks; ∂S, ∂z hold the gradient wrt the state leaving chunk ci */
         for (int64_t ci = nc - 1; ci >= 0; ci--) {
             const int64_t s0 = ci * c, s1 = s0 + c;
-            const double Lp = s0 > 0 ? r.L[s0 - 1] : 0, Le = r.L[s1 - 1];
+            const double Lp = s0 > 0 ? L[s0 - 1] : 0, Le = L[s1 - 1];
             const double *S = Ss + ci * Dp * Dv, *z = zs + ci * Dp;
+            const double *Qs = r.qs + s0 * D, *Kc = r.k + s0 * D, *Vc = r.v + s0 * Dv, *Gc = G.g + s0 * Dv;
             if (ci < nc - 1) { /* the update that produced the state leaving this chunk */
-                for (int64_t j = s0; j < s1; j++) {
-                    const double f = exp(Le - r.L[j]);
-                    const double *vj = r.v + j * Dv;
-                    pn_sympow_apply(a->tab, r.k + j * D, ph);
+                for (int64_t j = 0; j < c; j++) pn_sympow_apply(a->tab, r.k + (s0 + j) * D, Ph + j * Dp); /* φ(k_j) */
+                pw_gemm(false, true, c, Dp, Dv, Vc, dS, 0, gPh); /* t = V ∂Sᵀ */
+                for (int64_t j = 0; j < c; j++) {
+                    double *t = gPh + j * Dp, *ph = Ph + j * Dp;
+                    const double f = exp(Le - L[s0 + j]);
                     double gf = 0;
                     for (int64_t d = 0; d < Dp; d++) {
-                        const double t = dotd(dS + d * Dv, vj, Dv) + dz[d];
-                        gph[d] = f * t;
-                        gf += ph[d] * t;
-                        for (int64_t x = 0; x < Dv; x++) G.gv[j * Dv + x] += f * ph[d] * dS[d * Dv + x];
+                        t[d] = f * (t[d] + dz[d]);
+                        gf += ph[d] * t[d];
+                        ph[d] *= f;
                     }
-                    gf *= f;
                     G.gL[s1 - 1] += gf;
-                    G.gL[j] -= gf;
-                    pn_sympow_grad(a->tab, r.k + j * D, gph, G.gk + j * D);
+                    G.gL[s0 + j] -= gf;
+                    pn_sympow_grad(a->tab, r.k + (s0 + j) * D, t, G.gk + (s0 + j) * D);
                 }
+                pw_gemm(false, false, c, Dv, Dp, Ph, dS, 1, G.gv + s0 * Dv); /* g V += diag(f) φ(K) ∂S */
                 const double decay = exp(Le - Lp);
                 if (ci > 0) {
                     const double gdec = decay * (dotd(dS, S, Dp * Dv) + dotd(dz, z, Dp));
@@ -537,39 +589,45 @@ static bool chunk_backward(const pw_args *a, const void *g, void *gq, void *gk, 
                 for (int64_t i = 0; i < Dp * Dv; i++) dS[i] *= decay;
                 for (int64_t i = 0; i < Dp; i++) dz[i] *= decay;
             }
-            for (int64_t i = s0; i < s1; i++) {
-                const double *gi = G.g + i * Dv, *qi = r.qs + i * D;
-                if (ci > 0) { /* inter-chunk: the state entering the chunk */
-                    const double e = exp(r.L[i] - Lp);
-                    pn_sympow_apply(a->tab, qi, ph);
+            if (ci > 0) { /* inter-chunk: the state entering the chunk */
+                chunk_phi(a, r.qs, L, s0, Lp, +1, Ph);               /* Φq_e */
+                pw_gemm(false, true, c, Dp, Dv, Gc, S, 0, gPh);       /* S G_i, as rows */
+                for (int64_t i = 0; i < c; i++) {
+                    double *sg = gPh + i * Dp;
+                    const double *ph = Ph + i * Dp;
+                    const double e = exp(L[s0 + i] - Lp), gdi = gd[s0 + i];
                     double ge = 0;
                     for (int64_t d = 0; d < Dp; d++) {
-                        SG[d] = dotd(S + d * Dv, gi, Dv) + z[d] * gd[i];
-                        gph[d] = e * SG[d];
-                        ge += ph[d] * SG[d];
-                        const double w = e * ph[d];
-                        dz[d] += w * gd[i];
-                        for (int64_t x = 0; x < Dv; x++) dS[d * Dv + x] += w * gi[x];
+                        sg[d] += z[d] * gdi;
+                        ge += ph[d] * sg[d];
+                        sg[d] *= e;
+                        dz[d] += ph[d] * gdi;
                     }
-                    ge *= e;
-                    G.gL[i] += ge;
+                    G.gL[s0 + i] += ge;
                     G.gL[s0 - 1] -= ge;
-                    pn_sympow_grad(a->tab, qi, gph, G.gq + i * D);
+                    pn_sympow_grad(a->tab, Qs + i * D, sg, G.gq + (s0 + i) * D);
                 }
-                for (int64_t j = s0; j <= i; j++) { /* intra-chunk */
-                    const double *kj = r.k + j * D, *vj = r.v + j * Dv;
-                    const double E = exp(r.L[i] - r.L[j]), s = dotd(qi, kj, D), sp1 = ipow(s, a->p - 1);
-                    const double T = E * sp1 * s, dT = dotd(gi, vj, Dv) + gd[i];
-                    for (int64_t x = 0; x < Dv; x++) G.gv[j * Dv + x] += T * gi[x];
-                    const double ds = dT * E * a->p * sp1;
-                    for (int64_t d = 0; d < D; d++) {
-                        G.gq[i * D + d] += ds * kj[d];
-                        G.gk[j * D + d] += ds * qi[d];
-                    }
-                    G.gL[i] += dT * T;
-                    G.gL[j] -= dT * T;
-                }
+                pw_gemm(true, false, Dp, Dv, c, Ph, Gc, 1, dS); /* ∂S += Φq_eᵀ G */
             }
+            /* intra-chunk */
+            pw_gemm(false, true, c, c, D, Qs, Kc, 0, P); /* s_ij */
+            pw_gemm(false, true, c, c, Dv, Gc, Vc, 0, A); /* G_i·v_j */
+            for (int64_t i = 0; i < c; i++) {
+                double *Pi = P + i * c, *Ai = A + i * c;
+                const double gdi = gd[s0 + i];
+                for (int64_t j = 0; j <= i; j++) {
+                    const double E = exp(L[s0 + i] - L[s0 + j]), s = Pi[j], sp1 = ipow(s, a->p - 1);
+                    const double T = E * sp1 * s, dT = Ai[j] + gdi;
+                    G.gL[s0 + i] += dT * T;
+                    G.gL[s0 + j] -= dT * T;
+                    Pi[j] = T;
+                    Ai[j] = dT * E * a->p * sp1;
+                }
+                for (int64_t j = i + 1; j < c; j++) Pi[j] = Ai[j] = 0;
+            }
+            pw_gemm(true, false, c, Dv, c, P, Gc, 1, G.gv + s0 * Dv); /* g V += Tᵀ G */
+            pw_gemm(false, false, c, D, c, A, Kc, 1, G.gq + s0 * D); /* g Qs += ds K */
+            pw_gemm(true, false, c, D, c, A, Qs, 1, G.gk + s0 * D);  /* g K += dsᵀ Qs */
         }
         pw_grads_store(a, bh, &G, gq, gk, gv, glg);
         free(buf);
@@ -600,7 +658,14 @@ static pn_status power_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     fill_args(&a, q, k, v, lg, (int)n->iv[0], (int)n->iv[1], n->iv[2], n->sc[0], n->extra);
     void *pq = gq ? pn_ptr(gq) : NULL, *pk = gk ? pn_ptr(gk) : NULL, *pv = gv ? pn_ptr(gv) : NULL,
          *pl = glg ? pn_ptr(glg) : NULL;
-    bool ok = a.c ? chunk_backward(&a, pn_ptr(gc), pq, pk, pv, pl) : quad_backward(&a, pn_ptr(gc), pq, pk, pv, pl);
+    bool ok;
+    if (a.c) {
+        PN_BLAS_SERIAL_BEGIN;
+        ok = chunk_backward(&a, pn_ptr(gc), pq, pk, pv, pl);
+        PN_BLAS_SERIAL_END;
+    } else {
+        ok = quad_backward(&a, pn_ptr(gc), pq, pk, pv, pl);
+    }
     if (!ok) goto oom;
     pn_release(gc);
     gin[0] = gq, gin[1] = gk, gin[2] = gv, gin[3] = glg;
@@ -646,7 +711,15 @@ pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, i
     if (!(out = pn_empty(4, shape, q->dt, PN_CPU))) goto fail;
     pw_args a;
     fill_args(&a, qc, kc, vc, lgc, p, causal, chunk, scale, tab);
-    if (!(chunk ? chunk_forward(&a, pn_ptr(out)) : quad_forward(&a, pn_ptr(out)))) {
+    bool ok;
+    if (chunk) {
+        PN_BLAS_SERIAL_BEGIN;
+        ok = chunk_forward(&a, pn_ptr(out));
+        PN_BLAS_SERIAL_END;
+    } else {
+        ok = quad_forward(&a, pn_ptr(out));
+    }
+    if (!ok) {
         pn_error(PN_ERR_OOM, OP ": out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
         goto fail;
     }

@@ -117,7 +117,7 @@ nn.LeakyReLU = activation('LeakyReLU', function(x, a) return x:leaky_relu(a or 0
 nn.Identity = activation('Identity', function(x) return x end)
 
 -- attention layers (need pn.attention / pn.graph_attention)
-for _, name in ipairs({ 'attention', 'gat' }) do
+for _, name in ipairs({ 'attention', 'gat', 'linear_attention' }) do
   local ok, mod = pcall(require, 'penumbra.nn.' .. name)
   if ok then mod(nn, pn)
   elseif not tostring(mod):match("module 'penumbra.nn." .. name .. "' not found") then error(mod, 0) end
