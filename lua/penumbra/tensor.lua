@@ -464,7 +464,7 @@ end
 
 -- ---- op groups -----------------------------------------------------------------------------------
 -- Each file in lua/penumbra/ops/ adds its functions; listed here so load order is fixed.
-local OP_MODULES = { 'elementwise', 'reduce', 'matmul', 'nn', 'index', 'shape', 'loss', 'linear', 'maps' }
+local OP_MODULES = { 'elementwise', 'reduce', 'matmul', 'nn', 'index', 'shape', 'loss', 'linear', 'maps', 'attention' }
 for _, name in ipairs(OP_MODULES) do
   local ok, mod = pcall(require, 'penumbra.ops.' .. name)
   if ok then

@@ -1,0 +1,181 @@
+/* attention.h — private: the score descriptor shared by the fused attention drivers
+ * (dense.c: FlashAttention-style tiles; graph.c: CSR neighbourhoods) and the score
+ * epilogues (dot.c, laplacian.c, cone.c, hyperdist.c, gat.c). DESIGN §3.1, §3.3.
+ *
+ * Every score is s = f(G, row terms of q, column terms of k, parameters) where
+ *   G      a dot product over some coordinates of q and k, computed by a GEMM:
+ *          PN_GEMM_ALL (all D coordinates), PN_GEMM_HEAD (all but the last: q₋·k₋), or
+ *          PN_GEMM_NONE (the score does not use one: gat);
+ *   terms  two numbers per query row (q0, q1) and per key (k0, k1), each of a kind:
+ *          PN_TERM_NORM2 ‖x_g‖² over the GEMM coordinates, PN_TERM_LAST x_d (the last
+ *          coordinate, the height in the half-space), PN_TERM_PROJ a·x with a = a_l[h]
+ *          (queries) or a_r[h] (keys) over all coordinates (gat).
+ * So ‖q−k‖² = q0 + k0 − 2G, ⟨q,k⟩_M = G − q1·k1, and so on: the epilogue sees only
+ * numbers, never coordinates. The backward is then, for ds = ∂L/∂s,
+ *   dq_i = Σ_j ds_ij·f_G·k_g,j  +  Σ_m (Σ_j ds_ij·f_qm)·∂q_m/∂q_i
+ *   dk_j = Σ_i ds_ij·f_G·q_g,i  +  Σ_m (Σ_i ds_ij·f_km)·∂k_m/∂k_j
+ * with the first sums as GEMMs (dQ += (dS∘f_G)·K, dK += (dS∘f_G)ᵀ·Q) and the second as
+ * per-row / per-column sums that the drivers turn into 2·x_g (NORM2), e_d (LAST), a (PROJ).
+ *
+ * An epilogue handles a BLOCK of rows: some queries against the same n keys, with the terms
+ * as arrays. The dense driver calls it once per tile, the graph driver once per destination
+ * node (one row) over its gathered neighbours — the same code for both. Each function exists
+ * for float and double (the score file is compiled twice, see epilogue_twice.h).
+ *
+ * Adding a score: write core/attention/<family>.c after dot.c's pattern — a plan (GEMM mode,
+ * term kinds, manifold requirements, parameters read / that must be positive, the four
+ * epilogues), a pn_score_desc named pn_score_<name> with its defaults, and the typed part with
+ * EPI(<name>_fwd) and EPI(<name>_vjp) — then add PN_VARIANT(<name>) to variants.def. The dense
+ * and graph drivers, the Lua names (pn.attention_variants) and the specs pick it up. */
+#ifndef PN_ATTENTION_H
+#define PN_ATTENTION_H
+
+#include "../internal.h"
+
+enum { PN_GEMM_NONE = 0, PN_GEMM_ALL = 1, PN_GEMM_HEAD = 2 };
+enum { PN_TERM_NONE = 0, PN_TERM_NORM2 = 1, PN_TERM_LAST = 2, PN_TERM_PROJ = 3 };
+
+/* Scalar parameters. The learnable ones (pn_attn_opts *_t) get gradients through
+ * dparam[PN_P_*]; scale and slope are plain numbers. */
+enum { PN_P_GAMMA = 0, PN_P_R = 1, PN_P_BETA = 2, PN_P_C = 3, PN_P_CURV = 4, PN_NPARAM = 5 };
+#define PN_PBIT(p) (1u << (p))
+
+/* Requirements on the inputs, checked by the drivers on the terms (so the check sees
+ * exactly the numbers the epilogue will): the last coordinate must be > 0 (half-space,
+ * cones, the hyperboloid's upper sheet), or κ‖x‖² < 1 (Poincaré ball; NORM2 over all). */
+enum { PN_REQ_LAST_POS = 1u, PN_REQ_BALL = 2u };
+
+/* Variant flags (GRAPH_ONLY is public through pn_attention_variant_graph_only). */
+enum { PN_VARIANT_FLAG_GRAPH_ONLY = 1u };
+
+/* Parameters of one head, resolved to numbers (defaults filled in, tensors read). */
+typedef struct {
+    double scale, gamma, r, beta, c, curvature, slope;
+    int model, squared;
+    unsigned learn; /* PN_PBIT(PN_P_*) of the parameters given as tensors that require grad:
+                       only these need dparam (the VJPs skip the others' maths) */
+    double aux[4]; /* per-head constants the score derives once (plan.prepare), e.g. 1/(2 sinh r) */
+} pn_score_params;
+
+/* A block of pairs: `rows` queries against the same n keys (a dense tile: rows = its query
+ * rows; a graph neighbourhood: rows = 1). Per-key work (say √(r² − k_d²)) is done once per
+ * block, then every row sweeps the keys.
+ *   G      (rows, ld)  GEMM values q_g·k_g,j, row i at G + i·ld (unused for PN_GEMM_NONE)
+ *   q0, q1 (rows)      the queries' row terms (NULL when the kind is NONE)
+ *   k0, k1 (n)         the keys' column terms (NULL when the kind is NONE)
+ *   s      (rows, ld)  out: the scores (may alias G) */
+typedef void (*pn_epi_fwd_f32)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const float *G,
+                               const float *q0, const float *q1, const float *k0, const float *k1, float *s);
+typedef void (*pn_epi_fwd_f64)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const double *G,
+                               const double *q0, const double *q1, const double *k0, const double *k1, double *s);
+/* The vector-Jacobian product of a block, recomputing what it needs from the same inputs.
+ *   ds     (rows, ld)  ∂L/∂s; a pair with ds == 0 (masked, underflowed) contributes nothing,
+ *                      so partials that are infinite there never turn into NaN
+ *   dG     (rows, ld)  out: ds·∂s/∂G (may alias ds)
+ *   dq     (rows, 2)   += Σ_j ds_ij·∂s/∂q0_i, ∂s/∂q1_i (double accumulators)
+ *   dk0, dk1 (n)       += Σ_i ds_ij·∂s/∂k0_j, ∂s/∂k1_j (NULL when the kind is NONE)
+ *   dparam [PN_NPARAM] += Σ ds·∂s/∂param (double accumulators) */
+typedef void (*pn_epi_vjp_f32)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const float *G,
+                               const float *q0, const float *q1, const float *k0, const float *k1, const float *ds,
+                               float *dG, double *dq, float *dk0, float *dk1, double *dparam);
+typedef void (*pn_epi_vjp_f64)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const double *G,
+                               const double *q0, const double *q1, const double *k0, const double *k1,
+                               const double *ds, double *dG, double *dq, double *dk0, double *dk1, double *dparam);
+
+/* Scores that precompute per-key values do it in chunks of this many keys (stack buffers). */
+#define PN_EPI_CHUNK 256
+
+/* What a score needs for given options (hyperbolic picks its model here). */
+typedef struct {
+    int gemm;                   /* PN_GEMM_* */
+    int qterm[2], kterm[2];     /* PN_TERM_* of the row / column term slots */
+    unsigned req;               /* PN_REQ_* */
+    unsigned params;            /* PN_PBIT(PN_P_*) the score reads: these may be learnable */
+    unsigned positive;          /* PN_PBIT(PN_P_*) that must be > 0 */
+    void (*prepare)(pn_score_params *p); /* or NULL: fill p->aux from the resolved numbers */
+    pn_epi_fwd_f32 fwd32;
+    pn_epi_vjp_f32 vjp32;
+    pn_epi_fwd_f64 fwd64;
+    pn_epi_vjp_f64 vjp64;
+} pn_score_plan;
+
+typedef struct {
+    const char *name;           /* the Lua score= name (from variants.def) */
+    unsigned flags;             /* PN_VARIANT_FLAG_* */
+    pn_score_params defaults;   /* NaN where the score has no such parameter */
+    /* fill *plan for options o (o->model etc.); error naming op on a bad option */
+    pn_status (*plan)(const char *op, const pn_attn_opts *o, pn_score_plan *plan);
+} pn_score_desc;
+
+/* The registry (registry.c, generated from variants.def). NULL when i is out of range. */
+const pn_score_desc *pn_score_get(int i);
+
+/* ---- shared by dense.c and graph.c (registry.c) ---------------------------------------- */
+#define PN_ATTN_MAX_IN 11 /* q, k, v, bias, gamma_t, r_t, beta_t, c_t, curvature_t, a_l, a_r */
+
+/* The options after checking: the score, its plan, per-head parameters. */
+typedef struct {
+    const pn_score_desc *desc;
+    pn_score_plan plan;
+    int64_t H;                  /* heads the parameters are resolved for */
+    pn_score_params *hp;        /* (H) per-head parameters (malloc'd) */
+    int normalize, einstein;    /* normalized: the weights are divided by their row sum */
+    int normalized;
+} pn_attn_setup;
+
+/* Check the options for op (score, normalize, aggregate, parameter tensors of dtype dt
+ * broadcastable to (H), positivity) and resolve per-head parameters. D: feature dim (dot's
+ * default scale). graph != 0 allows graph-only scores. */
+pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int64_t H, int64_t D, int graph,
+                             pn_attn_setup *st);
+void pn_attn_setup_free(pn_attn_setup *st);
+/* The learnable parameter tensor for PN_P_* p in o, or NULL. */
+pn_tensor *pn_attn_param_tensor(const pn_attn_opts *o, int p);
+extern const char *const pn_attn_param_names[PN_NPARAM];
+/* Gradient for parameter tensor t (0-dim, (1) or (H)) from per-head sums g[H]. New reference. */
+pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H);
+/* x itself when contiguous, else a contiguous copy (not recorded). New reference. */
+pn_tensor *pn_attn_contig(pn_tensor *x);
+/* Retain every tensor in o (for a saved copy) / release them. */
+void pn_attn_opts_retain(pn_attn_opts *o);
+void pn_attn_opts_release(pn_attn_opts *o);
+
+/* ---- one call of a driver: inputs made contiguous and canonical, terms computed ---------- */
+#define PN_TQ 64          /* query rows per tile */
+#define PN_TK 256          /* keys per tile */
+#define PN_MAX_SPLITS 64  /* backward: most copies of dK/dV per head (see dense.c) */
+
+typedef struct {
+    const char *op;
+    int dt;
+    int nd;                       /* q's dims as given (2, 3, 4), for messages and shapes */
+    int graph;                    /* node-major input (graph.c): messages index [node, head] */
+    int64_t B, H, BH, Nq, Nk, D, Dv, Dg;
+    int64_t off;                  /* causal: query i sees keys j <= i + off, off = Nk − Nq */
+    int causal;
+    pn_attn_setup st;
+    const uint8_t *mask;          /* u8, canonical strides ms (b, h, i, j), 0 where broadcast */
+    int64_t ms[4];
+    const void *bias;             /* q's dtype, canonical strides bs */
+    int64_t bs[4];
+    double *alibi;                /* (H) ALiBi slopes, or NULL */
+    const void *q, *k, *v;        /* contiguous (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv) */
+    const void *a_l, *a_r;        /* contiguous (H, D) for PROJ terms, or NULL */
+    void *qt[2], *kt[2];          /* (BH, Nq), (BH, Nk) terms; NULL where the kind is NONE */
+    void *g;                      /* (BH, Nk) Lorentz factors γ(v_j) for einstein, or NULL */
+    pn_tensor *own[5];            /* references held for q, k, v, a_l, a_r */
+} pn_attn_call;
+
+/* Given c->{op, dt, nd, graph, B, H, BH, Nq, Nk, D, Dv, q, k, v, a_l, a_r, st} (setup done):
+ * Dg, terms, manifold checks (errors name op, the argument and its shape from qs/ks/vs),
+ * Lorentz factors for einstein, ALiBi slopes. */
+pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const char *vs);
+void pn_attn_call_free(pn_attn_call *c);
+/* term backward: dq (BH, Nq, D) / dk (BH, Nk, D) of dtype c->dt += from the term gradients
+ * dqt[2] (BH, Nq), dkt[2] (BH, Nk) (NULL entries skipped); da_l, da_r (H, D) += (or NULL) */
+void pn_attn_terms_backward(const pn_attn_call *c, double *const dqt[2], double *const dkt[2], void *dq, void *dk,
+                            double *da_l, double *da_r);
+/* einstein: dv (BH, Nk, Dv) += from dg (BH, Nk) = ∂L/∂γ(v_j); dcurv (H) += */
+void pn_attn_lorentz_backward(const pn_attn_call *c, const double *dg, void *dv, double *dcurv);
+
+#endif /* PN_ATTENTION_H */

@@ -1,0 +1,302 @@
+/* cone.c — the hierarchy-aware cone scores of Coneheads (Tseng et al. 2023), infinite-setting
+ * shadow cones in the Poincaré half-space: s = −γ·height of sup₂(q, k), the lowest common
+ * ancestor's Euclidean height. q₋ is q without its last coordinate, q_d its last (height).
+ * Both use the GEMM over all but the last coordinate (q₋·k₋) with terms ‖x₋‖² and x_d.
+ *
+ * umbral (Def. 2, Eq. 8):    height = max(q_d, k_d, Δ/(2 sinh r) + (q_d + k_d)/2),
+ *                            Δ = ‖q₋ − k₋‖; γ 1, r 0.1 (the ball radius, > 0).
+ * penumbral (Def. 1):        with A = √(r² − q_d²), B = √(r² − k_d²) (clamped at 0 for
+ *                            heights ≥ r) and the cone test (Eq. 23)
+ *                              (Δ − A)² + k_d² < r²   or   Δ ≤ A,
+ *                            inside:  height = max(q_d, k_d, √(r² − ((A + B − Δ)/2)²))   (Eq. 5)
+ *                            outside: height = √(x² + k_d²), x = (Δ² + q_d² − k_d²)/(2Δ)   (Eq. 6)
+ *                            γ 1, r 1 (the horosphere's height, > 0). On the boundary Eq. 33
+ *                            both give r (continuity; a spec checks it). `squared` returns
+ *                            −γ·height², what the authors' released code computes.
+ *
+ * Clamps (values and gradients finite everywhere on the half-space):
+ *  - Δ: below the relative floor PN_EPI_EPS·(‖q₋‖²+‖k₋‖²) it is 0 with subgradient 0 (kink).
+ *  - A, B: √ clamped at 0; their derivatives −q_d/A, r/A are taken as 0 when
+ *    r² − q_d² ≤ PN_EPI_EPS·r² (at the horosphere the branch is not differentiable).
+ *  - Eq. 6 only runs when Δ > A ≥ 0, so Δ > 0. In f32, x² + k_d² overflows only for heights
+ *    beyond ~1e18 (where the coordinates' own squares overflow too): the height is then +inf
+ *    and the weight 0.
+ *  - ties in the max go to the LCA term first, then q_d, then k_d (a subgradient). */
+#ifndef PN_EPI_PASS
+#include "attention.h"
+#include "fastmath.h"
+
+#define PN_EPI_FILE "cone.c"
+#include "epilogue_twice.h"
+
+/* aux[0] = 1/(2 sinh r), aux[1] = its derivative in r */
+static void umbral_prepare(pn_score_params *p) {
+    p->aux[0] = 0.5 / sinh(p->r);
+    p->aux[1] = -0.5 * cosh(p->r) / (sinh(p->r) * sinh(p->r));
+}
+
+static const pn_score_plan umbral_tmpl = {
+    .gemm = PN_GEMM_HEAD,
+    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .req = PN_REQ_LAST_POS,
+    .params = PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R),
+    .positive = PN_PBIT(PN_P_R),
+    .prepare = umbral_prepare,
+    .fwd32 = pn_epi_umbral_fwd_f32, .vjp32 = pn_epi_umbral_vjp_f32,
+    .fwd64 = pn_epi_umbral_fwd_f64, .vjp64 = pn_epi_umbral_vjp_f64};
+static const pn_score_plan penumbral_tmpl = {
+    .gemm = PN_GEMM_HEAD,
+    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .req = PN_REQ_LAST_POS,
+    .params = PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R),
+    .positive = PN_PBIT(PN_P_R),
+    .fwd32 = pn_epi_penumbral_fwd_f32, .vjp32 = pn_epi_penumbral_vjp_f32,
+    .fwd64 = pn_epi_penumbral_fwd_f64, .vjp64 = pn_epi_penumbral_vjp_f64};
+
+static pn_status umbral_plan(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
+    (void)op, (void)o;
+    *p = umbral_tmpl;
+    return PN_OK;
+}
+
+static pn_status penumbral_plan(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
+    (void)op, (void)o;
+    *p = penumbral_tmpl;
+    return PN_OK;
+}
+
+const pn_score_desc pn_score_umbral = {
+    .name = "umbral",
+    .defaults = {.scale = NAN, .gamma = 1.0, .r = 0.1, .beta = NAN, .c = NAN, .curvature = NAN, .slope = NAN},
+    .plan = umbral_plan,
+};
+
+const pn_score_desc pn_score_penumbral = {
+    .name = "penumbral",
+    .defaults = {.scale = NAN, .gamma = 1.0, .r = 1.0, .beta = NAN, .c = NAN, .curvature = NAN, .slope = NAN},
+    .plan = penumbral_plan,
+};
+
+#else /* typed part: real, EPI() */
+
+/* ---- umbral ------------------------------------------------------------------------------ */
+PN_VEC PN_HIDDEN void EPI(umbral_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
+        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
+    const real gamma = (real)p->gamma, inv = (real)p->aux[0];
+    for (int64_t i = 0; i < rows; i++) {
+        const real *g = G + i * ld, qq = q0[i], qh = q1[i];
+        real *o = s + i * ld;
+        for (int64_t j = 0; j < n; j++) {
+            real n2 = qq + k0[j];
+            real d2 = n2 - 2 * g[j];
+            real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
+            real z = d * inv + (qh + k1[j]) * (real)0.5;
+            real h = z >= qh ? z : qh;
+            h = h >= k1[j] ? h : k1[j];
+            o[j] = -gamma * h;
+        }
+    }
+}
+
+PN_INLINE void EPI(umbral_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
+        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
+        double *dq, real *dk0, real *dk1, double *dparam, const int want) {
+    const real gamma = (real)p->gamma, inv = (real)p->aux[0], dinv_dr = (real)p->aux[1];
+    double sgam_all = 0, sr_all = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        const real *gg = G + i * ld, *dsi = ds + i * ld, qq = q0[i], qh = q1[i];
+        real *o = dG + i * ld;
+        real sq0 = 0, sq1 = 0, sgam = 0, sr = 0;
+        #pragma omp simd reduction(+ : sq0, sq1, sgam, sr)
+        for (int64_t j = 0; j < n; j++) {
+            real g = dsi[j];
+            real n2 = qq + k0[j];
+            real d2 = n2 - 2 * gg[j];
+            int pos = d2 > PN_EPI_EPS * n2;
+            real rd = pos ? pn_rsqrt(d2) : 0; /* 1/Δ, or 0 at the kink */
+            real d = d2 * rd;
+            real kh = k1[j];
+            real z = d * inv + (qh + kh) * (real)0.5;
+            int isz = z >= qh && z >= kh;
+            int isq = !isz && qh >= kh;
+            int isk = !isz && !isq;
+            real h = isz ? z : (isq ? qh : kh);
+            real gh = -gamma * g;        /* ∂L/∂height */
+            real gz = isz ? gh : 0;
+            real f = gz * inv * (real)0.5 * rd; /* ∂L/∂(Δ²) = ∂L/∂Δ / (2Δ) */
+            o[j] = -2 * f;
+            sq0 += f;
+            dk0[j] += f;
+            sq1 += (isq ? gh : 0) + gz * (real)0.5;
+            dk1[j] += (isk ? gh : 0) + gz * (real)0.5;
+            if (want) {
+                sgam += g != 0 ? -h * g : 0;
+                sr += gz * d * dinv_dr;
+            }
+        }
+        dq[2 * i] += sq0;
+        dq[2 * i + 1] += sq1;
+        sgam_all += sgam;
+        sr_all += sr;
+    }
+    if (want) {
+        dparam[PN_P_GAMMA] += sgam_all;
+        dparam[PN_P_R] += sr_all;
+    }
+}
+
+/* want: the learnable parameters need their gradients (else their maths is compiled out) */
+PN_VEC PN_HIDDEN void EPI(umbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
+        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
+        double *dq, real *dk0, real *dk1, double *dparam) {
+    if (p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)))
+        EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 1);
+    else
+        EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 0);
+}
+
+/* ---- penumbral --------------------------------------------------------------------------- */
+/* Per key, once per block: B = √(r² − k_d²) and 1/√(r² − k_d²). Both branches then end in
+ * one square root: r² − mm² inside (then the max with the heights), x² + k_d² outside — the
+ * lane's branch picks the radicand first. 1/√ of the radicands gives the roots and the
+ * divisions of the derivative together. */
+PN_INLINE void EPI(penumbral_keys)(int64_t n, const real *k1, real r2, real *B, real *iB, real *B2) {
+    for (int64_t j = 0; j < n; j++) {
+        real bk = r2 - k1[j] * k1[j];
+        real ib = bk > 0 ? pn_rsqrt(bk) : 0;
+        B[j] = bk * ib;
+        iB[j] = bk > PN_EPI_EPS * r2 ? ib : 0; /* derivative clamped near the horosphere */
+        B2[j] = bk;                            /* r² − k_d²: the cone test is (Δ − A)² < r² − k_d² */
+    }
+}
+
+PN_VEC PN_HIDDEN void EPI(penumbral_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
+        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
+    const real gamma = (real)p->gamma, r = (real)p->r, r2 = r * r;
+    const int squared = p->squared;
+    real B[PN_EPI_CHUNK], iB[PN_EPI_CHUNK], B2[PN_EPI_CHUNK];
+    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
+        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
+        const real *kk0 = k0 + j0, *kk1 = k1 + j0;
+        EPI(penumbral_keys)(nb, kk1, r2, B, iB, B2);
+        for (int64_t i = 0; i < rows; i++) {
+            const real *g = G + i * ld + j0, qq = q0[i], qh = q1[i];
+            real *o = s + i * ld + j0;
+            const real aq = r2 - qh * qh;
+            const real A = aq > 0 ? aq * pn_rsqrt(aq) : 0;
+            for (int64_t j = 0; j < nb; j++) {
+                real n2 = qq + kk0[j];
+                real d2 = n2 - 2 * g[j];
+                real rd = d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0;
+                real d = d2 * rd;
+                real kh = kk1[j];
+                real t = d - A;
+                int in = t * t < B2[j] || d <= A;
+                real mm = (A + B[j] - d) * (real)0.5;
+                /* outside (Eq. 6): x = (Δ² + q_d² − k_d²)/(2Δ); there Δ > A ≥ 0, so rd = 1/Δ */
+                real x = (real)0.5 * d + (real)0.5 * (qh - kh) * (qh + kh) * rd;
+                real rad = in ? r2 - mm * mm : x * x + kh * kh;
+                real hh = rad > 0 ? rad * pn_rsqrt(rad) : 0;
+                hh = rad > (real)3e38 ? rad : hh; /* f32 overflow of x²: height +inf, weight 0 */
+                real h = hh;
+                h = in && qh > h ? qh : h; /* inside (Eq. 5): max(q_d, k_d, z) */
+                h = in && kh > h ? kh : h;
+                o[j] = squared ? -gamma * h * h : -gamma * h;
+            }
+        }
+    }
+}
+
+PN_INLINE void EPI(penumbral_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
+        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
+        double *dq, real *dk0, real *dk1, double *dparam, const int want) {
+    const real gamma = (real)p->gamma, r = (real)p->r, r2 = r * r;
+    const int squared = p->squared;
+    real B[PN_EPI_CHUNK], iB[PN_EPI_CHUNK], B2[PN_EPI_CHUNK];
+    double sgam_all = 0, sr_all = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
+        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
+        const real *kk0 = k0 + j0, *kk1 = k1 + j0;
+        real *dkk0 = dk0 + j0, *dkk1 = dk1 + j0;
+        EPI(penumbral_keys)(nb, kk1, r2, B, iB, B2);
+        for (int64_t i = 0; i < rows; i++) {
+            const real *gg = G + i * ld + j0, *dsi = ds + i * ld + j0, qq = q0[i], qh = q1[i];
+            real *o = dG + i * ld + j0;
+            const real aq = r2 - qh * qh;
+            const real iAq = aq > 0 ? pn_rsqrt(aq) : 0;
+            const real A = aq * iAq;
+            const real iA = aq > PN_EPI_EPS * r2 ? iAq : 0; /* derivative clamped near the horosphere */
+            real sq0 = 0, sq1 = 0, sgam = 0, sr = 0;
+            #pragma omp simd reduction(+ : sq0, sq1, sgam, sr)
+            for (int64_t j = 0; j < nb; j++) {
+                real g = dsi[j];
+                real n2 = qq + kk0[j];
+                real d2 = n2 - 2 * gg[j];
+                real rd = d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0; /* 1/Δ, 0 at the kink */
+                real d = d2 * rd;
+                real kh = kk1[j];
+                real t = d - A;
+                int in = t * t < B2[j] || d <= A;
+                real mm = (A + B[j] - d) * (real)0.5;
+                real u = (real)0.5 * (qh - kh) * (qh + kh) * rd; /* (q_d² − k_d²)/(2Δ) */
+                real x = (real)0.5 * d + u;
+                real rad = in ? r2 - mm * mm : x * x + kh * kh;
+                real ih = rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0; /* 1/z or 1/h */
+                real hh = rad * ih;
+                int isz = in && hh >= qh && hh >= kh;
+                int isq = in && !isz && qh >= kh;
+                int isk = in && !isz && !isq;
+                real h = isq ? qh : (isk ? kh : hh);
+
+                real gh = squared ? -gamma * 2 * h * g : -gamma * g; /* ∂L/∂height */
+                /* inside, height = z = √(r² − mm²), mm = (A + B − Δ)/2 */
+                real gz = isz ? gh : 0;
+                real gmm = -gz * mm * ih;
+                real gA = (real)0.5 * gmm, gB = (real)0.5 * gmm;
+                real gd = -(real)0.5 * gmm;                             /* ∂L/∂Δ */
+                real ginr = gz * r * ih + gA * r * iA + gB * r * iB[j]; /* through r² */
+                real gq1 = (isq ? gh : 0) - gA * qh * iA;
+                real gk1 = (isk ? gh : 0) - gB * kh * iB[j];
+                /* outside, height = √(x² + k_d²) */
+                real go = in ? 0 : gh;
+                real gx = go * x * ih;
+                gk1 += go * kh * ih - gx * kh * rd;
+                gq1 += gx * qh * rd;
+                gd += gx * ((real)0.5 - u * rd);
+
+                real f = g != 0 ? (real)0.5 * gd * rd : 0; /* ∂L/∂(Δ²) */
+                o[j] = -2 * f;
+                sq0 += f;
+                dkk0[j] += f;
+                sq1 += g != 0 ? gq1 : 0;
+                dkk1[j] += g != 0 ? gk1 : 0;
+                if (want) {
+                    sr += g != 0 ? ginr : 0;
+                    sgam += g != 0 ? (squared ? -h * h * g : -h * g) : 0;
+                }
+            }
+            dq[2 * i] += sq0;
+            dq[2 * i + 1] += sq1;
+            sgam_all += sgam;
+            sr_all += sr;
+        }
+    }
+    if (want) {
+        dparam[PN_P_GAMMA] += sgam_all;
+        dparam[PN_P_R] += sr_all;
+    }
+}
+
+/* want: the learnable parameters need their gradients (else their maths is compiled out) */
+PN_VEC PN_HIDDEN void EPI(penumbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
+        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
+        double *dq, real *dk0, real *dk1, double *dparam) {
+    if (p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)))
+        EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 1);
+    else
+        EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 0);
+}
+
+#endif

@@ -1,0 +1,590 @@
+/* dense.c — fused distance-family attention on dense (B, H, N, D) inputs (DESIGN §3.1):
+ * pn_attention (forward + analytic backward), pn_attention_weights, and the preparation
+ * shared with graph.c (terms, manifold checks, Lorentz factors).
+ *
+ * FlashAttention-style: query tiles of PN_TQ rows against key tiles of PN_TK keys, scores
+ * from a GEMM plus the score's epilogue (attention.h), online softmax (running max and sum)
+ * or sigmoid weights, acc += P·V by GEMM. The forward saves per row one statistic (the
+ * logsumexp for softmax, Σσ for sigmoid_normalized) and the backward recomputes the tiles:
+ * dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D) with D_i = dO_i·O_i, then the score's VJP turns
+ * dS into dG, and dQ += dG·K, dK += dGᵀ·Q. Nothing of size Nq×Nk is ever allocated (the
+ * bias gradient excepted, when the bias itself has that shape).
+ *
+ * Threads: an OpenMP loop over (batch·head, query tile) with single-threaded BLAS calls
+ * inside (OpenBLAS's own threads are switched off around the region: two pools would fight
+ * over the cores, and tile GEMMs are too small to split). The backward runs one item per
+ * (batch·head, split): a split owns every S-th query tile of its head and its own copy of
+ * dK, dV and the column sums, so no two threads ever add into the same memory; the copies
+ * are summed in a fixed order afterwards. S = 1 unless there are fewer heads than 2×threads,
+ * so results are deterministic for a given thread count.
+ *
+ * Conventions (documented in the Lua API too):
+ *  - causal: query i attends keys j <= i + (Nk − Nq), i.e. the two sequences are aligned at
+ *    their ends (Nq = Nk: the usual lower triangle; a decoder step with Nq = 1 sees all keys).
+ *  - mask (u8) nonzero = may attend; bias adds to the scores; both broadcast to (…, Nq, Nk).
+ *  - a row with no key left (fully masked) gives output 0 and zero gradients.
+ *  - ALiBi (alibi = 1, causal only): bias −m_h·(i + off − j) with m_h = 2^(−8h/H), h = 1…H.
+ *  - aggregate = einstein: out_i = Σ α_ij γ(v_j) v_j / Σ α_ij γ(v_j), γ(v) = 1/√(1 − κ‖v‖²)
+ *    with κ = curvature, v in Klein coordinates (Gulcehre Eq. 3); it always divides by
+ *    Σ α γ, for sigmoid weights too; gradients reach v through γ(v) as well.
+ *  - pn_attention_weights returns the normalised α_ij (softmax rows sum to one; sigmoid
+ *    gives σ(s), sigmoid_normalized σ/Σσ), without Lorentz factors, and is not recorded. */
+#include "attention.h"
+#include "fastmath.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+
+/* ---- the typed bodies ---------------------------------------------------------------------- */
+#define real float
+#define SFX(x) x##_f32
+#define GEMM cblas_sgemm
+#define EPI_FWD fwd32
+#define EPI_VJP vjp32
+#define EPI_FWD_T pn_epi_fwd_f32
+#define EPI_VJP_T pn_epi_vjp_f32
+#include "dense_impl.h"
+#undef real
+#undef SFX
+#undef GEMM
+#undef EPI_FWD
+#undef EPI_VJP
+#undef EPI_FWD_T
+#undef EPI_VJP_T
+
+#define real double
+#define SFX(x) x##_f64
+#define GEMM cblas_dgemm
+#define EPI_FWD fwd64
+#define EPI_VJP vjp64
+#define EPI_FWD_T pn_epi_fwd_f64
+#define EPI_VJP_T pn_epi_vjp_f64
+#include "dense_impl.h"
+#undef real
+#undef SFX
+#undef GEMM
+#undef EPI_FWD
+#undef EPI_VJP
+#undef EPI_FWD_T
+#undef EPI_VJP_T
+
+/* OpenBLAS threads off while our own OpenMP threads call it (restored afterwards). */
+#ifdef OPENBLAS_VERSION
+#define BLAS_SERIAL_BEGIN int blas_prev_ = openblas_get_num_threads(); openblas_set_num_threads(1)
+#define BLAS_SERIAL_END openblas_set_num_threads(blas_prev_)
+#else
+#define BLAS_SERIAL_BEGIN (void)0
+#define BLAS_SERIAL_END (void)0
+#endif
+
+#define VP(t) ((void *)pn_ptr(t))
+
+/* ---- preparation (shared with graph.c) ------------------------------------------------------- */
+static size_t esize(int dt) { return dt == PN_F32 ? sizeof(float) : sizeof(double); }
+
+void pn_attn_call_free(pn_attn_call *c) {
+    for (int m = 0; m < 2; m++) {
+        free(c->qt[m]);
+        free(c->kt[m]);
+        c->qt[m] = c->kt[m] = NULL;
+    }
+    free(c->g);
+    free(c->alibi);
+    c->g = NULL;
+    c->alibi = NULL;
+    for (int i = 0; i < 5; i++) {
+        pn_release(c->own[i]);
+        c->own[i] = NULL;
+    }
+    pn_attn_setup_free(&c->st);
+}
+
+/* "[b,h,i]" (as the user indexes the tensor) for flat row index bh·N + r */
+static const char *row_index(const pn_attn_call *c, int64_t flat, int64_t N) {
+    static _Thread_local char buf[96];
+    int64_t bh = flat / N, r = flat % N, b = bh / c->H, h = bh % c->H;
+    if (c->graph) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)r, (long long)h);
+    else if (c->nd == 4) snprintf(buf, sizeof buf, "[%lld,%lld,%lld]", (long long)b, (long long)h, (long long)r);
+    else if (c->nd == 3) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)b, (long long)r);
+    else snprintf(buf, sizeof buf, "[%lld]", (long long)r);
+    return buf;
+}
+
+pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const char *vs) {
+    const pn_score_plan *pl = &c->st.plan;
+    const size_t es = esize(c->dt);
+    c->Dg = pl->gemm == PN_GEMM_HEAD ? c->D - 1 : c->D;
+    for (int m = 0; m < 2; m++) {
+        if (pl->qterm[m] != PN_TERM_NONE && !(c->qt[m] = malloc(es * (size_t)(c->BH * c->Nq + 1))))
+            return pn_error(PN_ERR_OOM, "%s: out of memory", c->op);
+        if (pl->kterm[m] != PN_TERM_NONE && !(c->kt[m] = malloc(es * (size_t)(c->BH * c->Nk + 1))))
+            return pn_error(PN_ERR_OOM, "%s: out of memory", c->op);
+    }
+    if (c->dt == PN_F32) compute_terms_f32(c);
+    else compute_terms_f64(c);
+
+    /* manifold checks, on the very numbers the epilogues will read */
+    for (int side = 0; side < 2; side++) {
+        const int *kinds = side ? pl->kterm : pl->qterm;
+        void *const *t = side ? c->kt : c->qt;
+        int64_t N = side ? c->Nk : c->Nq;
+        const char *arg = side ? "k" : "q", *shape = side ? ks : qs;
+        for (int m = 0; m < 2; m++) {
+            unsigned req = 0;
+            if (kinds[m] == PN_TERM_LAST && (pl->req & PN_REQ_LAST_POS)) req = PN_REQ_LAST_POS;
+            if (kinds[m] == PN_TERM_NORM2 && (pl->req & PN_REQ_BALL)) req = PN_REQ_BALL;
+            if (!req) continue;
+            double val = 0;
+            int64_t bad = c->dt == PN_F32 ? find_bad_f32(c, t[m], N, req, &val) : find_bad_f64(c, t[m], N, req, &val);
+            if (bad < 0) continue;
+            if (req == PN_REQ_LAST_POS)
+                return pn_error(PN_ERR_ARG, "%s: %s %s is not on the manifold of score '%s'%s: the last coordinate "
+                                "(height / time) must be > 0 and finite, got %g at %s", c->op, arg, shape,
+                                c->st.desc->name, c->st.desc == pn_score_get(pn_attention_variant_find("hyperbolic"))
+                                ? (c->st.hp[0].model == PN_MODEL_HALFSPACE ? " (halfspace)" : " (hyperboloid)") : "",
+                                val, row_index(c, bad, N));
+            return pn_error(PN_ERR_ARG, "%s: %s %s has a point outside the Poincaré ball of score '%s': "
+                            "curvature·‖x‖² = %g must be < 1, at %s", c->op, arg, shape, c->st.desc->name, val,
+                            row_index(c, bad, N));
+        }
+    }
+    if (c->st.einstein) {
+        if (!(c->g = malloc(es * (size_t)(c->BH * c->Nk + 1)))) return pn_error(PN_ERR_OOM, "%s: out of memory", c->op);
+        double val = 0;
+        int64_t bad = c->dt == PN_F32 ? lorentz_f32(c, &val) : lorentz_f64(c, &val);
+        if (bad >= 0)
+            return pn_error(PN_ERR_ARG, "%s: v %s has a point outside the Klein ball of the einstein aggregation: "
+                            "curvature·‖v‖² = %g must be < 1, at %s", c->op, vs, val, row_index(c, bad, c->Nk));
+    }
+    return PN_OK;
+}
+
+void pn_attn_terms_backward(const pn_attn_call *c, double *const dqt[2], double *const dkt[2], void *dq, void *dk,
+                            double *da_l, double *da_r) {
+    if (c->dt == PN_F32) {
+        terms_backward_f32(c, c->st.plan.qterm, c->q, c->Nq, dqt, c->a_l, dq, da_l);
+        terms_backward_f32(c, c->st.plan.kterm, c->k, c->Nk, dkt, c->a_r, dk, da_r);
+    } else {
+        terms_backward_f64(c, c->st.plan.qterm, c->q, c->Nq, dqt, c->a_l, dq, da_l);
+        terms_backward_f64(c, c->st.plan.kterm, c->k, c->Nk, dkt, c->a_r, dk, da_r);
+    }
+}
+
+void pn_attn_lorentz_backward(const pn_attn_call *c, const double *dg, void *dv, double *dcurv) {
+    if (c->dt == PN_F32) lorentz_backward_f32(c, dg, dv, dcurv);
+    else lorentz_backward_f64(c, dg, dv, dcurv);
+}
+
+/* ---- argument checks ------------------------------------------------------------------------- */
+/* Canonical (b, h, i, j) strides of t (mask / bias) broadcast to the weights (…, Nq, Nk). */
+static pn_status bcast4(const pn_attn_call *c, const char *arg, const pn_tensor *t, const pn_tensor *q,
+                        int64_t s4[4]) {
+    int64_t W[4];
+    int nd = c->nd;
+    for (int i = 0; i < nd - 2; i++) W[i] = q->sizes[i];
+    W[nd - 2] = c->Nq;
+    W[nd - 1] = c->Nk;
+    bool ok = t->nd <= nd;
+    for (int i = 0; ok && i < t->nd; i++) {
+        int64_t ts = t->sizes[t->nd - 1 - i], ws = W[nd - 1 - i];
+        ok = ts == 1 || ts == ws;
+    }
+    if (!ok)
+        return pn_error(PN_ERR_SHAPE, "%s: %s %s does not broadcast to the weights %s", c->op, arg, pn_shape_str(t),
+                        pn_dims_str(nd, W));
+    int64_t st[PN_MAX_DIMS];
+    pn_broadcast_strides(t, nd, W, st);
+    if (nd == 4) memcpy(s4, st, sizeof(int64_t) * 4);
+    else if (nd == 3) s4[0] = st[0], s4[1] = 0, s4[2] = st[1], s4[3] = st[2];
+    else s4[0] = 0, s4[1] = 0, s4[2] = st[0], s4[3] = st[1];
+    return PN_OK;
+}
+
+/* Checks q, k, v (v may be NULL: weights) and o, fills c (setup, contiguous inputs, masks,
+ * terms). On error c is freed. */
+static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, pn_tensor *k, pn_tensor *v,
+                                 const pn_attn_opts *o) {
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    if (!q || !k || (!v && strcmp(op, "attention_weights") != 0))
+        return pn_error(PN_ERR_ARG, "%s: %s is nil", op, !q ? "q" : (!k ? "k" : "v"));
+    if (!o) return pn_error(PN_ERR_ARG, "%s: options are nil (fill them with pn_attn_opts_init)", op);
+    PN_TRY(pn_check_cpu(op, "q", q));
+    PN_TRY(pn_check_cpu(op, "k", k));
+    PN_TRY(pn_check_float(op, "q", q));
+    if (v) PN_TRY(pn_check_cpu(op, "v", v));
+    if (k->dt != q->dt || (v && v->dt != q->dt))
+        return pn_error(PN_ERR_DTYPE, "%s: q %s %s, k %s %s%s%s%s%s must have the same float dtype", op,
+                        pn_dtype_name(q->dt), pn_shape_str(q), pn_dtype_name(k->dt), pn_shape_str(k), v ? ", v " : "",
+                        v ? pn_dtype_name(v->dt) : "", v ? " " : "", v ? pn_shape_str(v) : "");
+    if (q->nd < 2 || q->nd > 4)
+        return pn_error(PN_ERR_SHAPE, "%s: q %s must be (B, H, N, D), (B, N, D) or (N, D)", op, pn_shape_str(q));
+    if (k->nd != q->nd || (v && v->nd != q->nd))
+        return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s%s%s must have the same number of dims", op, pn_shape_str(q),
+                        pn_shape_str(k), v ? " and v " : "", v ? pn_shape_str(v) : "");
+    int nd = q->nd;
+    for (int i = 0; i < nd - 2; i++)
+        if (k->sizes[i] != q->sizes[i] || (v && v->sizes[i] != q->sizes[i]))
+            return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s%s%s differ in the batch/head dims", op, pn_shape_str(q),
+                            pn_shape_str(k), v ? " and v " : "", v ? pn_shape_str(v) : "");
+    if (k->sizes[nd - 1] != q->sizes[nd - 1])
+        return pn_error(PN_ERR_SHAPE, "%s: q %s and k %s differ in the last dim", op, pn_shape_str(q), pn_shape_str(k));
+    if (v && v->sizes[nd - 2] != k->sizes[nd - 2])
+        return pn_error(PN_ERR_SHAPE, "%s: k %s and v %s have different numbers of keys", op, pn_shape_str(k),
+                        pn_shape_str(v));
+    c->dt = q->dt;
+    c->nd = nd;
+    c->B = nd == 4 ? q->sizes[0] : (nd == 3 ? q->sizes[0] : 1);
+    c->H = nd == 4 ? q->sizes[1] : 1;
+    c->BH = c->B * c->H;
+    c->Nq = q->sizes[nd - 2];
+    c->Nk = k->sizes[nd - 2];
+    c->D = q->sizes[nd - 1];
+    c->Dv = v ? v->sizes[nd - 1] : 0;
+    c->off = c->Nk - c->Nq;
+    c->causal = o->causal != 0;
+    if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", op, pn_shape_str(q));
+    PN_TRY(pn_attn_setup_init(op, o, q->dt, c->H, c->D, 0, &c->st));
+    if (!v) c->st.einstein = 0; /* the weights α do not involve the aggregation */
+    pn_status s = PN_OK;
+    if (o->mask) {
+        if (o->mask->dt != PN_U8) {
+            s = pn_error(PN_ERR_DTYPE, "%s: mask %s has dtype %s, expected u8 (nonzero = may attend)", op,
+                         pn_shape_str(o->mask), pn_dtype_name(o->mask->dt));
+            goto fail;
+        }
+        if ((s = pn_check_cpu(op, "mask", o->mask)) || (s = bcast4(c, "mask", o->mask, q, c->ms))) goto fail;
+        c->mask = (const uint8_t *)pn_ptr(o->mask);
+    }
+    if (o->bias) {
+        if (o->bias->dt != q->dt) {
+            s = pn_error(PN_ERR_DTYPE, "%s: bias %s has dtype %s, expected %s like q", op, pn_shape_str(o->bias),
+                         pn_dtype_name(o->bias->dt), pn_dtype_name(q->dt));
+            goto fail;
+        }
+        if ((s = pn_check_cpu(op, "bias", o->bias)) || (s = bcast4(c, "bias", o->bias, q, c->bs))) goto fail;
+        c->bias = pn_ptr(o->bias);
+    }
+    if (o->alibi) {
+        if (!o->causal) {
+            s = pn_error(PN_ERR_ARG, "%s: alibi needs causal = true (q %s)", op, pn_shape_str(q));
+            goto fail;
+        }
+        if (!(c->alibi = malloc(sizeof(double) * (size_t)c->H))) {
+            s = pn_error(PN_ERR_OOM, "%s: out of memory", op);
+            goto fail;
+        }
+        for (int64_t h = 0; h < c->H; h++) c->alibi[h] = pow(2.0, -8.0 * (double)(h + 1) / (double)c->H);
+    }
+    pn_tensor *ins[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) {
+        if (!ins[i]) continue;
+        if (!(c->own[i] = pn_attn_contig(ins[i]))) {
+            s = PN_ERR_OOM;
+            goto fail;
+        }
+    }
+    c->q = pn_ptr(c->own[0]);
+    c->k = pn_ptr(c->own[1]);
+    c->v = v ? pn_ptr(c->own[2]) : NULL;
+    if ((s = pn_attn_prepare(c, pn_shape_str(q), pn_shape_str(k), v ? pn_shape_str(v) : "")) != PN_OK) goto fail;
+    return PN_OK;
+fail:
+    pn_attn_call_free(c);
+    return s;
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+typedef struct {
+    pn_attn_opts o;          /* a copy; its tensors retained */
+    pn_tensor *q, *k, *v;    /* the inputs as given (detached views) */
+    pn_tensor *out, *stat;   /* detached: out (…, Nq, Dv) and the row statistics (BH, Nq) */
+} dense_saved;
+
+static void dense_saved_free(void *p) {
+    dense_saved *sv = p;
+    pn_attn_opts_release(&sv->o);
+    pn_release(sv->q);
+    pn_release(sv->k);
+    pn_release(sv->v);
+    pn_release(sv->out);
+    pn_release(sv->stat);
+    free(sv);
+}
+
+static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
+
+pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o) {
+    const char *op = "attention";
+    pn_attn_call c;
+    if (dense_call_init(&c, op, q, k, v, o)) return NULL;
+    int64_t oshape[PN_MAX_DIMS];
+    memcpy(oshape, q->sizes, sizeof(int64_t) * (size_t)q->nd);
+    oshape[q->nd - 1] = c.Dv;
+    pn_tensor *out = pn_empty(q->nd, oshape, q->dt, PN_CPU);
+    int64_t sshape[2] = {c.BH, c.Nq};
+    pn_tensor *stat = out ? pn_empty(2, sshape, q->dt, PN_CPU) : NULL;
+    if (!stat) goto fail;
+    if (pn_numel(out) > 0 || c.BH * c.Nq > 0) {
+        pn_status s;
+        BLAS_SERIAL_BEGIN;
+        s = c.dt == PN_F32 ? forward_f32(&c, VP(out), VP(stat)) : forward_f64(&c, VP(out), VP(stat));
+        BLAS_SERIAL_END;
+        if (s) goto fail;
+    }
+    pn_tensor *ins[PN_ATTN_MAX_IN] = {q, k, v, o->bias, o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t};
+    if (pn_ag_needed(9, ins)) {
+        dense_saved *sv = calloc(1, sizeof *sv);
+        pn_node *nd = sv ? pn_ag_record(out, op, dense_bw, 9, ins) : NULL;
+        if (!nd) {
+            free(sv);
+            if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", op);
+            goto fail;
+        }
+        sv->o = *o;
+        pn_attn_opts_retain(&sv->o);
+        sv->q = pn_detach(q);
+        sv->k = pn_detach(k);
+        sv->v = pn_detach(v);
+        sv->out = pn_detach(out);
+        sv->stat = stat;
+        stat = NULL;
+        nd->extra = sv;
+        nd->free_extra = dense_saved_free;
+        if (!sv->q || !sv->k || !sv->v || !sv->out) goto fail;
+    }
+    pn_release(stat);
+    pn_attn_call_free(&c);
+    return out;
+fail:
+    pn_release(out);
+    pn_release(stat);
+    pn_attn_call_free(&c);
+    return NULL;
+}
+
+pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o) {
+    const char *op = "attention_weights";
+    pn_attn_call c;
+    if (dense_call_init(&c, op, q, k, NULL, o)) return NULL;
+    int64_t wshape[PN_MAX_DIMS];
+    memcpy(wshape, q->sizes, sizeof(int64_t) * (size_t)q->nd);
+    wshape[q->nd - 1] = c.Nk;
+    pn_tensor *w = pn_empty(q->nd, wshape, q->dt, PN_CPU);
+    if (w && pn_numel(w) > 0) {
+        pn_status s;
+        BLAS_SERIAL_BEGIN;
+        s = c.dt == PN_F32 ? weights_f32(&c, VP(w)) : weights_f64(&c, VP(w));
+        BLAS_SERIAL_END;
+        if (s) {
+            pn_release(w);
+            w = NULL;
+        }
+    }
+    pn_attn_call_free(&c);
+    return w;
+}
+
+/* ---- backward ------------------------------------------------------------------------------- */
+typedef struct {
+    void *dk[PN_MAX_SPLITS], *dv[PN_MAX_SPLITS], *dkt[PN_MAX_SPLITS][2], *dg[PN_MAX_SPLITS];
+    double *dqt[2], *dparam;
+    void *gbias_threads;
+} bw_bufs;
+
+static void bw_bufs_free(bw_bufs *b, int64_t S) {
+    for (int64_t s = 0; s < S; s++) {
+        if (s > 0) {
+            free(b->dk[s]);
+            free(b->dv[s]);
+        }
+        free(b->dkt[s][0]);
+        free(b->dkt[s][1]);
+        free(b->dg[s]);
+    }
+    free(b->dqt[0]);
+    free(b->dqt[1]);
+    free(b->dparam);
+    free(b->gbias_threads);
+}
+
+/* a += b over n elements of dtype dt */
+static void add_into(int dt, void *a, const void *b, int64_t n) {
+    if (dt == PN_F32) {
+        float *x = a;
+        const float *y = b;
+        #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) x[i] += y[i];
+    } else {
+        double *x = a;
+        const double *y = b;
+        #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) x[i] += y[i];
+    }
+}
+
+static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
+    dense_saved *sv = n->extra;
+    const char *op = "attention";
+    pn_attn_call c;
+    PN_TRY(dense_call_init(&c, op, sv->q, sv->k, sv->v, &sv->o));
+    const int dt = c.dt;
+    const size_t es = esize(dt);
+    const int64_t nqt = (c.Nq + PN_TQ - 1) / PN_TQ;
+    const int nthreads = omp_get_max_threads();
+    int64_t S = 1;
+    if (c.BH < 2 * nthreads) {
+        S = (2 * nthreads + c.BH - 1) / c.BH;
+        if (S > nqt) S = nqt;
+        if (S > PN_MAX_SPLITS) S = PN_MAX_SPLITS;
+        if (S < 1) S = 1;
+    }
+    pn_status st = PN_OK;
+    bw_bufs bb;
+    memset(&bb, 0, sizeof bb);
+    pn_tensor *gc = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *gb = NULL;
+    gc = pn_attn_contig(gout);
+    dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, PN_CPU);
+    dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, PN_CPU);
+    dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, PN_CPU);
+    if (!gc || !dq || !dk || !dv) {
+        st = PN_ERR_OOM;
+        goto done;
+    }
+    const pn_score_plan *pl = &c.st.plan;
+    const int64_t nkey = c.BH * c.Nk + 1;
+    bool oom = false;
+    for (int64_t s = 0; s < S; s++) {
+        bb.dk[s] = s == 0 ? pn_ptr(dk) : calloc((size_t)(c.BH * c.Nk * c.D + 1), es);
+        bb.dv[s] = s == 0 ? pn_ptr(dv) : calloc((size_t)(c.BH * c.Nk * c.Dv + 1), es);
+        for (int m = 0; m < 2; m++)
+            if (pl->kterm[m] != PN_TERM_NONE) oom |= !(bb.dkt[s][m] = calloc((size_t)nkey, es));
+        if (c.st.einstein) oom |= !(bb.dg[s] = calloc((size_t)nkey, es));
+        oom |= !bb.dk[s] || !bb.dv[s];
+    }
+    for (int m = 0; m < 2; m++)
+        if (pl->qterm[m] != PN_TERM_NONE) oom |= !(bb.dqt[m] = calloc((size_t)(c.BH * c.Nq + 1), sizeof(double)));
+    oom |= !(bb.dparam = calloc((size_t)(c.BH * S * PN_NPARAM), sizeof(double)));
+    /* the bias gradient: direct when no two items share a bias element, else one copy per thread */
+    bool want_gbias = sv->o.bias && pn_ag_input_needs(n, 3);
+    bool per_thread = false;
+    int64_t gbs[4] = {0, 0, 0, 0}, gb_numel = 0;
+    if (want_gbias && !oom) {
+        gb = pn_zeros(sv->o.bias->nd, sv->o.bias->sizes, dt, PN_CPU);
+        if (!gb || bcast4(&c, "bias", gb, sv->q, gbs)) {
+            st = gb ? PN_ERR_SHAPE : PN_ERR_OOM;
+            goto done;
+        }
+        gb_numel = pn_numel(gb);
+        per_thread = (gbs[0] == 0 && c.B > 1) || (gbs[1] == 0 && c.H > 1) || (gbs[2] == 0 && S > 1);
+        if (per_thread) oom |= !(bb.gbias_threads = calloc((size_t)(gb_numel * nthreads + 1), es));
+    }
+    if (oom) {
+        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
+        goto done;
+    }
+    {
+        BLAS_SERIAL_BEGIN;
+        if (dt == PN_F32) {
+            bwd_args_f32 a;
+            memset(&a, 0, sizeof a);
+            a.dout = VP(gc), a.out = VP(sv->out), a.stat = VP(sv->stat), a.dq = VP(dq);
+            for (int64_t s = 0; s < S; s++) {
+                a.dk[s] = bb.dk[s], a.dv[s] = bb.dv[s], a.dg[s] = bb.dg[s];
+                a.dkt[s][0] = bb.dkt[s][0], a.dkt[s][1] = bb.dkt[s][1];
+            }
+            a.dqt[0] = bb.dqt[0], a.dqt[1] = bb.dqt[1], a.dparam = bb.dparam, a.S = S;
+            a.gbias = want_gbias ? (per_thread ? bb.gbias_threads : VP(gb)) : NULL;
+            memcpy(a.gbs, gbs, sizeof gbs);
+            a.gbias_numel = gb_numel, a.gbias_per_thread = per_thread;
+            st = backward_f32(&c, &a);
+        } else {
+            bwd_args_f64 a;
+            memset(&a, 0, sizeof a);
+            a.dout = VP(gc), a.out = VP(sv->out), a.stat = VP(sv->stat), a.dq = VP(dq);
+            for (int64_t s = 0; s < S; s++) {
+                a.dk[s] = bb.dk[s], a.dv[s] = bb.dv[s], a.dg[s] = bb.dg[s];
+                a.dkt[s][0] = bb.dkt[s][0], a.dkt[s][1] = bb.dkt[s][1];
+            }
+            a.dqt[0] = bb.dqt[0], a.dqt[1] = bb.dqt[1], a.dparam = bb.dparam, a.S = S;
+            a.gbias = want_gbias ? (per_thread ? bb.gbias_threads : VP(gb)) : NULL;
+            memcpy(a.gbs, gbs, sizeof gbs);
+            a.gbias_numel = gb_numel, a.gbias_per_thread = per_thread;
+            st = backward_f64(&c, &a);
+        }
+        BLAS_SERIAL_END;
+    }
+    if (st) goto done;
+
+    /* splits summed in a fixed order */
+    for (int64_t s = 1; s < S; s++) {
+        add_into(dt, bb.dk[0], bb.dk[s], c.BH * c.Nk * c.D);
+        add_into(dt, bb.dv[0], bb.dv[s], c.BH * c.Nk * c.Dv);
+        for (int m = 0; m < 2; m++)
+            if (bb.dkt[0][m]) add_into(dt, bb.dkt[0][m], bb.dkt[s][m], c.BH * c.Nk);
+        if (bb.dg[0]) add_into(dt, bb.dg[0], bb.dg[s], c.BH * c.Nk);
+    }
+    if (per_thread)
+        for (int t = 0; t < nthreads; t++) add_into(dt, pn_ptr(gb), (char *)bb.gbias_threads + es * (size_t)(t * gb_numel), gb_numel);
+
+    /* column sums → double, then the terms' and Lorentz factors' chain rule */
+    double *dkt[2] = {NULL, NULL}, *dgs = NULL;
+    double gparam[PN_NPARAM][64];
+    double *gp[PN_NPARAM];
+    double *gp_heap = NULL;
+    if (c.H > 64) {
+        gp_heap = calloc((size_t)(PN_NPARAM * c.H), sizeof(double));
+        if (!gp_heap) {
+            st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
+            goto done;
+        }
+    }
+    for (int p = 0; p < PN_NPARAM; p++) {
+        gp[p] = gp_heap ? gp_heap + p * c.H : gparam[p];
+        memset(gp[p], 0, sizeof(double) * (size_t)c.H);
+    }
+    for (int m = 0; m < 2; m++) {
+        if (!bb.dkt[0][m]) continue;
+        dkt[m] = malloc(sizeof(double) * (size_t)nkey);
+        if (!dkt[m]) continue;
+        for (int64_t i = 0; i < c.BH * c.Nk; i++) dkt[m][i] = pn_ld(bb.dkt[0][m], dt, i);
+    }
+    if (bb.dg[0] && (dgs = malloc(sizeof(double) * (size_t)nkey)))
+        for (int64_t i = 0; i < c.BH * c.Nk; i++) dgs[i] = pn_ld(bb.dg[0], dt, i);
+    if ((bb.dkt[0][0] && !dkt[0]) || (bb.dkt[0][1] && !dkt[1]) || (bb.dg[0] && !dgs)) {
+        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
+    } else {
+        pn_attn_terms_backward(&c, bb.dqt, dkt, pn_ptr(dq), pn_ptr(dk), NULL, NULL);
+        if (dgs) pn_attn_lorentz_backward(&c, dgs, pn_ptr(dv), gp[PN_P_CURV]);
+        for (int64_t bh = 0; bh < c.BH; bh++)
+            for (int64_t s = 0; s < S; s++)
+                for (int p = 0; p < PN_NPARAM; p++) gp[p][bh % c.H] += bb.dparam[(bh * S + s) * PN_NPARAM + p];
+    }
+    free(dkt[0]);
+    free(dkt[1]);
+    free(dgs);
+    if (st) {
+        free(gp_heap);
+        goto done;
+    }
+
+    if (pn_ag_input_needs(n, 0)) gin[0] = dq, dq = NULL;
+    if (pn_ag_input_needs(n, 1)) gin[1] = dk, dk = NULL;
+    if (pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
+    if (want_gbias) gin[3] = gb, gb = NULL;
+    for (int p = 0; p < PN_NPARAM; p++) {
+        pn_tensor *t = pn_attn_param_tensor(&sv->o, p);
+        if (t && pn_ag_input_needs(n, 4 + p) && !(gin[4 + p] = pn_attn_param_grad(t, gp[p], c.H))) st = PN_ERR_OOM;
+    }
+    free(gp_heap);
+done:
+    bw_bufs_free(&bb, S);
+    pn_release(gc);
+    pn_release(dq);
+    pn_release(dk);
+    pn_release(dv);
+    pn_release(gb);
+    pn_attn_call_free(&c);
+    return st;
+}

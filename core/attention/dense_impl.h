@@ -1,0 +1,566 @@
+/* dense_impl.h — the typed body of the fused attention drivers, included twice by dense.c:
+ *   real = float,  SFX(x) = x##_f32, GEMM = cblas_sgemm, EPI_FWD/EPI_VJP = plan.fwd32/vjp32
+ *   real = double, SFX(x) = x##_f64, GEMM = cblas_dgemm, EPI_FWD/EPI_VJP = plan.fwd64/vjp64
+ * (compile-time specialisation behind one runtime entry: the f32 loops vectorize in float
+ * with the fast maths of fastmath.h, the f64 loops use libm and match the references to
+ * 1e-10; one body keeps them from drifting apart). No include guard on purpose.
+ *
+ * Layout (pn_attn_call): q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv) contiguous, BH = B·H,
+ * head h = bh % H. Work is split into query tiles of PN_TQ rows; each tile walks the keys
+ * in tiles of PN_TK. Scores: G = Q_g·K_gᵀ (GEMM), then per row the score's epilogue, the
+ * bias / ALiBi / mask / causal modifiers, and the normalisation (online softmax with a
+ * running max and sum, or sigmoid); acc += P·V (GEMM). Nothing of size Nq×Nk exists. */
+
+/* ---- terms, input checks, Lorentz factors (shared with graph.c via pn_attn_prepare) ---- */
+
+/* out[r] (rows) = the term `kind` of row r of x (rows, D); a: the head's PROJ vector (D) */
+static void SFX(terms_rows)(int kind, const real *x, int64_t rows, int64_t D, int64_t Dg, const real *a,
+                            real *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const real *xr = x + r * D;
+        real t = 0;
+        if (kind == PN_TERM_NORM2) {
+            for (int64_t d = 0; d < Dg; d++) t += xr[d] * xr[d];
+        } else if (kind == PN_TERM_LAST) {
+            t = xr[D - 1];
+        } else if (kind == PN_TERM_PROJ) {
+            for (int64_t d = 0; d < D; d++) t += a[d] * xr[d];
+        }
+        out[r] = t;
+    }
+}
+
+/* Fill c->qt / c->kt for every (b, h). */
+static void SFX(compute_terms)(pn_attn_call *c) {
+    const pn_score_plan *pl = &c->st.plan;
+    #pragma omp parallel for if (c->BH * (c->Nq + c->Nk) * c->D > PN_PAR_MIN) schedule(static)
+    for (int64_t bh = 0; bh < c->BH; bh++) {
+        int64_t h = bh % c->H;
+        for (int m = 0; m < 2; m++) {
+            if (c->qt[m])
+                SFX(terms_rows)(pl->qterm[m], (const real *)c->q + bh * c->Nq * c->D, c->Nq, c->D, c->Dg,
+                                c->a_l ? (const real *)c->a_l + h * c->D : NULL, (real *)c->qt[m] + bh * c->Nq);
+            if (c->kt[m])
+                SFX(terms_rows)(pl->kterm[m], (const real *)c->k + bh * c->Nk * c->D, c->Nk, c->D, c->Dg,
+                                c->a_r ? (const real *)c->a_r + h * c->D : NULL, (real *)c->kt[m] + bh * c->Nk);
+        }
+    }
+}
+
+/* First index (bh·N + row) in terms t (BH, N) that breaks the requirement, or -1. */
+static int64_t SFX(find_bad)(const pn_attn_call *c, const real *t, int64_t N, unsigned req, double *val) {
+    for (int64_t bh = 0; bh < c->BH; bh++) {
+        double kap = c->st.hp[bh % c->H].curvature;
+        for (int64_t r = 0; r < N; r++) {
+            double x = t[bh * N + r];
+            bool bad = req == PN_REQ_LAST_POS ? !(x > 0 && x < INFINITY) : !(kap * x < 1);
+            if (bad) {
+                *val = req == PN_REQ_LAST_POS ? x : kap * x;
+                return bh * N + r;
+            }
+        }
+    }
+    return -1;
+}
+
+/* γ(v_j) = 1/√(1 − κ‖v_j‖²) for every (b, h, j); -1 or the first index outside the ball */
+static int64_t SFX(lorentz)(pn_attn_call *c, double *val) {
+    int64_t bad = -1;
+    for (int64_t bh = 0; bh < c->BH && bad < 0; bh++) {
+        double kap = c->st.hp[bh % c->H].curvature;
+        for (int64_t j = 0; j < c->Nk; j++) {
+            const real *vr = (const real *)c->v + (bh * c->Nk + j) * c->Dv;
+            double n2 = 0;
+            for (int64_t d = 0; d < c->Dv; d++) n2 += (double)vr[d] * vr[d];
+            if (!(kap * n2 < 1)) {
+                *val = kap * n2;
+                bad = bh * c->Nk + j;
+                break;
+            }
+            ((real *)c->g)[bh * c->Nk + j] = (real)(1.0 / sqrt(1.0 - kap * n2));
+        }
+    }
+    return bad;
+}
+
+/* ---- per-row modifiers and normalisation ---------------------------------------------------- */
+
+/* s (tk): scores of query row i (absolute) against keys j0 … j0+tk−1 of (b, h): add the bias
+ * and the ALiBi term, set masked pairs (mask == 0, or causal: j > i + off) to −inf. */
+PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t tk,
+                                 real *s) {
+    if (c->bias) {
+        const real *br = (const real *)c->bias + b * c->bs[0] + h * c->bs[1] + i * c->bs[2] + j0 * c->bs[3];
+        const int64_t st = c->bs[3];
+        if (st == 1)
+            for (int64_t j = 0; j < tk; j++) s[j] += br[j];
+        else
+            for (int64_t j = 0; j < tk; j++) s[j] += br[j * st];
+    }
+    if (c->alibi) {
+        const real m = (real)c->alibi[h];
+        const int64_t ii = i + c->off - j0;
+        for (int64_t j = 0; j < tk; j++) s[j] -= m * (real)(ii - j);
+    }
+    if (c->mask) {
+        const uint8_t *mr = c->mask + b * c->ms[0] + h * c->ms[1] + i * c->ms[2] + j0 * c->ms[3];
+        const int64_t st = c->ms[3];
+        for (int64_t j = 0; j < tk; j++) s[j] = mr[j * st] ? s[j] : (real)-INFINITY;
+    }
+    if (c->causal) {
+        int64_t first = i + c->off - j0 + 1; /* first masked column of this tile */
+        for (int64_t j = first < 0 ? 0 : first; j < tk; j++) s[j] = (real)-INFINITY;
+    }
+}
+
+/* Online softmax over one tile row: s → p = exp(s − m_new)·g (g may be NULL); updates the
+ * running max *m and sum *l, and returns the factor the accumulated output row must be
+ * rescaled by. A row masked so far keeps m = −inf and p = 0. */
+PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, real *l) {
+    real mx = (real)-INFINITY;
+    #pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < tk; j++) mx = s[j] > mx ? s[j] : mx;
+    real mnew = mx > *m ? mx : *m;
+    if (mnew == (real)-INFINITY) {
+        for (int64_t j = 0; j < tk; j++) s[j] = 0;
+        return 1;
+    }
+    real alpha = pn_exp(*m - mnew);
+    real sum = 0;
+    if (g) {
+        #pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < tk; j++) {
+            real p = pn_exp(s[j] - mnew) * g[j];
+            s[j] = p;
+            sum += p;
+        }
+    } else {
+        #pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < tk; j++) {
+            real p = pn_exp(s[j] - mnew);
+            s[j] = p;
+            sum += p;
+        }
+    }
+    *l = *l * alpha + sum;
+    *m = mnew;
+    return alpha;
+}
+
+/* Sigmoid weights over one tile row: s → σ(s)·g (g may be NULL), *l += Σ. */
+PN_INLINE void SFX(row_sigmoid)(real *s, int64_t tk, const real *g, real *l) {
+    real sum = 0;
+    #pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < tk; j++) {
+        real p = 1 / (1 + pn_exp(-s[j]));
+        p = g ? p * g[j] : p;
+        s[j] = p;
+        sum += p;
+    }
+    *l += sum;
+}
+
+/* C (m, n) = A (m, k) · B (n, k)ᵀ over the first k columns; ld* are row strides */
+static inline void SFX(gemm_nt)(int64_t m, int64_t n, int64_t k, const real *A, int64_t lda, const real *B,
+                                int64_t ldb, real beta, real *C, int64_t ldc) {
+    if (k <= 0) {
+        if (beta == 0)
+            for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, sizeof(real) * (size_t)n);
+        return;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)n, (blasint)k, 1, A, (blasint)lda, B,
+         (blasint)ldb, beta, C, (blasint)ldc);
+}
+/* C (m, n) += A (m, k) · B (k, n) */
+static inline void SFX(gemm_nn_acc)(int64_t m, int64_t n, int64_t k, const real *A, int64_t lda, const real *B,
+                                    int64_t ldb, real *C, int64_t ldc) {
+    if (k <= 0 || n <= 0) return;
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1, A, (blasint)lda, B,
+         (blasint)ldb, 1, C, (blasint)ldc);
+}
+/* C (m, n) += A (k, m)ᵀ · B (k, n) */
+static inline void SFX(gemm_tn_acc)(int64_t m, int64_t n, int64_t k, const real *A, int64_t lda, const real *B,
+                                    int64_t ldb, real *C, int64_t ldc) {
+    if (k <= 0 || n <= 0) return;
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1, A, (blasint)lda, B,
+         (blasint)ldb, 1, C, (blasint)ldc);
+}
+
+/* keys that query tile [i0, i0+tq) may see: [0, kend) */
+static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq) {
+    if (!c->causal) return c->Nk;
+    int64_t e = i0 + tq + c->off; /* last row i0+tq−1 sees keys ≤ i0+tq−1+off */
+    return e < 0 ? 0 : (e < c->Nk ? e : c->Nk);
+}
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+typedef struct {
+    real *G;     /* (PN_TQ, PN_TK) scores, then weights */
+    real *acc;   /* (PN_TQ, Dv) */
+    real *m, *l; /* (PN_TQ) running max and sum */
+} SFX(fwd_scratch);
+
+/* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. */
+PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, int64_t tq, SFX(fwd_scratch) *w,
+                          real *out, real *stat) {
+    const int64_t D = c->D, Dv = c->Dv, Dg = c->Dg, Nq = c->Nq, Nk = c->Nk, H = c->H;
+    const int64_t b = bh / H, h = bh % H;
+    const pn_score_params *pp = &c->st.hp[h];
+    const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
+    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
+    const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
+    const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
+    const real *K = (const real *)c->k + bh * Nk * D;
+    const real *V = (const real *)c->v + bh * Nk * Dv;
+    const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
+    const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
+    const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
+    const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
+    const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
+
+    memset(w->acc, 0, sizeof(real) * (size_t)(tq * Dv));
+    for (int64_t i = 0; i < tq; i++) {
+        w->m[i] = (real)-INFINITY;
+        w->l[i] = 0;
+    }
+    const int64_t kend = SFX(key_end)(c, i0, tq);
+    for (int64_t j0 = 0; j0 < kend; j0 += PN_TK) {
+        const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
+        if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
+        else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
+        fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->G);
+        for (int64_t i = 0; i < tq; i++) {
+            real *s = w->G + i * PN_TK;
+            SFX(row_mods)(c, b, h, i0 + i, j0, tk, s);
+            if (soft) {
+                real alpha = SFX(row_softmax)(s, tk, g ? g + j0 : NULL, &w->m[i], &w->l[i]);
+                if (alpha != 1) {
+                    real *a = w->acc + i * Dv;
+                    for (int64_t d = 0; d < Dv; d++) a[d] *= alpha;
+                }
+            } else {
+                SFX(row_sigmoid)(s, tk, g ? g + j0 : NULL, &w->l[i]);
+            }
+        }
+        SFX(gemm_nn_acc)(tq, Dv, tk, w->G, PN_TK, V + j0 * Dv, Dv, w->acc, Dv);
+    }
+    for (int64_t i = 0; i < tq; i++) {
+        real *o = out + (bh * Nq + i0 + i) * Dv;
+        const real *a = w->acc + i * Dv;
+        real l = w->l[i];
+        if (c->st.normalized) {
+            real inv = l > 0 ? 1 / l : 0; /* a fully masked row gives 0 */
+            for (int64_t d = 0; d < Dv; d++) o[d] = a[d] * inv;
+        } else {
+            memcpy(o, a, sizeof(real) * (size_t)Dv);
+        }
+        if (soft) stat[bh * Nq + i0 + i] = l > 0 ? w->m[i] + pn_log(l) : (real)-INFINITY;
+        else stat[bh * Nq + i0 + i] = l;
+    }
+}
+
+/* out (BH, Nq, Dv), stat (BH, Nq): logsumexp of the scores (softmax; −inf for a fully masked
+ * row) or Σ_j σ(s_ij)·g_j (sigmoid). PN_OK or PN_ERR_OOM. */
+static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
+    const int64_t nqt = (c->Nq + PN_TQ - 1) / PN_TQ, items = c->BH * nqt;
+    int oom = 0;
+    #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
+    {
+        SFX(fwd_scratch) w;
+        w.G = malloc(sizeof(real) * PN_TQ * PN_TK);
+        w.acc = malloc(sizeof(real) * (size_t)(PN_TQ * (c->Dv > 0 ? c->Dv : 1)));
+        w.m = malloc(sizeof(real) * PN_TQ * 2);
+        w.l = w.m ? w.m + PN_TQ : NULL;
+        bool ok = w.G && w.acc && w.m;
+        if (!ok) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        /* dynamic: causal tiles differ in cost; each item writes only its own rows */
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!ok) continue;
+            int64_t bh = it / nqt, t = it % nqt;
+            int64_t i0 = t * PN_TQ, tq = c->Nq - i0 < PN_TQ ? c->Nq - i0 : PN_TQ;
+            SFX(fwd_tile)(c, bh, i0, tq, &w, out, stat);
+        }
+        free(w.G);
+        free(w.acc);
+        free(w.m);
+    }
+    return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
+}
+
+/* ---- weights ------------------------------------------------------------------------------------ */
+/* W (BH, Nq, Nk): the normalised weights α_ij (no Lorentz factors). */
+static pn_status SFX(weights)(const pn_attn_call *c, real *W) {
+    const int64_t nqt = (c->Nq + PN_TQ - 1) / PN_TQ, items = c->BH * nqt, Nk = c->Nk;
+    int oom = 0;
+    #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * c->D > PN_PAR_MIN)
+    {
+        real *G = malloc(sizeof(real) * PN_TQ * PN_TK);
+        if (!G) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!G) continue;
+            const int64_t bh = it / nqt, i0 = (it % nqt) * PN_TQ;
+            const int64_t tq = c->Nq - i0 < PN_TQ ? c->Nq - i0 : PN_TQ, b = bh / c->H, h = bh % c->H;
+            const pn_score_params *pp = &c->st.hp[h];
+            const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
+            const real *Q = (const real *)c->q + (bh * c->Nq + i0) * c->D;
+            const real *K = (const real *)c->k + bh * Nk * c->D;
+            const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * c->Nq + i0 : NULL;
+            const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * c->Nq + i0 : NULL;
+            const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
+            const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
+            for (int64_t j0 = 0; j0 < Nk; j0 += PN_TK) {
+                const int64_t tk = Nk - j0 < PN_TK ? Nk - j0 : PN_TK;
+                if (c->st.plan.gemm != PN_GEMM_NONE) SFX(gemm_nt)(tq, tk, c->Dg, Q, c->D, K + j0 * c->D, c->D, 0, G, PN_TK);
+                else memset(G, 0, sizeof(real) * PN_TQ * PN_TK);
+                fwd(pp, tq, tk, PN_TK, G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, G);
+                for (int64_t i = 0; i < tq; i++) {
+                    real *s = W + (bh * c->Nq + i0 + i) * Nk + j0;
+                    memcpy(s, G + i * PN_TK, sizeof(real) * (size_t)tk);
+                    SFX(row_mods)(c, b, h, i0 + i, j0, tk, s);
+                }
+            }
+            for (int64_t i = 0; i < tq; i++) {
+                real *s = W + (bh * c->Nq + i0 + i) * Nk;
+                if (c->st.normalize == PN_NORM_SOFTMAX) {
+                    real m = (real)-INFINITY, l = 0;
+                    SFX(row_softmax)(s, Nk, NULL, &m, &l);
+                    real inv = l > 0 ? 1 / l : 0;
+                    for (int64_t j = 0; j < Nk; j++) s[j] *= inv;
+                } else {
+                    real l = 0;
+                    SFX(row_sigmoid)(s, Nk, NULL, &l);
+                    if (c->st.normalize == PN_NORM_SIGMOID_NORMALIZED) {
+                        real inv = l > 0 ? 1 / l : 0;
+                        for (int64_t j = 0; j < Nk; j++) s[j] *= inv;
+                    }
+                }
+            }
+        }
+        free(G);
+    }
+    return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
+}
+
+/* ---- backward ----------------------------------------------------------------------------------- */
+typedef struct {
+    const real *dout, *out, *stat;  /* (BH, Nq, Dv), (BH, Nq, Dv), (BH, Nq) */
+    real *dq;                       /* (BH, Nq, D), zeroed; rows owned by their tile */
+    real *dk[PN_MAX_SPLITS], *dv[PN_MAX_SPLITS];      /* per split: (BH, Nk, D), (BH, Nk, Dv), zeroed */
+    real *dkt[PN_MAX_SPLITS][2], *dg[PN_MAX_SPLITS];  /* per split: (BH, Nk) or NULL, zeroed */
+    double *dqt[2];                 /* (BH, Nq) or NULL */
+    double *dparam;                 /* (BH, S, PN_NPARAM) */
+    int64_t S;                      /* splits of each head's query tiles */
+    real *gbias;                    /* bias gradient (bias's shape) or NULL */
+    int64_t gbs[4];                 /* its canonical strides */
+    int64_t gbias_numel;
+    bool gbias_per_thread;          /* one copy per thread (the bias is shared between items) */
+} SFX(bwd_args);
+
+typedef struct {
+    real *G, *S, *P, *dP; /* (PN_TQ, PN_TK) */
+    real *Drow;           /* (PN_TQ) */
+} SFX(bwd_scratch);
+
+/* Query tiles split, split+S, … of head bh. */
+PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, int64_t bh, int64_t split,
+                          SFX(bwd_scratch) *w, real *gbias) {
+    const int64_t D = c->D, Dv = c->Dv, Dg = c->Dg, Nq = c->Nq, Nk = c->Nk, H = c->H;
+    const int64_t b = bh / H, h = bh % H;
+    const pn_score_params *pp = &c->st.hp[h];
+    const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
+    const EPI_VJP_T vjp = c->st.plan.EPI_VJP;
+    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
+    const int norm = c->st.normalize;
+    const bool normalized = c->st.normalized;
+    const real *K = (const real *)c->k + bh * Nk * D;
+    const real *V = (const real *)c->v + bh * Nk * Dv;
+    const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
+    const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
+    const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
+    real *dK = a->dk[split] + bh * Nk * D, *dV = a->dv[split] + bh * Nk * Dv;
+    real *dkt0 = a->dkt[split][0] ? a->dkt[split][0] + bh * Nk : NULL;
+    real *dkt1 = a->dkt[split][1] ? a->dkt[split][1] + bh * Nk : NULL;
+    real *dg = a->dg[split] ? a->dg[split] + bh * Nk : NULL;
+    double *dparam = a->dparam + (bh * a->S + split) * PN_NPARAM;
+    const int64_t nqt = (Nq + PN_TQ - 1) / PN_TQ;
+
+    for (int64_t t = split; t < nqt; t += a->S) {
+        const int64_t i0 = t * PN_TQ, tq = Nq - i0 < PN_TQ ? Nq - i0 : PN_TQ;
+        const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
+        const real *dO = a->dout + (bh * Nq + i0) * Dv;
+        const real *O = a->out + (bh * Nq + i0) * Dv;
+        const real *stat = a->stat + bh * Nq + i0;
+        const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
+        const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
+        real *dQ = a->dq + (bh * Nq + i0) * D;
+        double dqt[PN_TQ][2];
+        memset(dqt, 0, sizeof dqt);
+        for (int64_t i = 0; i < tq; i++) {
+            real s = 0;
+            if (normalized) {
+                #pragma omp simd reduction(+ : s)
+                for (int64_t d = 0; d < Dv; d++) s += dO[i * Dv + d] * O[i * Dv + d];
+            }
+            w->Drow[i] = s;
+        }
+        const int64_t kend = SFX(key_end)(c, i0, tq);
+        for (int64_t j0 = 0; j0 < kend; j0 += PN_TK) {
+            const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
+            if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
+            else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
+            /* weights P (the forward's, recomputed from the saved statistics) */
+            fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S);
+            for (int64_t i = 0; i < tq; i++) {
+                real *s = w->S + i * PN_TK, *p = w->P + i * PN_TK;
+                SFX(row_mods)(c, b, h, i0 + i, j0, tk, s);
+                const real st = stat[i];
+                if (norm == PN_NORM_SOFTMAX) {
+                    if (st == (real)-INFINITY) {
+                        for (int64_t j = 0; j < tk; j++) p[j] = 0;
+                    } else if (g) {
+                        for (int64_t j = 0; j < tk; j++) p[j] = pn_exp(s[j] - st) * g[j0 + j];
+                    } else {
+                        for (int64_t j = 0; j < tk; j++) p[j] = pn_exp(s[j] - st);
+                    }
+                } else {
+                    const real inv = normalized ? (st > 0 ? 1 / st : 0) : 1;
+                    for (int64_t j = 0; j < tk; j++) {
+                        real sg = 1 / (1 + pn_exp(-s[j]));
+                        s[j] = sg; /* keep σ for dS */
+                        p[j] = (g ? sg * g[j0 + j] : sg) * inv;
+                    }
+                }
+            }
+            SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, Dv, dV + j0 * Dv, Dv); /* dV += Pᵀ·dO */
+            SFX(gemm_nt)(tq, tk, Dv, dO, Dv, V + j0 * Dv, Dv, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
+            if (Dv == 0) memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
+            /* dS, then the score's VJP turns it into dG (in place) */
+            for (int64_t i = 0; i < tq; i++) {
+                real *ds = w->dP + i * PN_TK;
+                const real *p = w->P + i * PN_TK, *s = w->S + i * PN_TK;
+                const real Di = w->Drow[i];
+                if (norm == PN_NORM_SOFTMAX) {
+                    if (dg)
+                        for (int64_t j = 0; j < tk; j++) dg[j0 + j] += (ds[j] - Di) * p[j] / g[j0 + j];
+                    for (int64_t j = 0; j < tk; j++) ds[j] = p[j] * (ds[j] - Di);
+                } else if (normalized) {
+                    if (dg)
+                        for (int64_t j = 0; j < tk; j++) dg[j0 + j] += (ds[j] - Di) * p[j] / g[j0 + j];
+                    for (int64_t j = 0; j < tk; j++) ds[j] = p[j] * (1 - s[j]) * (ds[j] - Di);
+                } else {
+                    for (int64_t j = 0; j < tk; j++) ds[j] = ds[j] * s[j] * (1 - s[j]);
+                }
+                if (gbias) {
+                    real *gr = gbias + b * a->gbs[0] + h * a->gbs[1] + (i0 + i) * a->gbs[2] + j0 * a->gbs[3];
+                    for (int64_t j = 0; j < tk; j++) gr[j * a->gbs[3]] += ds[j];
+                }
+            }
+            vjp(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->dP, w->dP,
+                &dqt[0][0], dkt0 ? dkt0 + j0 : NULL, dkt1 ? dkt1 + j0 : NULL, dparam);
+            if (gemm) {
+                SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * D, D, dQ, D); /* dQ += dG·K */
+                SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, D, dK + j0 * D, D); /* dK += dGᵀ·Q */
+            }
+        }
+        for (int m = 0; m < 2; m++)
+            if (a->dqt[m])
+                for (int64_t i = 0; i < tq; i++) a->dqt[m][bh * Nq + i0 + i] = dqt[i][m];
+    }
+}
+
+static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
+    const int64_t items = c->BH * a->S;
+    int oom = 0;
+    #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
+    {
+        SFX(bwd_scratch) w;
+        real *buf = malloc(sizeof(real) * (PN_TQ * PN_TK * 4 + PN_TQ));
+        w.G = buf;
+        w.S = buf ? buf + PN_TQ * PN_TK : NULL;
+        w.P = buf ? buf + 2 * PN_TQ * PN_TK : NULL;
+        w.dP = buf ? buf + 3 * PN_TQ * PN_TK : NULL;
+        w.Drow = buf ? buf + 4 * PN_TQ * PN_TK : NULL;
+        real *gbias = a->gbias;
+        if (gbias && a->gbias_per_thread) gbias += (int64_t)omp_get_thread_num() * a->gbias_numel;
+        if (!buf) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        /* static: with a per-thread bias gradient, which thread does which item must not
+         * depend on timing (determinism); items have equal cost (strided query tiles) */
+        #pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; it++)
+            if (buf) SFX(bwd_item)(c, a, it / a->S, it % a->S, &w, gbias);
+        free(buf);
+    }
+    return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
+}
+
+/* ---- term and Lorentz-factor backward (shared with graph.c) ---------------------------------- */
+/* dx (BH, N, D) += Σ_m dt_m ∘ ∂term_m/∂x; da (H, D) += for PROJ terms. */
+static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const real *x, int64_t N,
+                                double *const dt[2], const real *a, real *dx, double *da) {
+    const int64_t D = c->D, Dg = c->Dg;
+    #pragma omp parallel for if (c->BH * N * D > PN_PAR_MIN) schedule(static)
+    for (int64_t bh = 0; bh < c->BH; bh++) {
+        const int64_t h = bh % c->H;
+        for (int m = 0; m < 2; m++) {
+            if (!dt[m] || kind[m] == PN_TERM_NONE) continue;
+            for (int64_t r = 0; r < N; r++) {
+                const double t = dt[m][bh * N + r];
+                if (t == 0) continue;
+                const real *xr = x + (bh * N + r) * D;
+                real *gr = dx + (bh * N + r) * D;
+                if (kind[m] == PN_TERM_NORM2) {
+                    for (int64_t d = 0; d < Dg; d++) gr[d] += (real)(2 * t) * xr[d];
+                } else if (kind[m] == PN_TERM_LAST) {
+                    gr[D - 1] += (real)t;
+                } else {
+                    const real *ah = a + h * D;
+                    for (int64_t d = 0; d < D; d++) gr[d] += (real)t * ah[d];
+                }
+            }
+        }
+    }
+    if (!da) return;
+    /* ∂(a·x)/∂a = x: serial over (b, rows) in a fixed order, per head */
+    for (int m = 0; m < 2; m++) {
+        if (!dt[m] || kind[m] != PN_TERM_PROJ) continue;
+        for (int64_t bh = 0; bh < c->BH; bh++) {
+            double *dah = da + (bh % c->H) * D;
+            for (int64_t r = 0; r < N; r++) {
+                const double t = dt[m][bh * N + r];
+                const real *xr = x + (bh * N + r) * D;
+                for (int64_t d = 0; d < D; d++) dah[d] += t * xr[d];
+            }
+        }
+    }
+}
+
+/* dv (BH, Nk, Dv) += dg_j·κγ_j³·v_j; dcurv[h] += Σ dg_j·½‖v_j‖²γ_j³ (γ = 1/√(1 − κ‖v‖²)) */
+static void SFX(lorentz_backward)(const pn_attn_call *c, const double *dgsum, real *dv, double *dcurv) {
+    for (int64_t bh = 0; bh < c->BH; bh++) {
+        const double kap = c->st.hp[bh % c->H].curvature;
+        double acc = 0;
+        for (int64_t j = 0; j < c->Nk; j++) {
+            const double gj = ((const real *)c->g)[bh * c->Nk + j], t = dgsum[bh * c->Nk + j];
+            if (t == 0) continue;
+            const real *vr = (const real *)c->v + (bh * c->Nk + j) * c->Dv;
+            real *gr = dv + (bh * c->Nk + j) * c->Dv;
+            double n2 = 0;
+            for (int64_t d = 0; d < c->Dv; d++) n2 += (double)vr[d] * vr[d];
+            const double g3 = gj * gj * gj;
+            for (int64_t d = 0; d < c->Dv; d++) gr[d] += (real)(t * kap * g3 * vr[d]);
+            acc += t * 0.5 * n2 * g3;
+        }
+        if (dcurv) dcurv[bh % c->H] += acc;
+    }
+}

@@ -1,0 +1,162 @@
+/* fastmath.h — private: branch-free float sqrt/exp/log/acosh that GCC vectorizes, and
+ * type-generic wrappers (pn_sqrt, pn_exp, pn_log, pn_acosh) that pick them for float and
+ * libm for double. Used by the attention epilogues and drivers.
+ *
+ * Why: the build has neither -fno-math-errno nor -ffast-math, so every libm call in a
+ * loop (sqrtf sets errno, expf is an out-of-line call) stops GCC from vectorizing it, and
+ * the epilogues run once per (query, key) pair. These versions use only arithmetic and
+ * integer bit tricks; with the pragma below (no FP traps are ever enabled in penumbra, so
+ * selects may be computed both ways) the loops if-convert and vectorize.
+ * Accuracy (checked against double over the normal float range): sqrt and 1/sqrt ≤ 2e-7
+ * relative, exp ≤ 1e-7 relative, log ≤ 2e-7 absolute + relative. The f64 path keeps libm: f64 must match the
+ * naive references to 1e-10. */
+#ifndef PN_FASTMATH_H
+#define PN_FASTMATH_H
+
+#pragma GCC optimize("no-trapping-math")
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float pn_bits_to_f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint32_t pn_f_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* 1/√x for a normal, positive, finite x (no special cases: the callers know) */
+static inline float pn_rsqrtf_core(float x) {
+    float y = pn_bits_to_f(0x5f3759dfu - (pn_f_to_bits(x) >> 1));
+    float h = 0.5f * x;
+    y = y * (1.5f - h * y * y);
+    y = y * (1.5f - h * y * y);
+    return y * (1.5f - h * y * y);
+}
+
+/* 1/√x for x > 0. x <= 0, +inf and subnormal x (below FLT_MIN ≈ 1.2e-38, where the bit
+ * trick fails; as a squared distance: points closer than 1e-19) give 0. The epilogues use
+ * it for √x = x·(1/√x) and 1/√x together (a distance and the 1/(2Δ) of its derivative from
+ * one evaluation). */
+static inline float pn_rsqrtf_fast(float x) {
+    int ok = x >= 1.17549435e-38f && x <= 3.40282347e38f;
+    float y = pn_rsqrtf_core(ok ? x : 1.0f);
+    return ok ? y : 0.0f;
+}
+
+/* sqrt for x >= 0 (x <= 0 and subnormal x → 0, +inf → +inf) */
+static inline float pn_sqrtf_fast(float x) {
+    float s = x * pn_rsqrtf_fast(x);
+    return x > 3.0e38f ? x : s;
+}
+
+/* exp: x = n·ln2 + r (Cody–Waite), degree-6 polynomial for e^r (Cephes expf), 2^n from
+ * the exponent bits. x < -87.3 → 0 exactly (masked scores are -inf), x > 88.72 → inf. */
+static inline float pn_expf_fast(float x) {
+    float t = x * 1.44269504088896341f;
+    t = t < -126.0f ? -126.0f : t;
+    t = t > 127.0f ? 127.0f : t;
+    float fn = (t + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    float r = x - fn * 0.693145751953125f;
+    r = r - fn * 1.428606765330187045e-06f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t n = (int32_t)fn;
+    float y = p * pn_bits_to_f((uint32_t)(n + 127) << 23);
+    y = x < -87.3f ? 0.0f : y;
+    y = x > 88.72f ? INFINITY : y;
+    return x != x ? x : y;
+}
+
+/* log for a normal, positive, finite x (Cephes logf): x = m·2^e with m in [√½, √2),
+ * polynomial in m − 1 */
+static inline float pn_logf_core(float x) {
+    uint32_t b = pn_f_to_bits(x);
+    float e = (float)((int32_t)(b >> 23) - 127);
+    float m = pn_bits_to_f((b & 0x007fffffu) | 0x3f800000u); /* [1, 2) */
+    int big = m > 1.41421356f;
+    m = big ? 0.5f * m : m;
+    e = big ? e + 1.0f : e;
+    float f = m - 1.0f;
+    float z = f * f;
+    float p = 7.0376836292e-2f;
+    p = p * f - 1.1514610310e-1f;
+    p = p * f + 1.1676998740e-1f;
+    p = p * f - 1.2420140846e-1f;
+    p = p * f + 1.4249322787e-1f;
+    p = p * f - 1.6668057665e-1f;
+    p = p * f + 2.0000714765e-1f;
+    p = p * f - 2.4999993993e-1f;
+    p = p * f + 3.3333331174e-1f;
+    float y = f * z * p;
+    y += e * -2.12194440e-4f;
+    y += -0.5f * z;
+    return f + y + e * 0.693359375f;
+}
+
+/* log for x > 0: x <= 0 → -inf, +inf → +inf; subnormal inputs are scaled by 2^64 first */
+static inline float pn_logf_fast(float x) {
+    int tiny = x < 1.1754944e-38f;
+    float xs = tiny ? x * 1.8446744e19f : x; /* 2^64 */
+    float y = pn_logf_core(xs > 0.0f && xs < 3.0e38f ? xs : 1.0f) - (tiny ? 44.361419555836f : 0.0f); /* 64·ln 2 */
+    y = x > 0.0f ? y : -INFINITY;
+    return x > 3.0e38f ? x : y;
+}
+
+/* acosh for x >= 1 (x < 1 is treated as 1): log(x + √((x−1)(x+1))), or log(x) + ln 2 once
+ * x² would lose the −1 (x > 2^12 makes the difference below float resolution) — one log
+ * either way, the branch picks its argument. */
+static inline float pn_acoshf_fast(float x) {
+    float a = x < 1.0f ? 1.0f : (x < 3.0e38f ? x : 3.0e38f);
+    int big = a > 4096.0f;
+    float t = (a - 1.0f) * (a + 1.0f); /* 0, or >= 1.2e-7: never subnormal */
+    float r = t > 0.0f ? t * pn_rsqrtf_core(t > 0.0f ? t : 1.0f) : 0.0f;
+    float arg = big ? a : a + r;
+    return pn_logf_core(arg) + (big ? 0.69314718f : 0.0f);
+}
+static inline double pn_acosh_d(double x) { return acosh(x < 1.0 ? 1.0 : x); }
+
+/* PN_VEC: the hot row functions are compiled three times — for x86-64-v4 (AVX-512),
+ * x86-64-v3 (AVX2 + FMA) and the baseline — and the loader picks one for the CPU (GCC
+ * function multiversioning): the build itself targets the baseline (SSE2). Their float sums
+ * vectorize through `#pragma omp simd reduction(...)`, which allows the reassociation that
+ * plain C forbids (sums change in the last bits with the vector width). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(PN_NO_CLONES)
+#define PN_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PN_VEC
+#endif
+
+/* not exported from libpenumbra (the epilogues are reached through the registry only) */
+#if defined(__GNUC__)
+#define PN_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define PN_HIDDEN
+#endif
+
+/* for helpers of PN_VEC functions: inlined, so they are compiled with the caller's target */
+#if defined(__GNUC__)
+#define PN_INLINE static inline __attribute__((always_inline))
+#else
+#define PN_INLINE static inline
+#endif
+
+static inline double pn_rsqrt_d(double x) { return x > 0 && x < INFINITY ? 1.0 / sqrt(x) : 0.0; }
+
+#define pn_sqrt(x) _Generic((x), float: pn_sqrtf_fast, default: sqrt)(x)
+#define pn_rsqrt(x) _Generic((x), float: pn_rsqrtf_fast, default: pn_rsqrt_d)(x)
+#define pn_exp(x) _Generic((x), float: pn_expf_fast, default: exp)(x)
+#define pn_log(x) _Generic((x), float: pn_logf_fast, default: log)(x)
+#define pn_acosh(x) _Generic((x), float: pn_acoshf_fast, default: pn_acosh_d)(x)
+
+#endif /* PN_FASTMATH_H */

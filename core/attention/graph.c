@@ -1,0 +1,414 @@
+/* graph.c — fused attention over a CSR neighbourhood (DESIGN §3.1, graph attention):
+ * pn_graph_attention, forward and analytic backward.
+ *
+ * Node-major inputs q, k (N, H, D) or (N, D), v (N, H, Dv) or (N, Dv), and the CSR by
+ * destination of pn_graph_csr: offsets (N+1), src (E); node i attends to src[e] for e in
+ * [offsets[i], offsets[i+1]). Per destination node and head the same score epilogues as
+ * the dense driver run over the gathered neighbours (attention.h: one row of pairs), then
+ * a segment softmax (or sigmoid / sigmoid_normalized), the Einstein midpoint if asked,
+ * attention dropout on the weights when o->train && o->dropout > 0 (inverted: kept weights
+ * scaled by 1/(1−p), the mask drawn from the global Philox stream via pn_rand), and the
+ * weighted sum of the neighbours' values. Scores include gat (a_l, a_r per head).
+ *
+ * Masks are the graph: mask / bias / causal / alibi are not options here (leave the edges
+ * out). A node without neighbours gets output 0 and zero gradients.
+ *
+ * Backward, deterministic and race-free: pass 1 runs per destination node (dS, the score's
+ * VJP, dQ) and stores per-edge results; pass 2 runs per source node over the transposed
+ * CSR (edge ids grouped by source in increasing order, built by a counting sort) and sums
+ * dK, dV and the key-term gradients in that fixed order. */
+#include "attention.h"
+#include "fastmath.h"
+
+#include <omp.h>
+
+#define real float
+#define SFX(x) x##_f32
+#define EPI_FWD fwd32
+#define EPI_VJP vjp32
+#include "graph_impl.h"
+#undef real
+#undef SFX
+#undef EPI_FWD
+#undef EPI_VJP
+
+#define real double
+#define SFX(x) x##_f64
+#define EPI_FWD fwd64
+#define EPI_VJP vjp64
+#include "graph_impl.h"
+#undef real
+#undef SFX
+#undef EPI_FWD
+#undef EPI_VJP
+
+#define VP(t) ((void *)pn_ptr(t))
+
+static const char *OP = "graph_attention";
+
+/* (N, H, X) or (N, X) → a head-major contiguous copy (H, N, X), not recorded */
+static pn_tensor *head_major(pn_tensor *x) {
+    int prev = pn_set_grad_enabled(0);
+    pn_tensor *r = NULL;
+    if (x->nd == 2) {
+        r = pn_attn_contig(x);
+    } else {
+        pn_tensor *p = pn_permute(x, 3, (const int64_t[]){1, 0, 2});
+        if (p) {
+            r = pn_empty(3, p->sizes, p->dt, PN_CPU);
+            if (r && pn_copy_(r, p)) {
+                pn_release(r);
+                r = NULL;
+            }
+        }
+        pn_release(p);
+    }
+    pn_set_grad_enabled(prev);
+    return r;
+}
+
+/* (H, N, X) head-major buffer → node-major tensor of shape `like` (N, H, X) or (N, X) */
+static pn_tensor *node_major(int dt, const void *hm, int64_t H, int64_t N, int64_t X, const pn_tensor *like) {
+    pn_tensor *t = pn_empty(like->nd, like->sizes, dt, PN_CPU);
+    if (!t) return NULL;
+    size_t es = pn_elsize(dt);
+    char *o = pn_ptr(t);
+    const char *s = hm;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t h = 0; h < H; h++) memcpy(o + es * (size_t)((i * H + h) * X), s + es * (size_t)((h * N + i) * X), es * (size_t)X);
+    return t;
+}
+
+/* the graph as plain arrays: off (N+1), src (E), checked */
+typedef struct {
+    int64_t N, E, maxdeg;
+    int64_t *off, *src;
+} csr;
+
+static void csr_free(csr *g) {
+    free(g->off);
+    free(g->src);
+    g->off = g->src = NULL;
+}
+
+static pn_status csr_load(pn_tensor *offsets, pn_tensor *src, pn_tensor *q, int64_t N, csr *g) {
+    memset(g, 0, sizeof *g);
+    if (!offsets || !src) return pn_error(PN_ERR_ARG, "%s: %s is nil", OP, !offsets ? "offsets" : "src");
+    PN_TRY(pn_check_cpu(OP, "offsets", offsets));
+    PN_TRY(pn_check_cpu(OP, "src", src));
+    if (!pn_is_index(offsets->dt) || !pn_is_index(src->dt))
+        return pn_error(PN_ERR_DTYPE, "%s: offsets %s (%s) and src %s (%s) must be i32/i64", OP, pn_shape_str(offsets),
+                        pn_dtype_name(offsets->dt), pn_shape_str(src), pn_dtype_name(src->dt));
+    if (offsets->nd != 1 || offsets->sizes[0] != N + 1)
+        return pn_error(PN_ERR_SHAPE, "%s: offsets %s does not fit q %s: a CSR over %lld nodes has %lld offsets", OP,
+                        pn_shape_str(offsets), pn_shape_str(q), (long long)N, (long long)(N + 1));
+    if (src->nd != 1) return pn_error(PN_ERR_SHAPE, "%s: src %s must be 1-D", OP, pn_shape_str(src));
+    g->N = N;
+    g->E = src->sizes[0];
+    g->off = malloc(sizeof(int64_t) * (size_t)(N + 1));
+    g->src = malloc(sizeof(int64_t) * (size_t)(g->E + 1));
+    if (!g->off || !g->src) {
+        csr_free(g);
+        return pn_error(PN_ERR_OOM, "%s: out of memory", OP);
+    }
+    const char *po = pn_ptr(offsets), *ps = pn_ptr(src);
+    for (int64_t i = 0; i <= N; i++) g->off[i] = pn_ldi(po, offsets->dt, i * offsets->strides[0]);
+    for (int64_t e = 0; e < g->E; e++) g->src[e] = pn_ldi(ps, src->dt, e * src->strides[0]);
+    pn_status s = PN_OK;
+    if (g->off[0] != 0 || g->off[N] != g->E)
+        s = pn_error(PN_ERR_INDEX, "%s: offsets %s must start at 0 and end at the number of edges %lld (src %s), got %lld "
+                     "and %lld", OP, pn_shape_str(offsets), (long long)g->E, pn_shape_str(src), (long long)g->off[0],
+                     (long long)g->off[N]);
+    for (int64_t i = 0; i < N && !s; i++) {
+        int64_t d = g->off[i + 1] - g->off[i];
+        if (d < 0)
+            s = pn_error(PN_ERR_INDEX, "%s: offsets %s decrease at node %lld", OP, pn_shape_str(offsets), (long long)i);
+        else if (d > g->maxdeg)
+            g->maxdeg = d;
+    }
+    for (int64_t e = 0; e < g->E && !s; e++)
+        if (g->src[e] < 0 || g->src[e] >= N)
+            s = pn_error(PN_ERR_INDEX, "%s: src %s holds node %lld at edge %lld, outside [0, %lld) for q %s", OP,
+                         pn_shape_str(src), (long long)g->src[e], (long long)e, (long long)N, pn_shape_str(q));
+    if (s) csr_free(g);
+    return s;
+}
+
+/* Checks q, k, v, the graph and o; fills c with head-major copies and the terms. */
+static pn_status graph_call_init(pn_attn_call *c, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets,
+                                 pn_tensor *src, const pn_attn_opts *o, csr *g) {
+    memset(c, 0, sizeof *c);
+    memset(g, 0, sizeof *g);
+    c->op = OP;
+    c->graph = 1;
+    if (!q || !k || !v) return pn_error(PN_ERR_ARG, "%s: %s is nil", OP, !q ? "q" : (!k ? "k" : "v"));
+    if (!o) return pn_error(PN_ERR_ARG, "%s: options are nil (fill them with pn_attn_opts_init)", OP);
+    PN_TRY(pn_check_cpu(OP, "q", q));
+    PN_TRY(pn_check_cpu(OP, "k", k));
+    PN_TRY(pn_check_cpu(OP, "v", v));
+    PN_TRY(pn_check_float(OP, "q", q));
+    if (k->dt != q->dt || v->dt != q->dt)
+        return pn_error(PN_ERR_DTYPE, "%s: q %s %s, k %s %s and v %s %s must have the same float dtype", OP,
+                        pn_dtype_name(q->dt), pn_shape_str(q), pn_dtype_name(k->dt), pn_shape_str(k),
+                        pn_dtype_name(v->dt), pn_shape_str(v));
+    if ((q->nd != 2 && q->nd != 3) || k->nd != q->nd || v->nd != q->nd)
+        return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s, v %s must all be node-major (N, H, D) or all (N, D)", OP,
+                        pn_shape_str(q), pn_shape_str(k), pn_shape_str(v));
+    if (k->sizes[0] != q->sizes[0] || v->sizes[0] != q->sizes[0])
+        return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s, v %s have different numbers of nodes", OP, pn_shape_str(q),
+                        pn_shape_str(k), pn_shape_str(v));
+    if (q->nd == 3 && (k->sizes[1] != q->sizes[1] || v->sizes[1] != q->sizes[1]))
+        return pn_error(PN_ERR_SHAPE, "%s: q %s, k %s, v %s have different numbers of heads", OP, pn_shape_str(q),
+                        pn_shape_str(k), pn_shape_str(v));
+    if (k->sizes[q->nd - 1] != q->sizes[q->nd - 1])
+        return pn_error(PN_ERR_SHAPE, "%s: q %s and k %s differ in the last dim", OP, pn_shape_str(q), pn_shape_str(k));
+    if (o->mask || o->bias || o->causal || o->alibi)
+        return pn_error(PN_ERR_ARG, "%s: %s is not an option of graph attention: the graph is the mask (leave the "
+                        "edges out)", OP, o->mask ? "mask" : (o->bias ? "bias" : (o->causal ? "causal" : "alibi")));
+    if (o->train && o->dropout != 0 && !(o->dropout > 0 && o->dropout < 1))
+        return pn_error(PN_ERR_ARG, "%s: dropout must be in [0, 1), got %g", OP, o->dropout);
+    const int64_t N = q->sizes[0];
+    c->dt = q->dt;
+    c->nd = q->nd;
+    c->B = 1;
+    c->H = q->nd == 3 ? q->sizes[1] : 1;
+    c->BH = c->H;
+    c->Nq = c->Nk = N;
+    c->D = q->sizes[q->nd - 1];
+    c->Dv = v->sizes[v->nd - 1];
+    if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", OP, pn_shape_str(q));
+    PN_TRY(csr_load(offsets, src, q, N, g));
+    pn_status s = pn_attn_setup_init(OP, o, q->dt, c->H, c->D, 1, &c->st);
+    if (s) {
+        csr_free(g);
+        return s;
+    }
+    /* gat's projections: (H, D) of q's dtype */
+    const pn_score_plan *pl = &c->st.plan;
+    bool proj = pl->qterm[0] == PN_TERM_PROJ || pl->qterm[1] == PN_TERM_PROJ;
+    if (proj) {
+        pn_tensor *as[2] = {o->a_l, o->a_r};
+        const char *an[2] = {"a_l", "a_r"};
+        for (int i = 0; i < 2 && !s; i++) {
+            pn_tensor *a = as[i];
+            if (a->dt != q->dt) s = pn_error(PN_ERR_DTYPE, "%s: %s %s has dtype %s, expected %s like q", OP, an[i],
+                                               pn_shape_str(a), pn_dtype_name(a->dt), pn_dtype_name(q->dt));
+            else if (!((a->nd == 2 && a->sizes[0] == c->H && a->sizes[1] == c->D) ||
+                       (a->nd == 1 && c->H == 1 && a->sizes[0] == c->D)))
+                s = pn_error(PN_ERR_SHAPE, "%s: %s %s must be (H, D) = (%lld, %lld) for q %s", OP, an[i],
+                             pn_shape_str(a), (long long)c->H, (long long)c->D, pn_shape_str(q));
+            else if (!(c->own[3 + i] = pn_attn_contig(a)))
+                s = PN_ERR_OOM;
+            else if (pn_check_cpu(OP, an[i], a))
+                s = PN_ERR_DEVICE;
+        }
+        if (!s) {
+            c->a_l = pn_ptr(c->own[3]);
+            c->a_r = pn_ptr(c->own[4]);
+        }
+    }
+    pn_tensor *ins[3] = {q, k, v};
+    for (int i = 0; i < 3 && !s; i++)
+        if (!(c->own[i] = head_major(ins[i]))) s = PN_ERR_OOM;
+    if (!s) {
+        c->q = pn_ptr(c->own[0]);
+        c->k = pn_ptr(c->own[1]);
+        c->v = pn_ptr(c->own[2]);
+        s = pn_attn_prepare(c, pn_shape_str(q), pn_shape_str(k), pn_shape_str(v));
+    }
+    if (s) {
+        pn_attn_call_free(c);
+        csr_free(g);
+    }
+    return s;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------- */
+typedef struct {
+    pn_attn_opts o;                 /* a copy; its tensors retained */
+    pn_tensor *q, *k, *v;           /* detached inputs */
+    pn_tensor *offsets, *src;
+    pn_tensor *out, *stat, *drop;   /* detached output, (H, N) statistics, (E, H) dropout mask or NULL */
+} graph_saved;
+
+static void graph_saved_free(void *p) {
+    graph_saved *sv = p;
+    pn_attn_opts_release(&sv->o);
+    pn_tensor *ts[] = {sv->q, sv->k, sv->v, sv->offsets, sv->src, sv->out, sv->stat, sv->drop};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) pn_release(ts[i]);
+    free(sv);
+}
+
+static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
+
+pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src,
+                              const pn_attn_opts *o) {
+    pn_attn_call c;
+    csr g;
+    if (graph_call_init(&c, q, k, v, offsets, src, o, &g)) return NULL;
+    pn_tensor *out = NULL, *stat = NULL, *drop = NULL;
+    int64_t oshape[3] = {c.Nq, c.H, c.Dv};
+    if (q->nd == 2) oshape[1] = c.Dv;
+    out = pn_empty(q->nd, oshape, q->dt, PN_CPU);
+    stat = out ? pn_empty(2, (const int64_t[]){c.H, c.Nq}, q->dt, PN_CPU) : NULL;
+    if (!stat) goto fail;
+    if (o->train && o->dropout > 0 && g.E > 0) {
+        /* inverted dropout on the weights: m = (u >= p) / (1 − p), u ~ U[0,1) (Philox) */
+        drop = pn_rand(2, (const int64_t[]){g.E, c.H}, q->dt, PN_CPU);
+        if (!drop) goto fail;
+        const double p = o->dropout, keep = 1.0 / (1.0 - p);
+        char *pd = pn_ptr(drop);
+        for (int64_t i = 0; i < g.E * c.H; i++) pn_st(pd, q->dt, i, pn_ld(pd, q->dt, i) >= p ? keep : 0.0);
+    }
+    if (c.Nq > 0) {
+        pn_status s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat))
+                                     : gforward_f64(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat));
+        if (s) goto fail;
+    }
+    pn_tensor *ins[10] = {q, k, v, o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t, NULL, NULL};
+    if (c.a_l) ins[8] = o->a_l, ins[9] = o->a_r;
+    if (pn_ag_needed(10, ins)) {
+        graph_saved *sv = calloc(1, sizeof *sv);
+        pn_node *nd = sv ? pn_ag_record(out, OP, graph_bw, 10, ins) : NULL;
+        if (!nd) {
+            free(sv);
+            if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", OP);
+            goto fail;
+        }
+        sv->o = *o;
+        pn_attn_opts_retain(&sv->o);
+        sv->q = pn_detach(q), sv->k = pn_detach(k), sv->v = pn_detach(v);
+        sv->offsets = offsets, sv->src = src;
+        pn_retain(offsets), pn_retain(src);
+        sv->out = pn_detach(out);
+        sv->stat = stat, stat = NULL;
+        sv->drop = drop, drop = NULL;
+        nd->extra = sv;
+        nd->free_extra = graph_saved_free;
+        if (!sv->q || !sv->k || !sv->v || !sv->out) goto fail;
+    }
+    pn_release(stat);
+    pn_release(drop);
+    pn_attn_call_free(&c);
+    csr_free(&g);
+    return out;
+fail:
+    pn_release(out);
+    pn_release(stat);
+    pn_release(drop);
+    pn_attn_call_free(&c);
+    csr_free(&g);
+    return NULL;
+}
+
+/* ---- backward ---------------------------------------------------------------------------------------- */
+static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
+    graph_saved *sv = n->extra;
+    pn_attn_call c;
+    csr g;
+    pn_attn_opts o = sv->o;
+    o.train = 0; /* the saved mask is reused; nothing new is drawn */
+    PN_TRY(graph_call_init(&c, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &g));
+    const int dt = c.dt;
+    const size_t es = pn_elsize(dt);
+    const int64_t N = c.Nq, H = c.H, E = g.E, NH = N * H + 1, EH = E * H + 1;
+    pn_status st = PN_OK;
+    pn_tensor *gc = pn_attn_contig(gout);
+    void *dq = calloc((size_t)(NH * c.D), es), *dk = calloc((size_t)(NH * c.D), es), *dv = calloc((size_t)(NH * c.Dv + 1), es);
+    double *dqt[2] = {NULL, NULL}, *dkt[2] = {NULL, NULL}, *dg = NULL, *da_l = NULL, *da_r = NULL;
+    double *dparam = calloc((size_t)(NH * PN_NPARAM), sizeof(double));
+    void *eG = calloc((size_t)EH, es), *ew = calloc((size_t)EH, es), *ek[2] = {NULL, NULL}, *edg = NULL;
+    int64_t *roff = calloc((size_t)(N + 2), sizeof(int64_t)), *rev = malloc(sizeof(int64_t) * (size_t)EH);
+    int64_t *dst = malloc(sizeof(int64_t) * (size_t)EH);
+    bool oom = !gc || !dq || !dk || !dv || !dparam || !eG || !ew || !roff || !rev || !dst;
+    const pn_score_plan *pl = &c.st.plan;
+    for (int m = 0; m < 2; m++) {
+        if (pl->qterm[m] != PN_TERM_NONE) oom |= !(dqt[m] = calloc((size_t)NH, sizeof(double)));
+        if (pl->kterm[m] != PN_TERM_NONE) {
+            oom |= !(dkt[m] = calloc((size_t)NH, sizeof(double)));
+            oom |= !(ek[m] = calloc((size_t)EH, es));
+        }
+    }
+    if (c.st.einstein) {
+        oom |= !(dg = calloc((size_t)NH, sizeof(double)));
+        oom |= !(edg = calloc((size_t)EH, es));
+    }
+    if (c.a_l) {
+        oom |= !(da_l = calloc((size_t)(H * c.D), sizeof(double)));
+        oom |= !(da_r = calloc((size_t)(H * c.D), sizeof(double)));
+    }
+    if (oom) {
+        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", OP);
+        goto done;
+    }
+    /* transposed CSR: edges grouped by source, increasing edge id within a group */
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t e = g.off[i]; e < g.off[i + 1]; e++) dst[e] = i;
+    for (int64_t e = 0; e < E; e++) roff[g.src[e] + 1]++;
+    for (int64_t j = 0; j < N; j++) roff[j + 1] += roff[j];
+    {
+        int64_t *fill = malloc(sizeof(int64_t) * (size_t)(N + 1));
+        if (!fill) {
+            st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", OP);
+            goto done;
+        }
+        memcpy(fill, roff, sizeof(int64_t) * (size_t)(N + 1));
+        for (int64_t e = 0; e < E; e++) rev[fill[g.src[e]]++] = e;
+        free(fill);
+    }
+    if (dt == PN_F32) {
+        gbw_args_f32 a = {.dout = VP(gc), .out = VP(sv->out), .stat = VP(sv->stat), .drop = sv->drop ? VP(sv->drop) : NULL,
+                          .dq = dq, .dqt = {dqt[0], dqt[1]}, .dparam = dparam, .eG = eG, .ek = {ek[0], ek[1]}, .ew = ew,
+                          .edg = edg};
+        st = gbackward1_f32(&c, g.off, g.src, g.maxdeg, &a);
+        if (!st) gbackward2_f32(&c, roff, rev, dst, &a, dk, dv, dkt, dg);
+    } else {
+        gbw_args_f64 a = {.dout = VP(gc), .out = VP(sv->out), .stat = VP(sv->stat), .drop = sv->drop ? VP(sv->drop) : NULL,
+                          .dq = dq, .dqt = {dqt[0], dqt[1]}, .dparam = dparam, .eG = eG, .ek = {ek[0], ek[1]}, .ew = ew,
+                          .edg = edg};
+        st = gbackward1_f64(&c, g.off, g.src, g.maxdeg, &a);
+        if (!st) gbackward2_f64(&c, roff, rev, dst, &a, dk, dv, dkt, dg);
+    }
+    if (st) goto done;
+    double gp[PN_NPARAM * 64 + 1];
+    double *gph = H > 64 ? calloc((size_t)(PN_NPARAM * H), sizeof(double)) : NULL;
+    if (H > 64 && !gph) {
+        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", OP);
+        goto done;
+    }
+    double *gpar = gph ? gph : gp;
+    memset(gpar, 0, sizeof(double) * (size_t)(PN_NPARAM * H));
+    pn_attn_terms_backward(&c, dqt, dkt, dq, dk, da_l, da_r);
+    if (dg) pn_attn_lorentz_backward(&c, dg, dv, gpar + PN_P_CURV * H);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t h = 0; h < H; h++)
+            for (int p = 0; p < PN_NPARAM; p++) gpar[p * H + h] += dparam[(i * H + h) * PN_NPARAM + p];
+
+    if (pn_ag_input_needs(n, 0) && !(gin[0] = node_major(dt, dq, H, N, c.D, sv->q))) st = PN_ERR_OOM;
+    if (pn_ag_input_needs(n, 1) && !(gin[1] = node_major(dt, dk, H, N, c.D, sv->k))) st = PN_ERR_OOM;
+    if (pn_ag_input_needs(n, 2) && !(gin[2] = node_major(dt, dv, H, N, c.Dv, sv->v))) st = PN_ERR_OOM;
+    for (int p = 0; p < PN_NPARAM && !st; p++) {
+        pn_tensor *t = pn_attn_param_tensor(&sv->o, p);
+        if (t && pn_ag_input_needs(n, 3 + p) && !(gin[3 + p] = pn_attn_param_grad(t, gpar + p * H, H))) st = PN_ERR_OOM;
+    }
+    for (int i = 0; i < 2 && !st && c.a_l; i++) {
+        pn_tensor *a = i ? sv->o.a_r : sv->o.a_l;
+        if (!pn_ag_input_needs(n, 8 + i)) continue;
+        pn_tensor *ga = pn_empty(a->nd, a->sizes, dt, PN_CPU);
+        if (!ga) {
+            st = PN_ERR_OOM;
+            break;
+        }
+        const double *src_ = i ? da_r : da_l;
+        for (int64_t x = 0; x < H * c.D; x++) pn_st(pn_ptr(ga), dt, x, src_[x]);
+        gin[8 + i] = ga;
+    }
+    free(gph);
+done:
+    pn_release(gc);
+    free(dq), free(dk), free(dv), free(dparam), free(eG), free(ew), free(edg), free(roff), free(rev), free(dst);
+    free(dqt[0]), free(dqt[1]), free(dkt[0]), free(dkt[1]), free(ek[0]), free(ek[1]), free(dg), free(da_l), free(da_r);
+    pn_attn_call_free(&c);
+    csr_free(&g);
+    return st;
+}

@@ -1,0 +1,156 @@
+-- penumbra.ops.attention — fused distance-family attention (core/attention/, DESIGN §3.1).
+--
+--   pn.attention(q, k, v, opts)          q, k (B,H,Nq|Nk,D) | (B,N,D) | (N,D); v (…, Nk, Dv) → (…, Nq, Dv)
+--   pn.attention_weights(q, k, opts)     → (…, Nq, Nk) normalised weights (heatmaps, tests; not recorded)
+--   pn.graph_attention(q, k, v, g, opts) node-major q, k (N,H,D) | (N,D), v (N,H,Dv) | (N,Dv);
+--                                        g = pn.graph(…) = {offsets=, src=, num_nodes=} (CSR by destination)
+--   pn.attention_variants()              → {'dot', 'laplacian', …} from the registry (core/attention/variants.def)
+--
+-- opts (all optional):
+--   score      = 'dot' | 'laplacian' | 'umbral' | 'penumbral' | 'hyperbolic' | 'gat' (graph only)
+--   normalize  = 'softmax' (default) | 'sigmoid' (σ(s), not normalised) | 'sigmoid_normalized' (σ/Σσ)
+--   causal     = false   query i attends keys j <= i + (Nk − Nq) (sequences aligned at their ends)
+--   mask       = u8 tensor broadcastable to (…, Nq, Nk), nonzero = may attend
+--   bias       = tensor broadcastable to (…, Nq, Nk), added to the scores (gets a gradient)
+--   aggregate  = nil | 'sum' | 'einstein'   (Einstein midpoint of v in Klein coordinates)
+--   scale (dot, 1/√D), gamma (1), r (umbral 0.1, penumbral 1), beta (1), c (0), curvature (1),
+--   slope (gat, 0.2): a number, or a tensor (0-dim or one value per head) which is then
+--   learnable and receives a gradient (gamma, r, beta, c, curvature)
+--   model      = 'hyperboloid' (default) | 'halfspace' | 'poincare'   (score 'hyperbolic')
+--   squared    = false   penumbral: −γ·height² (the authors' code)
+--   alibi      = false   ALiBi slopes per head (needs causal)
+--   graph only: a_l, a_r ((H, D) tensors for gat), dropout (on the weights), train
+-- A fully masked row gives output 0 and zero gradients.
+return function(pn, M, B)
+  local C, wrap, ffi = B.C, B.wrap, B.ffi
+  local is_tensor = pn.is_tensor
+
+  local function variants()
+    local list = {}
+    for i = 0, C.pn_attention_variant_count() - 1 do list[#list + 1] = ffi.string(C.pn_attention_variant_name(i)) end
+    return list
+  end
+
+  function pn.attention_variants() return variants() end
+
+  -- true when the score needs a graph (gat)
+  function pn.attention_variant_graph_only(name)
+    local i = C.pn_attention_variant_find(name)
+    if i < 0 then error("attention_variant_graph_only: unknown score '" .. tostring(name) .. "'", 2) end
+    return C.pn_attention_variant_graph_only(i) ~= 0
+  end
+
+  local NORMALIZE = { softmax = C.PN_NORM_SOFTMAX, sigmoid = C.PN_NORM_SIGMOID,
+                      sigmoid_normalized = C.PN_NORM_SIGMOID_NORMALIZED }
+  local MODELS = { hyperboloid = C.PN_MODEL_HYPERBOLOID, halfspace = C.PN_MODEL_HALFSPACE,
+                   poincare = C.PN_MODEL_POINCARE }
+  local AGGREGATE = { sum = C.PN_AGG_SUM, einstein = C.PN_AGG_EINSTEIN }
+  local LEARNABLE = { gamma = 'gamma_t', r = 'r_t', beta = 'beta_t', c = 'c_t', curvature = 'curvature_t' }
+  local NUMBERS = { 'scale', 'slope' }
+  local KNOWN = { score = 1, normalize = 1, causal = 1, mask = 1, bias = 1, aggregate = 1, gamma = 1, r = 1,
+                  beta = 1, c = 1, curvature = 1, model = 1, scale = 1, squared = 1, alibi = 1, slope = 1,
+                  a_l = 1, a_r = 1, dropout = 1, train = 1 }
+
+  local function names(t)
+    local l = {}
+    for k in pairs(t) do l[#l + 1] = k end
+    table.sort(l)
+    return table.concat(l, ', ')
+  end
+
+  local function lookup(op, what, tbl, v, default)
+    if v == nil then return default end
+    local c = tbl[v]
+    if c == nil then error(op .. ": unknown " .. what .. " '" .. tostring(v) .. "' (valid: " .. names(tbl) .. ')', 4) end
+    return c
+  end
+
+  local function opt_tensor(op, key, v)
+    if v == nil then return nil end
+    if not is_tensor(v) then error(op .. ': ' .. key .. ' must be a tensor, got ' .. type(v), 4) end
+    return v
+  end
+
+  -- Lua options -> pn_attn_opts (keeps the tensors it points to alive in `keep`)
+  local function make_opts(op, opts, keep, graph)
+    opts = opts or {}
+    if type(opts) ~= 'table' then error(op .. ': options must be a table, got ' .. type(opts), 3) end
+    for k in pairs(opts) do
+      if not KNOWN[k] then error(op .. ": unknown option '" .. tostring(k) .. "' (valid: " .. names(KNOWN) .. ')', 3) end
+    end
+    local o = ffi.new('pn_attn_opts')
+    C.pn_attn_opts_init(o)
+    local score = opts.score or 'dot'
+    local si = C.pn_attention_variant_find(tostring(score))
+    if si < 0 then
+      error(op .. ": unknown score '" .. tostring(score) .. "' (valid: " .. table.concat(variants(), ', ') .. ')', 3)
+    end
+    o.score = si
+    o.normalize = lookup(op, 'normalize', NORMALIZE, opts.normalize, C.PN_NORM_SOFTMAX)
+    o.model = lookup(op, 'model', MODELS, opts.model, C.PN_MODEL_HYPERBOLOID)
+    o.aggregate = lookup(op, 'aggregate', AGGREGATE, opts.aggregate, C.PN_AGG_SUM)
+    o.causal = opts.causal and 1 or 0
+    o.squared = opts.squared and 1 or 0
+    o.alibi = opts.alibi and 1 or 0
+    for name, field in pairs(LEARNABLE) do
+      local v = opts[name]
+      if is_tensor(v) then
+        o[field] = v
+        keep[#keep + 1] = v
+      elseif type(v) == 'number' then
+        o[name] = v
+      elseif v ~= nil then
+        error(op .. ': ' .. name .. ' must be a number or a tensor, got ' .. type(v), 3)
+      end
+    end
+    for _, name in ipairs(NUMBERS) do
+      local v = opts[name]
+      if v ~= nil then
+        if type(v) ~= 'number' then error(op .. ': ' .. name .. ' must be a number, got ' .. type(v), 3) end
+        o[name] = v
+      end
+    end
+    o.mask = opt_tensor(op, 'mask', opts.mask)
+    o.bias = opt_tensor(op, 'bias', opts.bias)
+    o.a_l = opt_tensor(op, 'a_l', opts.a_l)
+    o.a_r = opt_tensor(op, 'a_r', opts.a_r)
+    keep[#keep + 1] = opts.mask
+    keep[#keep + 1] = opts.bias
+    if opts.dropout ~= nil then
+      if type(opts.dropout) ~= 'number' then error(op .. ': dropout must be a number, got ' .. type(opts.dropout), 3) end
+      o.dropout = opts.dropout
+    end
+    o.train = opts.train and 1 or 0
+    return o
+  end
+
+  local function tensors(op, list)
+    for _, p in ipairs(list) do
+      if not is_tensor(p[2]) then error(op .. ': ' .. p[1] .. ' must be a tensor, got ' .. type(p[2]), 3) end
+    end
+  end
+
+  function pn.attention(q, k, v, opts)
+    tensors('attention', { { 'q', q }, { 'k', k }, { 'v', v } })
+    local keep = {}
+    local o = make_opts('attention', opts, keep, false)
+    return wrap(C.pn_attention(q, k, v, o))
+  end
+
+  function pn.attention_weights(q, k, opts)
+    tensors('attention_weights', { { 'q', q }, { 'k', k } })
+    local keep = {}
+    local o = make_opts('attention_weights', opts, keep, false)
+    return wrap(C.pn_attention_weights(q, k, o))
+  end
+
+  function pn.graph_attention(q, k, v, g, opts)
+    tensors('graph_attention', { { 'q', q }, { 'k', k }, { 'v', v } })
+    if type(g) ~= 'table' or not is_tensor(g.offsets) or not is_tensor(g.src) then
+      error('graph_attention: g must be a graph table {offsets=, src=, num_nodes=} (see pn.graph), got ' .. type(g), 2)
+    end
+    local keep = {}
+    local o = make_opts('graph_attention', opts, keep, true)
+    return wrap(C.pn_graph_attention(q, k, v, g.offsets, g.src, o))
+  end
+end

@@ -1,0 +1,796 @@
+-- Fused distance-family attention (core/attention/, lua/penumbra/ops/attention.lua).
+--
+-- Values of every registered score × normalize × mask (none, causal, explicit mask, bias) ×
+-- aggregate against a naive reference written here from the papers' formulas in plain Lua
+-- loops (coordinates, never the GEMM expansion the kernel uses); f64 finite-difference
+-- gradchecks of q, k, v, the bias and the learnable scalars; causal = explicit mask;
+-- weights; the Einstein midpoint; the penumbral continuity at Eq. 33; the hard points; the
+-- errors. The scores come from pn.attention_variants(): a new variant is value-checked
+-- once it has an entry in REF below, and gradient/consistency-checked right away.
+local pn = require 'penumbra'
+local gradcheck = require 'spec.helpers.gradcheck'
+local ffi = require 'ffi'
+
+local inf = math.huge
+
+-- ---- small helpers --------------------------------------------------------------------------
+local function flatten(v, out)
+  out = out or {}
+  if type(v) == 'table' then
+    for i = 1, #v do flatten(v[i], out) end
+  else
+    out[#out + 1] = v
+  end
+  return out
+end
+local function vals(t) return flatten(t:totable()) end
+
+local function assert_close(got, ref, tol, what)
+  assert.equal(#ref, #got, (what or '') .. ': element count')
+  for i = 1, #ref do
+    local g, r = got[i], ref[i]
+    local ok = math.abs(g - r) <= tol * (1 + math.abs(r))
+    if not ok then
+      error(string.format('%s: element %d got %.17g, expected %.17g', what or '', i, g, r), 2)
+    end
+  end
+end
+
+local function assert_finite(list, what)
+  for i, x in ipairs(list) do
+    if not (x == x and x > -inf and x < inf) then error(string.format('%s: element %d is %s', what, i, tostring(x)), 2) end
+  end
+end
+
+local function assert_error(fn, ...)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, 'expected an error')
+  for _, pat in ipairs({ ... }) do
+    assert.truthy(tostring(err):find(pat, 1, true), 'error "' .. tostring(err) .. '" does not name "' .. pat .. '"')
+  end
+end
+
+-- deterministic pseudo-random numbers (an LCG), so f32 and f64 tensors hold the same values
+local Rng = {}
+Rng.__index = Rng
+local function rng(seed) return setmetatable({ s = seed * 7919 + 17 }, Rng) end
+function Rng:u()
+  self.s = (self.s * 1103515245 + 12345) % 2147483648
+  return self.s / 2147483648
+end
+function Rng:n() -- approximately normal
+  local a = 0
+  for _ = 1, 6 do a = a + self:u() end
+  return (a - 3) * 1.4
+end
+
+-- nested table of `shape` filled by f(rng, index-path)
+local function fill(shape, f, r)
+  local function rec(d, path)
+    local t = {}
+    for i = 1, shape[d] do
+      path[d] = i
+      if d == #shape then t[i] = f(r, path) else t[i] = rec(d + 1, path) end
+    end
+    return t
+  end
+  return rec(1, {})
+end
+
+-- ---- inputs on each score's manifold ---------------------------------------------------------
+-- point generators: (rng, D) -> Lua array of D coordinates
+local GEN = {}
+function GEN.free(r, D) local x = {} for c = 1, D do x[c] = r:n() * 0.7 end return x end
+function GEN.height(r, D) -- half-space: last coordinate in (0.15, 1.6)
+  local x = {}
+  for c = 1, D - 1 do x[c] = r:n() * 0.6 end
+  x[D] = 0.15 + 1.45 * r:u()
+  return x
+end
+function GEN.hyperboloid(r, D) -- time-like coordinate last: x_d = √(1 + ‖x₋‖²)
+  local x, n2 = {}, 0
+  for c = 1, D - 1 do x[c] = r:n() * 0.6; n2 = n2 + x[c] ^ 2 end
+  x[D] = math.sqrt(1 + n2)
+  return x
+end
+function GEN.ball(r, D) -- inside the unit ball (κ = 1), norm < 0.85
+  local x, n2 = {}, 0
+  for c = 1, D do x[c] = r:n(); n2 = n2 + x[c] ^ 2 end
+  local s = 0.85 * r:u() / math.sqrt(n2 + 1e-12)
+  for c = 1, D do x[c] = x[c] * s end
+  return x
+end
+function GEN.safe(r, D) -- valid for every score here: coordinates in (0.05, 0.45)
+  local x = {}
+  for c = 1, D do x[c] = 0.05 + 0.4 * r:u() / math.sqrt(D / 4) end
+  return x
+end
+
+local function points(shape, gen, seed)
+  local r = rng(seed)
+  local D = shape[#shape]
+  local lead = {}
+  for i = 1, #shape - 1 do lead[i] = shape[i] end
+  return fill(lead, function(rr) return gen(rr, D) end, r)
+end
+
+-- ---- the naive reference (paper formulas, coordinates, f64) ------------------------------------
+local function acosh(x) if x < 1 then x = 1 end return math.log(x + math.sqrt(x * x - 1)) end
+local function sq(x) return x * x end
+
+-- ‖a₋ − b₋‖ over the first D−1 coordinates, and over all
+local function dist_head(a, b) local s = 0 for c = 1, #a - 1 do s = s + sq(a[c] - b[c]) end return math.sqrt(s) end
+local function dist_all(a, b) local s = 0 for c = 1, #a do s = s + sq(a[c] - b[c]) end return math.sqrt(s) end
+local function norm2(a) local s = 0 for c = 1, #a do s = s + a[c] ^ 2 end return s end
+
+-- REF[name](p) -> function(q, k) → score; p holds the head's numbers (defaults applied)
+local REF = {}
+function REF.dot(p) return function(q, k) local s = 0 for c = 1, #q do s = s + q[c] * k[c] end return p.scale * s end end
+function REF.laplacian(p) return function(q, k) return -p.gamma * dist_all(q, k) end end
+function REF.umbral(p) -- Coneheads Def. 2, Eq. 8
+  return function(q, k)
+    local D = #q
+    local z = dist_head(q, k) / (2 * math.sinh(p.r)) + (q[D] + k[D]) / 2
+    return -p.gamma * math.max(q[D], k[D], z)
+  end
+end
+function REF.penumbral(p) -- Coneheads Def. 1, Eq. 5 / Eq. 6, cone test Eq. 23
+  return function(q, k)
+    local D, r = #q, p.r
+    local u, v = q[D], k[D]
+    local x = dist_head(q, k)
+    local A = math.sqrt(math.max(r * r - u * u, 0))
+    local Bv = math.sqrt(math.max(r * r - v * v, 0))
+    local h
+    if (x - A) ^ 2 + v * v < r * r or x <= A then
+      local m = (A + Bv - x) / 2
+      h = math.max(u, v, math.sqrt(math.max(r * r - m * m, 0)))
+    else
+      h = math.sqrt(((x * x + u * u - v * v) / (2 * x)) ^ 2 + v * v)
+    end
+    if p.squared then return -p.gamma * h * h end
+    return -p.gamma * h
+  end
+end
+function REF.hyperbolic(p) -- Gulcehre Eq. 2 with the three distances
+  return function(q, k)
+    local D, d = #q, nil
+    if p.model == 'hyperboloid' then
+      local m = -q[D] * k[D]
+      for c = 1, D - 1 do m = m + q[c] * k[c] end
+      d = acosh(-m)
+    elseif p.model == 'halfspace' then
+      d = acosh(1 + dist_all(q, k) ^ 2 / (2 * q[D] * k[D]))
+    else
+      local kap = p.curvature
+      d = acosh(1 + 2 * kap * dist_all(q, k) ^ 2 / ((1 - kap * norm2(q)) * (1 - kap * norm2(k)))) / math.sqrt(kap)
+    end
+    return -p.beta * d - p.c
+  end
+end
+
+local DEFAULTS = {
+  dot = {}, laplacian = { gamma = 1 }, umbral = { gamma = 1, r = 0.1 }, penumbral = { gamma = 1, r = 1 },
+  hyperbolic = { beta = 1, c = 0, curvature = 1 },
+}
+
+-- value of option `name` for head h (1-based): number, per-head tensor or default
+local function param(o, name, h, default)
+  local v = o[name]
+  if v == nil then return default end
+  if type(v) == 'number' then return v end
+  local t = vals(v)
+  return #t == 1 and t[1] or t[h]
+end
+
+-- broadcast accessor: element of nested table t (shape ts) at the user index idx
+local function bget(t, ts, idx)
+  local off = #idx - #ts
+  local cur = t
+  for d = 1, #ts do
+    local i = ts[d] == 1 and 1 or idx[off + d]
+    cur = cur[i]
+  end
+  return cur
+end
+
+-- Naive attention. q, k, v: user tensors (2-4 dims); o: the same options as pn.attention.
+-- Returns the flat output (row-major, like vals()).
+local function naive(q, k, v, o)
+  o = o or {}
+  local qs, ks, vs = q:shape(), k:shape(), v:shape()
+  local nd = #qs
+  local function canon(t, s) -- to 4-D nested tables
+    local x = t:totable()
+    if nd == 3 then
+      local r = {}
+      for b = 1, s[1] do r[b] = { x[b] } end
+      return r
+    elseif nd == 2 then
+      return { { x } }
+    end
+    return x
+  end
+  local Q, K, V = canon(q, qs), canon(k, ks), canon(v, vs)
+  local B, H = #Q, #Q[1]
+  local Nq, Nk, D, Dv = qs[nd - 1], ks[nd - 1], qs[nd], vs[nd]
+  local off = Nk - Nq
+  local name = o.score or 'dot'
+  local mask, maskS = o.mask and o.mask:totable(), o.mask and o.mask:shape()
+  local bias, biasS = o.bias and o.bias:totable(), o.bias and o.bias:shape()
+  local norm = o.normalize or 'softmax'
+  local einstein = o.aggregate == 'einstein'
+  local out = {}
+  for b = 1, B do
+    for h = 1, H do
+      local dflt = DEFAULTS[name] or {}
+      local p = {
+        scale = o.scale or 1 / math.sqrt(D),
+        gamma = param(o, 'gamma', h, dflt.gamma), r = param(o, 'r', h, dflt.r), beta = param(o, 'beta', h, dflt.beta),
+        c = param(o, 'c', h, dflt.c), curvature = param(o, 'curvature', h, dflt.curvature or 1),
+        model = o.model or 'hyperboloid', squared = o.squared,
+      }
+      local f = REF[name](p)
+      local kap = param(o, 'curvature', h, 1)
+      for i = 1, Nq do
+        local idx = nd == 4 and { b, h, i } or (nd == 3 and { b, i } or { i })
+        local w, allowed = {}, {}
+        for j = 1, Nk do
+          idx[#idx + 1] = j
+          local s = f(Q[b][h][i], K[b][h][j])
+          if bias then s = s + bget(bias, biasS, idx) end
+          if o.alibi then s = s - 2 ^ (-8 * h / H) * (i + off - j) end
+          local ok = true
+          if mask and bget(mask, maskS, idx) == 0 then ok = false end
+          if o.causal and j > i + off then ok = false end
+          idx[#idx] = nil
+          w[j], allowed[j] = s, ok
+        end
+        -- weights
+        if norm == 'softmax' then
+          local m = -inf
+          for j = 1, Nk do if allowed[j] and w[j] > m then m = w[j] end end
+          local z = 0
+          for j = 1, Nk do w[j] = allowed[j] and math.exp(w[j] - m) or 0; z = z + w[j] end
+          if not einstein then for j = 1, Nk do w[j] = z > 0 and w[j] / z or 0 end end
+        else
+          local z = 0
+          for j = 1, Nk do w[j] = allowed[j] and 1 / (1 + math.exp(-w[j])) or 0; z = z + w[j] end
+          if norm == 'sigmoid_normalized' and not einstein then
+            for j = 1, Nk do w[j] = z > 0 and w[j] / z or 0 end
+          end
+        end
+        if einstein then -- Gulcehre Eq. 3: Σ α γ v / Σ α γ, γ = 1/√(1 − κ‖v‖²)
+          local z = 0
+          for j = 1, Nk do w[j] = w[j] / math.sqrt(1 - kap * norm2(V[b][h][j])); z = z + w[j] end
+          for j = 1, Nk do w[j] = z > 0 and w[j] / z or 0 end
+        end
+        for c = 1, Dv do
+          local acc = 0
+          for j = 1, Nk do acc = acc + w[j] * V[b][h][j][c] end
+          out[#out + 1] = acc
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- ---- the cases: every registered dense score, on its manifold ---------------------------------
+-- cases(name) -> list of { label, gen, opts } (a variant without an entry runs on GEN.safe)
+local CASES = {
+  dot = { { 'dot', GEN.free, { scale = 0.7 } }, { 'dot default scale', GEN.free, {} } },
+  laplacian = { { 'laplacian', GEN.free, { gamma = 0.8 } } },
+  umbral = { { 'umbral', GEN.height, { gamma = 1.3, r = 0.4 } } },
+  penumbral = { { 'penumbral', GEN.height, { gamma = 1.1, r = 1 } },
+                { 'penumbral squared', GEN.height, { gamma = 0.9, r = 1.2, squared = true } } },
+  hyperbolic = { { 'hyperboloid', GEN.hyperboloid, { model = 'hyperboloid', beta = 0.9, c = 0.2 } },
+                 { 'halfspace', GEN.height, { model = 'halfspace', beta = 1.2, c = -0.1 } },
+                 { 'poincare', GEN.ball, { model = 'poincare', beta = 0.8, c = 0.1, curvature = 1.3 } } },
+}
+local function cases_of(name)
+  return CASES[name] or { { name .. ' (generic inputs)', GEN.safe, {} } }
+end
+-- poincare with curvature 1.3: points must lie in the ball of radius 1/√1.3
+local function gen_for(case)
+  if case[3].model == 'poincare' then
+    return function(r, D)
+      local x = GEN.ball(r, D)
+      for c = 1, D do x[c] = x[c] / math.sqrt(case[3].curvature) end
+      return x
+    end
+  end
+  return case[2]
+end
+
+local function merge(a, b)
+  local r = {}
+  for kk, vv in pairs(a) do r[kk] = vv end
+  for kk, vv in pairs(b or {}) do r[kk] = vv end
+  return r
+end
+
+local DENSE = {}
+for _, name in ipairs(pn.attention_variants()) do
+  if not pn.attention_variant_graph_only(name) then DENSE[#DENSE + 1] = name end
+end
+
+local NORMS = { 'softmax', 'sigmoid', 'sigmoid_normalized' }
+local MASKS = { 'none', 'causal', 'mask', 'bias' }
+
+-- q, k, v tensors of the given dtype for shapes (user dims)
+local function make_qkv(case, qshape, kshape, vshape, dtype, seed)
+  local g = gen_for(case)
+  local q = pn.tensor(points(qshape, g, seed), { dtype = dtype })
+  local k = pn.tensor(points(kshape, g, seed + 1), { dtype = dtype })
+  local r = rng(seed + 2)
+  local v = pn.tensor(fill(vshape, function(rr) return (rr:u() - 0.5) * 0.7 end, r), { dtype = dtype })
+  return q, k, v
+end
+
+-- the mask / bias option for a mode, broadcast over the batch (user dims nd)
+local function mask_opts(mode, nd, Nq, Nk, dtype, seed)
+  local r = rng(seed)
+  if mode == 'causal' then return { causal = true } end
+  if mode == 'mask' then
+    local shape = nd == 4 and { 1, 1, Nq, Nk } or { Nq, Nk }
+    local m = fill(shape, function(rr, path)
+      local j = path[#path]
+      return (j == 1 or rr:u() > 0.35) and 1 or 0 -- key 1 always visible
+    end, r)
+    return { mask = pn.tensor(m, { dtype = 'u8' }) }
+  end
+  if mode == 'bias' then
+    local shape = nd == 4 and { 2, 1, Nq, Nk } or { Nq, Nk }
+    if nd == 3 then shape = { 1, Nq, Nk } end
+    return { bias = pn.tensor(fill(shape, function(rr) return rr:n() * 0.5 end, r), { dtype = dtype }) }
+  end
+  return {}
+end
+
+-- ---- specs -----------------------------------------------------------------------------------------
+describe('attention registry', function()
+  it('lists the scores from variants.def in order, each found by name', function()
+    local names = pn.attention_variants()
+    assert.same({ 'dot', 'laplacian', 'umbral', 'penumbral', 'hyperbolic', 'gat' }, names)
+    for _, n in ipairs(names) do assert.is_boolean(pn.attention_variant_graph_only(n)) end
+    assert.is_true(pn.attention_variant_graph_only('gat'))
+    assert.is_false(pn.attention_variant_graph_only('penumbral'))
+  end)
+end)
+
+describe('attention values against the naive reference', function()
+  -- shapes cycle through 4-D, 3-D and 2-D inputs, Nq ≠ Nk and Dv ≠ D
+  local SHAPES = {
+    { { 2, 2, 5, 4 }, { 2, 2, 7, 4 }, { 2, 2, 7, 3 } },
+    { { 2, 6, 3 }, { 2, 4, 3 }, { 2, 4, 5 } },
+    { { 6, 4 }, { 6, 4 }, { 6, 2 } },
+  }
+  for _, name in ipairs(DENSE) do
+    for ci, case in ipairs(cases_of(name)) do
+      for ni, norm in ipairs(NORMS) do
+        it(case[1] .. ' / ' .. norm .. ': every mask mode and aggregate, f64 to 1e-10 and f32 to 1e-5', function()
+          if not REF[name] then pending('no naive reference for ' .. name) return end
+          local n = 0
+          for mi, mode in ipairs(MASKS) do
+            for _, agg in ipairs({ 'sum', 'einstein' }) do
+              local sh = SHAPES[(mi + ni + ci) % #SHAPES + 1]
+              local nd = #sh[1]
+              for _, dtype in ipairs({ 'f64', 'f32' }) do
+                local seed = mi * 100 + ni * 10 + ci
+                local q, k, v = make_qkv(case, sh[1], sh[2], sh[3], dtype, seed)
+                local opts = merge(case[3], mask_opts(mode, nd, sh[1][nd - 1], sh[2][nd - 1], dtype, seed))
+                opts.score, opts.normalize = name, norm
+                if agg == 'einstein' then opts.aggregate = 'einstein' end
+                local got = vals(pn.attention(q, k, v, opts))
+                local ref = naive(q, k, v, opts)
+                assert_close(got, ref, dtype == 'f64' and 1e-10 or 1e-5,
+                  string.format('%s %s %s %s %s', case[1], norm, mode, agg, dtype))
+                n = n + 1
+              end
+            end
+          end
+          assert.equal(#MASKS * 2 * 2, n)
+        end)
+      end
+    end
+  end
+
+  -- the kernel's tiles are 64 query rows × 256 keys (core/attention/attention.h): these sizes
+  -- cross several of both, with partial tiles and causal diagonals that cut key tiles
+  it('multi-tile sizes (several query and key tiles, causal diagonal tiles, Nq ≠ Nk) for every score', function()
+    for _, name in ipairs(DENSE) do
+      if REF[name] then
+        local case = cases_of(name)[1]
+        for _, causal in ipairs({ false, true }) do
+          local q, k, v = make_qkv(case, { 1, 1, 140, 3 }, { 1, 1, 600, 3 }, { 1, 1, 600, 2 }, 'f64', 7)
+          local opts = merge(case[3], { score = name, causal = causal })
+          assert_close(vals(pn.attention(q, k, v, opts)), naive(q, k, v, opts), 1e-10, name .. ' multi-tile')
+        end
+      end
+    end
+  end)
+
+  it('non-contiguous inputs give the same result as contiguous ones', function()
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      local q, k, v = make_qkv(case, { 2, 3, 5, 4 }, { 2, 3, 6, 4 }, { 2, 3, 6, 3 }, 'f64', 3)
+      -- the same values behind transposed views
+      local qt = q:transpose(2, 3):contiguous():transpose(2, 3)
+      local kt = k:transpose(1, 2):contiguous():transpose(1, 2)
+      local vt = v:transpose(3, 4):contiguous():transpose(3, 4)
+      assert.is_false(qt:is_contiguous())
+      local opts = merge(case[3], { score = name })
+      assert_close(vals(pn.attention(qt, kt, vt, opts)), vals(pn.attention(q, k, v, opts)), 1e-14, name)
+    end
+  end)
+
+  it('ALiBi equals its bias −m_h·(i − j) with m_h = 2^(−8h/H)', function()
+    local case = cases_of('dot')[1]
+    for _, dtype in ipairs({ 'f64', 'f32' }) do
+      local q, k, v = make_qkv(case, { 2, 4, 6, 4 }, { 2, 4, 8, 4 }, { 2, 4, 8, 3 }, dtype, 11)
+      local opts = { score = 'dot', causal = true, alibi = true }
+      assert_close(vals(pn.attention(q, k, v, opts)), naive(q, k, v, opts), dtype == 'f64' and 1e-10 or 1e-5, 'alibi')
+    end
+  end)
+
+  it('learnable per-head scalars give the same values as numbers', function()
+    local case = cases_of('umbral')[1]
+    local q, k, v = make_qkv(case, { 1, 2, 4, 3 }, { 1, 2, 5, 3 }, { 1, 2, 5, 2 }, 'f64', 5)
+    local opts = { score = 'umbral', gamma = pn.tensor({ 0.7, 1.4 }, { dtype = 'f64' }), r = pn.tensor(0.3, { dtype = 'f64' }) }
+    assert_close(vals(pn.attention(q, k, v, opts)), naive(q, k, v, opts), 1e-10, 'per-head gamma')
+  end)
+end)
+
+describe('attention gradients (f64 finite differences)', function()
+  for _, name in ipairs(DENSE) do
+    for ci, case in ipairs(cases_of(name)) do
+      for ni, norm in ipairs(NORMS) do
+        it(case[1] .. ' / ' .. norm .. ': q, k, v, bias and learnable scalars', function()
+          local mode = MASKS[(ci + ni) % #MASKS + 1]
+          local agg = (ci + ni) % 2 == 0 and 'einstein' or nil
+          local q, k, v = make_qkv(case, { 2, 2, 3, 3 }, { 2, 2, 4, 3 }, { 2, 2, 4, 2 }, 'f64', ci * 10 + ni)
+          q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
+          local opts = merge(case[3], mask_opts(mode, 4, 3, 4, 'f64', ni))
+          opts.score, opts.normalize, opts.aggregate = name, norm, agg
+          local inputs = { q, k, v }
+          if opts.bias then opts.bias:requires_grad_(); inputs[#inputs + 1] = opts.bias end
+          -- the score's scalars as learnable tensors (one per head for the first)
+          local first = true
+          for _, pname in ipairs({ 'gamma', 'r', 'beta', 'c', 'curvature' }) do
+            local val = opts[pname]
+            if type(val) == 'number' then
+              local t = first and pn.tensor({ val, val * 1.1 }, { dtype = 'f64' }) or pn.tensor(val, { dtype = 'f64' })
+              first = false
+              opts[pname] = t:requires_grad_()
+              inputs[#inputs + 1] = t
+            end
+          end
+          gradcheck(function() return pn.attention(q, k, v, opts) end, inputs, { atol = 1e-6, rtol = 1e-5 })
+        end)
+      end
+    end
+  end
+
+  it('the Einstein midpoint carries a gradient into a learnable curvature', function()
+    local case = cases_of('dot')[1]
+    local q, k, v = make_qkv(case, { 1, 2, 3, 3 }, { 1, 2, 4, 3 }, { 1, 2, 4, 2 }, 'f64', 9)
+    local kap = pn.tensor({ 1.2, 0.8 }, { dtype = 'f64' }):requires_grad_()
+    v:requires_grad_()
+    gradcheck(function() return pn.attention(q, k, v, { aggregate = 'einstein', curvature = kap }) end, { v, kap })
+  end)
+
+  it('a broadcast bias gets its gradient summed to its own shape', function()
+    local case = cases_of('laplacian')[1]
+    local q, k, v = make_qkv(case, { 2, 2, 3, 3 }, { 2, 2, 4, 3 }, { 2, 2, 4, 2 }, 'f64', 21)
+    for _, shape in ipairs({ { 2, 3, 4 }, { 4 }, { 2, 1, 1, 4 }, { 1, 1, 3, 1 } }) do
+      local r = rng(#shape)
+      local bias = pn.tensor(fill(shape, function(rr) return rr:n() end, r), { dtype = 'f64' }):requires_grad_()
+      gradcheck(function() return pn.attention(q, k, v, { score = 'laplacian', bias = bias }) end, { bias })
+      assert.same(shape, bias.grad:shape())
+    end
+  end)
+
+  it('multi-tile backward matches directional finite differences', function()
+    -- ⟨∇L, e⟩ against (L(x + εe) − L(x − εe)) / 2ε for a random direction e over q, k, v
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      for _, causal in ipairs({ false, true }) do
+        local q, k, v = make_qkv(case, { 1, 1, 130, 3 }, { 1, 1, 540, 3 }, { 1, 1, 540, 2 }, 'f64', 31)
+        local opts = merge(case[3], { score = name, causal = causal })
+        local w = pn.randn({ 1, 1, 130, 2 }, { dtype = 'f64' })
+        for _, x in ipairs({ q, k, v }) do x:requires_grad_() end
+        local L = (pn.attention(q, k, v, opts) * w):sum()
+        L:backward()
+        local eps, ana = 1e-6, 0
+        local dirs = {}
+        for i, x in ipairs({ q, k, v }) do
+          local e = pn.randn(x:shape(), { dtype = 'f64' }) * 0.1
+          dirs[i] = e
+          local gx, ex = vals(x.grad), vals(e)
+          for j = 1, #gx do ana = ana + gx[j] * ex[j] end
+        end
+        local function at(sign)
+          return pn.no_grad(function()
+            local qq, kk, vv = q + dirs[1] * (sign * eps), k + dirs[2] * (sign * eps), v + dirs[3] * (sign * eps)
+            return (pn.attention(qq, kk, vv, opts) * w):sum():item()
+          end)
+        end
+        local num = (at(1) - at(-1)) / (2 * eps)
+        assert.is_true(math.abs(num - ana) <= 1e-6 * (1 + math.abs(num)),
+          string.format('%s causal=%s: analytic %.12g numeric %.12g', name, tostring(causal), ana, num))
+      end
+    end
+  end)
+end)
+
+describe('attention consistency', function()
+  it('causal equals the explicit lower-triangular mask (values and gradients, Nq ≠ Nk)', function()
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      local Nq, Nk = 4, 6
+      local m = {}
+      for i = 1, Nq do
+        m[i] = {}
+        for j = 1, Nk do m[i][j] = j <= i + (Nk - Nq) and 1 or 0 end
+      end
+      local mask = pn.tensor(m, { dtype = 'u8' })
+      local q, k, v = make_qkv(case, { 1, 2, Nq, 3 }, { 1, 2, Nk, 3 }, { 1, 2, Nk, 2 }, 'f64', 41)
+      local res = {}
+      for mi, o in ipairs({ { causal = true }, { mask = mask } }) do
+        local qq, kk, vv = q:detach():clone():requires_grad_(), k:detach():clone():requires_grad_(),
+          v:detach():clone():requires_grad_()
+        local out = pn.attention(qq, kk, vv, merge(case[3], merge(o, { score = name })))
+        out:sum():backward()
+        res[mi] = { vals(out), vals(qq.grad), vals(kk.grad), vals(vv.grad) }
+      end
+      for j = 1, 4 do assert_close(res[1][j], res[2][j], 1e-12, name .. ' causal vs mask ' .. j) end
+    end
+  end)
+
+  it('attention_weights: softmax rows sum to one, weights match the naive ones and weights·v = attention', function()
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      local q, k, v = make_qkv(case, { 2, 2, 4, 3 }, { 2, 2, 5, 3 }, { 2, 2, 5, 2 }, 'f64', 51)
+      for _, norm in ipairs(NORMS) do
+        local opts = merge(case[3], { score = name, normalize = norm, causal = true })
+        local w = pn.attention_weights(q, k, opts)
+        assert.same({ 2, 2, 4, 5 }, w:shape())
+        local wt = w:totable()
+        if norm == 'softmax' then
+          for b = 1, 2 do for h = 1, 2 do for i = 1, 4 do
+            local s = 0
+            for j = 1, 5 do s = s + wt[b][h][i][j] end
+            assert.is_true(math.abs(s - 1) < 1e-12, name .. ' row sum ' .. s)
+          end end end
+        end
+        assert_close(vals(w:matmul(v)), vals(pn.attention(q, k, v, opts)), 1e-12, name .. ' ' .. norm .. ' w·v')
+        -- identity v: the naive output is the weights themselves
+        local eye = {}
+        for b = 1, 2 do eye[b] = {} for h = 1, 2 do eye[b][h] = {} for j = 1, 5 do
+          eye[b][h][j] = {}
+          for c = 1, 5 do eye[b][h][j][c] = j == c and 1 or 0 end
+        end end end
+        assert_close(vals(w), naive(q, k, pn.tensor(eye, { dtype = 'f64' }), opts), 1e-10, name .. ' weights')
+      end
+    end
+  end)
+
+  it('the Einstein midpoint of identical points is that point', function()
+    local case = cases_of('dot')[1]
+    local q, k = make_qkv(case, { 1, 2, 3, 4 }, { 1, 2, 5, 4 }, { 1, 2, 5, 3 }, 'f64', 61)
+    local p = { 0.3, -0.2, 0.4 }
+    local vv = {}
+    for h = 1, 2 do vv[h] = {} for j = 1, 5 do vv[h][j] = { p[1], p[2], p[3] } end end
+    local v = pn.tensor({ vv }, { dtype = 'f64' })
+    for _, norm in ipairs(NORMS) do
+      local out = vals(pn.attention(q, k, v, { aggregate = 'einstein', normalize = norm }))
+      for i = 1, #out do assert.is_true(math.abs(out[i] - p[(i - 1) % 3 + 1]) < 1e-12, norm .. ' midpoint') end
+    end
+  end)
+
+  it('a fully masked row gives output 0 and zero gradients', function()
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      for _, norm in ipairs(NORMS) do
+        local q, k, v = make_qkv(case, { 3, 3 }, { 4, 3 }, { 4, 2 }, 'f64', 71)
+        q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
+        local mask = pn.tensor({ { 1, 1, 0, 1 }, { 0, 0, 0, 0 }, { 1, 0, 1, 1 } }, { dtype = 'u8' })
+        local out = pn.attention(q, k, v, merge(case[3], { score = name, normalize = norm, mask = mask }))
+        local o = out:totable()
+        assert.same({ 0, 0 }, o[2])
+        out:sum():backward()
+        assert.same({ 0, 0, 0 }, q.grad:totable()[2])
+        assert_finite(vals(k.grad), name .. ' k.grad')
+      end
+      -- causal with Nq > Nk: the first rows see no key
+      local q, k, v = make_qkv(case, { 5, 3 }, { 3, 3 }, { 3, 2 }, 'f64', 72)
+      local o = pn.attention(q, k, v, merge(case[3], { score = name, causal = true })):totable()
+      assert.same({ 0, 0 }, o[1])
+      assert.same({ 0, 0 }, o[2])
+      assert.are_not.same({ 0, 0 }, o[3])
+    end
+  end)
+
+  it('is deterministic: the same call twice gives bitwise equal values and gradients; 1 thread agrees', function()
+    local case = cases_of('penumbral')[1]
+    local function run()
+      local q, k, v = make_qkv(case, { 1, 1, 200, 4 }, { 1, 1, 300, 4 }, { 1, 1, 300, 3 }, 'f32', 91)
+      local bias = pn.tensor(fill({ 300 }, function(rr) return rr:n() end, rng(3)), { dtype = 'f32' })
+      q:requires_grad_(); k:requires_grad_(); v:requires_grad_(); bias:requires_grad_()
+      local out = pn.attention(q, k, v, { score = 'penumbral', bias = bias })
+      out:backward(pn.ones(out:shape()))
+      return { vals(out), vals(q.grad), vals(k.grad), vals(v.grad), vals(bias.grad) }
+    end
+    local a, b = run(), run()
+    for i = 1, #a do assert.same(a[i], b[i]) end
+    local nt = pn.num_threads()
+    pn.set_num_threads(1)
+    local ok, c = pcall(run)
+    pn.set_num_threads(nt)
+    assert.is_true(ok, tostring(c))
+    for i = 1, #a do assert_close(c[i], a[i], 1e-4, 'one thread, part ' .. i) end
+  end)
+
+  it('frees everything it allocates (tensors, bytes, autograd nodes), error paths included', function()
+    collectgarbage('collect'); collectgarbage('collect')
+    local t0, b0, n0 = pn.live_tensors(), pn.live_bytes(), pn.live_nodes()
+    do
+      local case = cases_of('umbral')[1]
+      local q, k, v = make_qkv(case, { 2, 2, 70, 3 }, { 2, 2, 300, 3 }, { 2, 2, 300, 2 }, 'f64', 95)
+      q:requires_grad_(); v:requires_grad_()
+      local gamma = pn.tensor({ 1, 2 }, { dtype = 'f64' }):requires_grad_()
+      local bias = pn.randn({ 2, 1, 70, 300 }, { dtype = 'f64' }):requires_grad_()
+      local opts = { score = 'umbral', gamma = gamma, bias = bias, causal = true, aggregate = 'einstein' }
+      pn.attention(q, k, v, opts):sum():backward()
+      local kept = pn.attention(q, k, v, opts) -- a graph dropped without backward
+      pn.attention_weights(q, k, opts)
+      pcall(pn.attention, q, k, v * 10, opts)
+      pcall(pn.attention, q, -k, v, opts)
+    end
+    collectgarbage('collect'); collectgarbage('collect')
+    assert.equal(t0, pn.live_tensors())
+    assert.equal(b0, pn.live_bytes())
+    assert.equal(n0, pn.live_nodes())
+  end)
+
+  it('f32 agrees with f64 on multi-tile sizes', function()
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      for _, norm in ipairs(NORMS) do
+        local q, k, v = make_qkv(case, { 1, 2, 130, 6 }, { 1, 2, 300, 6 }, { 1, 2, 300, 5 }, 'f64', 81)
+        local opts = merge(case[3], { score = name, normalize = norm })
+        local r64 = vals(pn.attention(q, k, v, opts))
+        local r32 = vals(pn.attention(q:to('f32'), k:to('f32'), v:to('f32'), opts))
+        assert_close(r32, r64, 2e-5, name .. ' ' .. norm .. ' f32 vs f64')
+      end
+    end
+  end)
+end)
+
+describe('attention numerics at the hard points', function()
+  -- one query / key pair at a time through sigmoid weights: σ(s) recovers the score s
+  local function score_of(q, k, opts)
+    local dt = q:dtype()
+    local o = merge(opts, { normalize = 'sigmoid' })
+    local v = pn.ones({ 1, 1 }, { dtype = dt })
+    local w = pn.attention(q, k, v, o):item()
+    return math.log(w / (1 - w))
+  end
+
+  it('penumbral is continuous across the cone boundary (Eq. 33): both branches give −γ·r', function()
+    local r, gamma = 1.0, 1.0
+    for _, hv in ipairs({ { 0.3, 0.5 }, { 0.7, 0.2 }, { 0.5, 0.9 } }) do
+      local u, w = hv[1], hv[2]
+      local A, Bv = math.sqrt(r * r - u * u), math.sqrt(r * r - w * w)
+      local x0 = A + Bv -- (x − A)² + w² = r² with x > A: the boundary
+      local below, above
+      for side, f in ipairs({ 1 - 1e-9, 1 + 1e-9 }) do
+        local q = pn.tensor({ { 0, 0, u } }, { dtype = 'f64' })
+        local k = pn.tensor({ { x0 * f, 0, w } }, { dtype = 'f64' })
+        local s = score_of(q, k, { score = 'penumbral', r = r, gamma = gamma })
+        if side == 1 then below = s else above = s end
+        -- the reference picks the branch by Eq. 23: inside just below, outside just above
+        local ref = REF.penumbral({ r = r, gamma = gamma })({ 0, 0, u }, { x0 * f, 0, w })
+        assert.is_true(math.abs(s - ref) < 1e-7, 'branch value')
+      end
+      assert.is_true(math.abs(below - (-gamma * r)) < 1e-6, 'inside at the boundary: ' .. below)
+      assert.is_true(math.abs(above - (-gamma * r)) < 1e-6, 'outside at the boundary: ' .. above)
+    end
+  end)
+
+  it('values and gradients stay finite at q = k, on the horosphere, above it, at arcosh(1) and near the ball boundary', function()
+    local function check(name, opts, qv, kv, dtype)
+      local q = pn.tensor({ qv, kv }, { dtype = dtype }):requires_grad_()
+      local k = pn.tensor({ kv, qv }, { dtype = dtype }):requires_grad_()
+      local v = pn.tensor({ { 0.3, -0.1 }, { 0.2, 0.4 } }, { dtype = dtype }):requires_grad_()
+      for _, norm in ipairs(NORMS) do
+        local out = pn.attention(q, k, v, merge(opts, { score = name, normalize = norm }))
+        assert_finite(vals(out), name .. ' value')
+        out:sum():backward()
+        assert_finite(vals(q.grad), name .. ' q.grad')
+        assert_finite(vals(k.grad), name .. ' k.grad')
+        assert_finite(vals(v.grad), name .. ' v.grad')
+        q:zero_grad(); k:zero_grad(); v:zero_grad()
+      end
+    end
+    for _, dtype in ipairs({ 'f64', 'f32' }) do
+      check('laplacian', {}, { 0.3, 0.2, 0.5 }, { 0.3, 0.2, 0.5 }, dtype)          -- q = k
+      check('umbral', {}, { 0.3, 0.2, 0.5 }, { 0.3, 0.2, 0.5 }, dtype)
+      check('umbral', {}, { 0.3, 0.2, 0.5 }, { 0.3, 0.2, 0.9 }, dtype)             -- q₋ = k₋
+      check('penumbral', {}, { 0.3, 0.2, 0.5 }, { 0.3, 0.2, 0.5 }, dtype)
+      check('penumbral', {}, { 0.3, 0.2, 1.0 }, { 0.1, 0.2, 1.0 }, dtype)          -- on the horosphere r
+      check('penumbral', {}, { 0.3, 0.2, 1.7 }, { 0.3, 0.2, 2.5 }, dtype)          -- above it, q₋ = k₋
+      check('penumbral', { squared = true }, { 0.3, 0.2, 1.7 }, { -2.3, 0.2, 0.4 }, dtype)
+      local hx = { 0.3, 0.4, math.sqrt(1 + 0.25) }
+      check('hyperbolic', {}, hx, hx, dtype)                                       -- arcosh(1)
+      check('hyperbolic', { model = 'halfspace' }, { 0.3, 0.2, 0.5 }, { 0.3, 0.2, 0.5 }, dtype)
+      check('hyperbolic', { model = 'poincare' }, { 0.6, 0.0, 0.0 }, { 0.6, 0.0, 0.0 }, dtype)
+      local edge = dtype == 'f64' and 1 - 1e-9 or 1 - 1e-4
+      check('hyperbolic', { model = 'poincare' }, { edge, 0, 0 }, { 0, edge, 0 }, dtype) -- near the boundary
+    end
+  end)
+
+  it('huge and tiny heights in f32 (ψ of x_d = ±34) keep values and gradients finite', function()
+    for _, name in ipairs({ 'umbral', 'penumbral' }) do
+      for _, hs in ipairs({ { 1e15, 3e14 }, { 1e-15, 4e-15 }, { 1e15, 1e-15 } }) do
+        local e1, e2 = hs[1], hs[2]
+        local q = pn.tensor({ { 0.5 * e1, -0.2 * e1, e1 }, { 0.1 * e2, 0.3 * e2, e2 } }, { dtype = 'f32' }):requires_grad_()
+        local k = pn.tensor({ { -0.4 * e2, 0.2 * e2, e2 }, { 0.3 * e1, 0.1 * e1, e1 } }, { dtype = 'f32' }):requires_grad_()
+        local v = pn.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = 'f32' }):requires_grad_()
+        for _, norm in ipairs(NORMS) do
+          local out = pn.attention(q, k, v, { score = name, normalize = norm, gamma = 1e-14 })
+          assert_finite(vals(out), name .. ' value')
+          out:sum():backward()
+          assert_finite(vals(q.grad), name .. ' q.grad')
+          assert_finite(vals(k.grad), name .. ' k.grad')
+          q:zero_grad(); k:zero_grad(); v:zero_grad()
+        end
+      end
+    end
+  end)
+end)
+
+describe('attention errors', function()
+  local q = pn.randn({ 2, 3, 4 }, { dtype = 'f64' })
+  local k = pn.randn({ 2, 5, 4 }, { dtype = 'f64' })
+  local v = pn.randn({ 2, 5, 3 }, { dtype = 'f64' })
+  local pos = function(t) return t:abs() + 0.1 end
+
+  it('wrong shapes and dtypes name the op, the argument and the shapes', function()
+    assert_error(function() pn.attention(q, pn.randn({ 2, 5, 3 }, { dtype = 'f64' }), v) end, 'attention', '[2,3,4]', '[2,5,3]', 'last dim')
+    assert_error(function() pn.attention(q, k, pn.randn({ 2, 4, 3 }, { dtype = 'f64' })) end, 'attention', 'keys')
+    assert_error(function() pn.attention(q, k:to('f32'), v) end, 'attention', 'dtype')
+    assert_error(function() pn.attention(q, pn.randn({ 3, 5, 4 }, { dtype = 'f64' }), pn.randn({ 3, 5, 3 }, { dtype = 'f64' })) end, 'attention', 'batch')
+    assert_error(function() pn.attention(pn.randn({ 4 }), pn.randn({ 4 }), pn.randn({ 4 })) end, 'attention', '(B, H, N, D)')
+    assert_error(function() pn.attention(q:long(), k:long(), v:long()) end, 'attention', 'dtype')
+    assert_error(function() pn.attention(q, k, v, { mask = pn.ones({ 3, 5 }) }) end, 'attention', 'mask', 'u8')
+    assert_error(function() pn.attention(q, k, v, { mask = pn.ones({ 4, 5 }, { dtype = 'u8' }) }) end, 'attention', 'mask', '[4,5]', 'broadcast')
+    assert_error(function() pn.attention(q, k, v, { bias = pn.ones({ 3, 5 }) }) end, 'attention', 'bias', 'f32')
+    assert_error(function() pn.attention(q, k, v, { bias = pn.ones({ 3, 4 }, { dtype = 'f64' }) }) end, 'attention', 'bias', '[3,4]')
+    assert_error(function() pn.attention(q, k, v, { score = 'laplacian', gamma = pn.ones({ 3 }, { dtype = 'f64' }) }) end, 'attention', 'gamma_t', '[3]')
+    assert_error(function() pn.attention(q, k, v, { score = 'dot', gamma = pn.ones({}, { dtype = 'f64' }) }) end, 'attention', 'gamma_t', 'dot')
+    assert_error(function() pn.attention(q, k) end, 'attention', 'v')
+  end)
+
+  it('inputs off the manifold are errors, never NaN', function()
+    assert_error(function() pn.attention(q, pos(k), v, { score = 'umbral' }) end, 'attention', 'q', '[2,3,4]', 'last coordinate', 'umbral')
+    assert_error(function() pn.attention(pos(q), k, v, { score = 'penumbral' }) end, 'attention', 'k', '[2,5,4]', 'penumbral')
+    assert_error(function() pn.attention(q, pos(k), v, { score = 'hyperbolic', model = 'halfspace' }) end, 'attention', 'halfspace')
+    assert_error(function() pn.attention(q, k, v, { score = 'hyperbolic', model = 'poincare' }) end, 'attention', 'Poincaré ball')
+    assert_error(function() pn.attention(q * 0.01, k * 0.01, v, { score = 'hyperbolic', model = 'poincare', curvature = -1 }) end, 'attention', 'curvature', '> 0')
+    assert_error(function() pn.attention(pos(q), pos(k), v, { score = 'umbral', r = 0 }) end, 'attention', 'r', '> 0')
+    assert_error(function() pn.attention(q, k, v * 10, { aggregate = 'einstein' }) end, 'attention', 'v', 'Klein ball')
+  end)
+
+  it('unknown names and misplaced options are errors listing the valid ones', function()
+    assert_error(function() pn.attention(q, k, v, { score = 'cosine' }) end, 'attention', "'cosine'", 'dot', 'penumbral', 'hyperbolic')
+    assert_error(function() pn.attention(q, k, v, { normalize = 'sparsemax' }) end, 'attention', 'sparsemax', 'sigmoid_normalized')
+    assert_error(function() pn.attention(q, k, v, { score = 'hyperbolic', model = 'klein' }) end, 'attention', 'klein', 'poincare')
+    assert_error(function() pn.attention(q, k, v, { aggregate = 'mean' }) end, 'attention', 'mean', 'einstein')
+    assert_error(function() pn.attention(q, k, v, { normalise = 'softmax' }) end, 'attention', 'normalise')
+    assert_error(function() pn.attention(q, k, v, { score = 'gat' }) end, 'attention', 'gat', 'graph')
+    assert_error(function() pn.attention(q, k, v, { alibi = true }) end, 'attention', 'alibi', 'causal')
+    assert_error(function() pn.attention_weights(q, k, { score = 'nope' }) end, 'attention_weights', 'nope')
+  end)
+end)
