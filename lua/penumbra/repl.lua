@@ -346,41 +346,9 @@ function R.helpers(env, state)
     local g = o.graph or (data and data.graph)
     if not x or not g then error('attend: needs node features and a graph (run.data, or {x=, graph=})', 2) end
     local node = o.node or 0
-    local layer = model['layer' .. (o.layer or 1)]
-    if not layer then error('attend: the model has no layer' .. tostring(o.layer), 2) end
-    local maxn = o.max or 16
-    local N = g.num_nodes
-    if type(node) ~= 'number' or node % 1 ~= 0 or node < 0 or node >= N then
-      error(string.format('attend: node %s out of range 0..%d (0-based ids, as in the dataset)', tostring(node), N - 1), 2)
-    end
+    local w, ids = model:neighbourhood_attention(x, g, node, { layer = o.layer, max = o.max })
     return pn.no_grad(function()
-      model:eval()
-      model(x, g)                                   -- fills layer.last_q / last_k
-      -- the node and its in-neighbours (CSR by destination), at most maxn
-      local off = g.offsets:narrow(1, node + 1, 2):totable()
-      local ids, seen = { node }, { [node] = true }
-      if off[2] > off[1] then
-        for _, s in ipairs(g.src:narrow(1, off[1] + 1, off[2] - off[1]):totable()) do
-          if not seen[s] and #ids < maxn then ids[#ids + 1] = s; seen[s] = true end
-        end
-      end
-      local n = #ids
-      -- one-hot values over the chosen nodes: the output of node i is its weights on them
-      local eye = {}
-      for i = 1, n do eye[i] = {}; for j = 1, n do eye[i][j] = (i == j) and 1 or 0 end end
       local idx = pn.tensor(ids, { dtype = 'i64' })
-      local H = layer.heads
-      local v = pn.zeros({ N, n }):index_add(1, idx, pn.tensor(eye))
-      v = v:unsqueeze(2):expand(N, H, n):contiguous()
-      local q, k = layer.last_q, layer.last_k
-      local opts = { score = layer.score, train = false, dropout = 0 }
-      if layer.score == 'gat' then opts.a_l, opts.a_r, opts.slope = layer.a_l, layer.a_r, layer.slope
-      else
-        if layer.gamma then opts.gamma = layer.gamma end
-        if layer.r then opts.r = layer.r end
-      end
-      local w = pn.graph_attention(q, k, v, g, opts)        -- (N, H, n)
-      w = w:index_select(1, idx):permute(2, 1, 3):contiguous() -- (H, n, n)
       local labels = {}
       local y = data and data.y and data.y:index_select(1, idx):totable()
       for i, id in ipairs(ids) do labels[i] = y and string.format('%d:c%d', id, y[i]) or tostring(id) end

@@ -105,4 +105,48 @@ return function(nn, pn)
   function GAT:forward(x, g)
     return self.layer2(self.layer1(x, g):elu(1), g)
   end
+
+  -- Attention of a node's neighbourhood in layer `layer` (eval mode, no grad): the node and
+  -- up to max−1 of its in-neighbours (CSR by destination), weights (H, n, n) where row i is
+  -- how node ids[i] attends to the others (0 where it has no edge), and the 0-based ids.
+  function GAT:neighbourhood_attention(x, g, node, o)
+    o = o or {}
+    local layer = self['layer' .. (o.layer or 1)]
+    if not layer then error('neighbourhood_attention: the model has no layer ' .. tostring(o.layer), 2) end
+    local N = g.num_nodes
+    if type(node) ~= 'number' or node % 1 ~= 0 or node < 0 or node >= N then
+      error(string.format('neighbourhood_attention: node %s out of range 0..%d (0-based ids)', tostring(node), N - 1), 2)
+    end
+    local maxn = o.max or 16
+    return pn.no_grad(function()
+      local was = self.training
+      self:eval()
+      self(x, g) -- fills layer.last_q / last_k
+      local off = g.offsets:narrow(1, node + 1, 2):totable()
+      local ids, seen = { node }, { [node] = true }
+      if off[2] > off[1] then
+        for _, s in ipairs(g.src:narrow(1, off[1] + 1, off[2] - off[1]):totable()) do
+          if not seen[s] and #ids < maxn then ids[#ids + 1] = s; seen[s] = true end
+        end
+      end
+      local n = #ids
+      -- one-hot values over the chosen nodes: node i's output is its weights on them
+      local eye = {}
+      for i = 1, n do eye[i] = {}; for j = 1, n do eye[i][j] = (i == j) and 1 or 0 end end
+      local idx = pn.tensor(ids, { dtype = 'i64' })
+      local H = layer.heads
+      local v = pn.zeros({ N, n }):index_add(1, idx, pn.tensor(eye))
+      v = v:unsqueeze(2):expand(N, H, n):contiguous():to(layer.last_q:dtype())
+      local opts = { score = layer.score, train = false, dropout = 0 }
+      if layer.score == 'gat' then opts.a_l, opts.a_r, opts.slope = layer.a_l, layer.a_r, layer.slope
+      else
+        if layer.gamma then opts.gamma = layer.gamma end
+        if layer.r then opts.r = layer.r end
+      end
+      local w = pn.graph_attention(layer.last_q, layer.last_k, v, g, opts) -- (N, H, n)
+      w = w:index_select(1, idx):permute(2, 1, 3):contiguous()           -- (H, n, n)
+      self:train(was)
+      return w, ids
+    end)
+  end
 end

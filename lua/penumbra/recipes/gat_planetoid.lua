@@ -67,11 +67,30 @@ local function experiment(o)
       end)
     end,
     finish = function(s, _, run)
-      -- learned heights (the last coordinate after the map) of the first layer's keys, per node
-      local l1 = s.model.layer1
-      if l1.last_k and l1.map ~= 'none' then
-        local k = l1.last_k
-        run:write('radii/layer1', k:select(-1, -1):detach():contiguous(), { score = l1.score, map = l1.map })
+      local d, model = s.d, s.model
+      -- learned heights (the last coordinate after the map) of the first layer's keys, per
+      -- node and head; scores without a map log the key norms instead (attr kind says which)
+      pn.no_grad(function() model:eval(); model(d.x, d.graph) end)
+      local l1 = model.layer1
+      local k = l1.last_k:detach()
+      if l1.map ~= 'none' then
+        run:write('radii/layer1', k:select(-1, -1):contiguous(), { score = l1.score, map = l1.map, kind = 'height' })
+      else
+        run:write('radii/layer1', k:norm(2, -1):contiguous(), { score = l1.score, map = 'none', kind = 'key norm' })
+      end
+      -- attention maps of a few test nodes' neighbourhoods (the best-connected ones), small
+      local deg = {}
+      local off = d.graph.offsets:totable()
+      for _, id in ipairs(d.test_idx:totable()) do deg[#deg + 1] = { id, off[id + 2] - off[id + 1] } end
+      table.sort(deg, function(a, b) return a[2] > b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+      local y = d.y:totable()
+      for i = 1, math.min(3, #deg) do
+        local node = deg[i][1]
+        local w, ids = model:neighbourhood_attention(d.x, d.graph, node, { layer = 1, max = 16 })
+        local labels = {}
+        for j, id in ipairs(ids) do labels[j] = string.format('%d:c%d', id, y[id + 1]) end
+        run:write('attention/node' .. node, w, { labels = table.concat(labels, '\n'), layer = 1,
+                                                  score = l1.score, node = node })
       end
     end,
   }
