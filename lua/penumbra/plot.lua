@@ -250,10 +250,26 @@ function prepare.radius(files, opts)
   local a = series[1].attrs or {}
   local xlab = 'learned radius / height'
   if a.map == 'psi' or a.map == 'xi' or a.map == 'exp0' then xlab = 'learned height (last coordinate of the mapped keys)' end
-  local extra = {}
-  if a.score then extra[#extra + 1] = 'score=' .. tostring(a.score) end
-  if a.map then extra[#extra + 1] = 'map=' .. tostring(a.map) end
-  if #extra > 0 then xlab = xlab .. ', ' .. table.concat(extra, ', ') end
+  -- series of different kinds (a cone run's heights next to a dot run's key norms): say so
+  -- instead of naming the first series' score on the shared axis
+  local mixed = false
+  for _, s in ipairs(series) do
+    local b = s.attrs or {}
+    if b.score ~= a.score or b.map ~= a.map or b.kind ~= a.kind then mixed = true end
+  end
+  if mixed then
+    xlab = 'learned height (cone/hyperbolic maps) or key norm (no map); see the legend'
+    for i, s in ipairs(series) do
+      local b = s.attrs or {}
+      if b.score then titles[i] = titles[i] .. ', ' .. tostring(b.score) .. (b.kind and (' ' .. tostring(b.kind)) or '') end
+    end
+  else
+    local extra = {}
+    if a.score then extra[#extra + 1] = 'score=' .. tostring(a.score) end
+    if a.map then extra[#extra + 1] = 'map=' .. tostring(a.map) end
+    if a.kind then extra[#extra + 1] = tostring(a.kind) end
+    if #extra > 0 then xlab = xlab .. ', ' .. table.concat(extra, ', ') end
+  end
   local title
   if #series == 1 then title = string.format('%s: /radii/%s, %d values', series[1].label, series[1].tag, #series[1].values)
   else
