@@ -49,8 +49,9 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
         return x;
     }
     pn_tensor *xc = pn_contiguous(x);
-    pn_tensor *m = xc ? pn_empty(x->nd, x->sizes, PN_U8, x->dev) : NULL;
-    pn_tensor *y = m ? pn_empty_like(x) : NULL;
+    bool need_mask = pn_ag_needed(1, &x); /* no gradient, no mask to keep */
+    pn_tensor *m = (xc && need_mask) ? pn_empty(x->nd, x->sizes, PN_U8, x->dev) : NULL;
+    pn_tensor *y = (xc && (m || !need_mask)) ? pn_empty_like(x) : NULL;
     if (!y) {
         pn_release(xc);
         pn_release(m);
@@ -61,27 +62,56 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
     uint32_t thresh = (uint32_t)lround(p * 65536.0); /* p < 1, so at most 65536 */
     double scale = 1.0 / (1.0 - p);
     float fscale = (float)scale;
-    uint8_t *keep = (uint8_t *)pn_ptr(m);
-    bool f32 = x->dt == PN_F32;
+    uint8_t *keep = m ? (uint8_t *)pn_ptr(m) : NULL;
     const char *px = pn_ptr(xc);
     char *py = pn_ptr(y);
+    /* Block b covers elements 8b … 8b+7 with counter base + b, whatever the thread. A block
+     * of zeros stays zero whatever its mask: it skips Philox when nobody keeps the mask
+     * (sparse inputs such as bag-of-words features are mostly such blocks). */
     #pragma omp parallel for if (n > PN_PAR_MIN / 8) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
-        uint32_t w[4];
-        pn_philox4x32(seed, base + (uint64_t)b, w);
-        int64_t i0 = 8 * b, i1 = i0 + 8 < n ? i0 + 8 : n;
-        for (int64_t i = i0; i < i1; i++) {
-            int j = (int)(i - i0);
-            uint32_t half = (w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu;
-            uint8_t k = half >= thresh;
-            keep[i] = k;
-            /* branch-free: keep is a coin flip, a branch on it mispredicts half the time */
-            if (f32) ((float *)py)[i] = ((const float *)px)[i] * ((float)k * fscale);
-            else ((double *)py)[i] = ((const double *)px)[i] * ((double)k * scale);
+        int64_t i0 = 8 * b, len = n - i0 < 8 ? n - i0 : 8;
+        if (x->dt == PN_F32) {
+            const float *xs = (const float *)px + i0;
+            float *ys = (float *)py + i0;
+            if (!keep) {
+                bool any = false;
+                for (int j = 0; j < len; j++) any |= xs[j] != 0;
+                if (!any) {
+                    for (int j = 0; j < len; j++) ys[j] = 0;
+                    continue;
+                }
+            }
+            uint32_t w[4];
+            pn_philox4x32(seed, base + (uint64_t)b, w);
+            for (int j = 0; j < len; j++) {
+                uint8_t k = ((w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu) >= thresh;
+                if (keep) keep[i0 + j] = k;
+                /* branch-free: keep is a coin flip, a branch on it mispredicts half the time */
+                ys[j] = xs[j] * ((float)k * fscale);
+            }
+        } else {
+            const double *xs = (const double *)px + i0;
+            double *ys = (double *)py + i0;
+            if (!keep) {
+                bool any = false;
+                for (int j = 0; j < len; j++) any |= xs[j] != 0;
+                if (!any) {
+                    for (int j = 0; j < len; j++) ys[j] = 0;
+                    continue;
+                }
+            }
+            uint32_t w[4];
+            pn_philox4x32(seed, base + (uint64_t)b, w);
+            for (int j = 0; j < len; j++) {
+                uint8_t k = ((w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu) >= thresh;
+                if (keep) keep[i0 + j] = k;
+                ys[j] = xs[j] * ((double)k * scale);
+            }
         }
     }
     pn_release(xc);
-    if (pn_ag_needed(1, &x)) {
+    if (need_mask) {
         pn_node *nd = pn_ag_record(y, "dropout", dropout_bw, 1, &x);
         if (!nd) {
             pn_release(m);
