@@ -82,6 +82,26 @@ typedef void (*pn_epi_vjp_f64)(const pn_score_params *p, int64_t rows, int64_t n
                                const double *q0, const double *q1, const double *k0, const double *k1,
                                const double *ds, double *dG, double *dq, double *dk0, double *dk1, double *dparam);
 
+/* Optional pair (NULL for most scores; the dense backward only): a forward epilogue that also
+ * stores per-pair values its VJP would otherwise recompute, and the VJP that reads them back.
+ * The backward recomputes the scores right before the VJP on the same block, so what the
+ * forward evaluated (square roots, say) need not be evaluated twice.
+ *   save  (PN_EPI_NSAVE, rows, ld)  written by fwd_save, read by vjp_saved (same block) */
+#define PN_EPI_NSAVE 2
+typedef void (*pn_epi_fwds_f32)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const float *G,
+                                const float *q0, const float *q1, const float *k0, const float *k1, float *s,
+                                float *save);
+typedef void (*pn_epi_fwds_f64)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const double *G,
+                                const double *q0, const double *q1, const double *k0, const double *k1, double *s,
+                                double *save);
+typedef void (*pn_epi_vjps_f32)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const float *G,
+                                const float *q0, const float *q1, const float *k0, const float *k1, const float *ds,
+                                float *dG, double *dq, float *dk0, float *dk1, double *dparam, const float *save);
+typedef void (*pn_epi_vjps_f64)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const double *G,
+                                const double *q0, const double *q1, const double *k0, const double *k1,
+                                const double *ds, double *dG, double *dq, double *dk0, double *dk1, double *dparam,
+                                const double *save);
+
 /* Scores that precompute per-key values do it in chunks of this many keys (stack buffers). */
 #define PN_EPI_CHUNK 256
 
@@ -97,6 +117,11 @@ typedef struct {
     pn_epi_vjp_f32 vjp32;
     pn_epi_fwd_f64 fwd64;
     pn_epi_vjp_f64 vjp64;
+    /* optional, all four or none: see pn_epi_fwds_f32 */
+    pn_epi_fwds_f32 fwds32;
+    pn_epi_vjps_f32 vjps32;
+    pn_epi_fwds_f64 fwds64;
+    pn_epi_vjps_f64 vjps64;
 } pn_score_plan;
 
 typedef struct {

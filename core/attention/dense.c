@@ -42,8 +42,12 @@
 #define GEMM cblas_sgemm
 #define EPI_FWD fwd32
 #define EPI_VJP vjp32
+#define EPI_FWDS fwds32
+#define EPI_VJPS vjps32
 #define EPI_FWD_T pn_epi_fwd_f32
 #define EPI_VJP_T pn_epi_vjp_f32
+#define EPI_FWDS_T pn_epi_fwds_f32
+#define EPI_VJPS_T pn_epi_vjps_f32
 #include "dense_impl.h"
 #undef real
 #undef SFX
@@ -52,14 +56,22 @@
 #undef EPI_VJP
 #undef EPI_FWD_T
 #undef EPI_VJP_T
+#undef EPI_FWDS
+#undef EPI_VJPS
+#undef EPI_FWDS_T
+#undef EPI_VJPS_T
 
 #define real double
 #define SFX(x) x##_f64
 #define GEMM cblas_dgemm
 #define EPI_FWD fwd64
 #define EPI_VJP vjp64
+#define EPI_FWDS fwds64
+#define EPI_VJPS vjps64
 #define EPI_FWD_T pn_epi_fwd_f64
 #define EPI_VJP_T pn_epi_vjp_f64
+#define EPI_FWDS_T pn_epi_fwds_f64
+#define EPI_VJPS_T pn_epi_vjps_f64
 #include "dense_impl.h"
 #undef real
 #undef SFX
@@ -68,6 +80,10 @@
 #undef EPI_VJP
 #undef EPI_FWD_T
 #undef EPI_VJP_T
+#undef EPI_FWDS
+#undef EPI_VJPS
+#undef EPI_FWDS_T
+#undef EPI_VJPS_T
 
 /* OpenBLAS threads off while our own OpenMP threads call it (restored afterwards). */
 #ifdef OPENBLAS_VERSION

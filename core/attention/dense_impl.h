@@ -367,6 +367,7 @@ typedef struct {
 typedef struct {
     real *G, *S, *P, *dP; /* (PN_TQ, PN_TK) */
     real *Drow;           /* (PN_TQ) */
+    real *save;           /* (PN_EPI_NSAVE, PN_TQ, PN_TK) for scores with fwd_save / vjp_saved */
 } SFX(bwd_scratch);
 
 /* Query tiles split, split+S, … of head bh. */
@@ -377,6 +378,9 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
     const EPI_VJP_T vjp = c->st.plan.EPI_VJP;
+    /* a score that can keep per-pair values from the recomputed forward for its VJP */
+    const EPI_FWDS_T fwds = w->save ? c->st.plan.EPI_FWDS : NULL;
+    const EPI_VJPS_T vjps = w->save ? c->st.plan.EPI_VJPS : NULL;
     const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized;
@@ -417,7 +421,10 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
             else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
             /* weights P (the forward's, recomputed from the saved statistics) */
-            fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S);
+            if (fwds && vjps)
+                fwds(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S, w->save);
+            else
+                fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S);
             for (int64_t i = 0; i < tq; i++) {
                 real *s = w->S + i * PN_TK, *p = w->P + i * PN_TK;
                 SFX(row_mods)(c, b, h, i0 + i, j0, tk, s);
@@ -463,8 +470,12 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                     for (int64_t j = 0; j < tk; j++) gr[j * a->gbs[3]] += ds[j];
                 }
             }
-            vjp(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->dP, w->dP,
-                &dqt[0][0], dkt0 ? dkt0 + j0 : NULL, dkt1 ? dkt1 + j0 : NULL, dparam);
+            if (fwds && vjps)
+                vjps(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->dP, w->dP,
+                     &dqt[0][0], dkt0 ? dkt0 + j0 : NULL, dkt1 ? dkt1 + j0 : NULL, dparam, w->save);
+            else
+                vjp(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->dP, w->dP,
+                    &dqt[0][0], dkt0 ? dkt0 + j0 : NULL, dkt1 ? dkt1 + j0 : NULL, dparam);
             if (gemm) {
                 SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * D, D, dQ, D); /* dQ += dG·K */
                 SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, D, dK + j0 * D, D); /* dK += dGᵀ·Q */
@@ -482,12 +493,14 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
     {
         SFX(bwd_scratch) w;
-        real *buf = malloc(sizeof(real) * (PN_TQ * PN_TK * 4 + PN_TQ));
+        const int nsave = c->st.plan.EPI_FWDS && c->st.plan.EPI_VJPS ? PN_EPI_NSAVE : 0;
+        real *buf = malloc(sizeof(real) * (PN_TQ * PN_TK * (4 + nsave) + PN_TQ));
         w.G = buf;
         w.S = buf ? buf + PN_TQ * PN_TK : NULL;
         w.P = buf ? buf + 2 * PN_TQ * PN_TK : NULL;
         w.dP = buf ? buf + 3 * PN_TQ * PN_TK : NULL;
         w.Drow = buf ? buf + 4 * PN_TQ * PN_TK : NULL;
+        w.save = buf && nsave ? buf + 4 * PN_TQ * PN_TK + PN_TQ : NULL;
         real *gbias = a->gbias;
         if (gbias && a->gbias_per_thread) gbias += (int64_t)omp_get_thread_num() * a->gbias_numel;
         if (!buf) {
