@@ -5,19 +5,11 @@
 -- spec does not depend on pn.graph, which gets one check of its own.
 local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
+local check = require 'spec.helpers.check'
+local flatten, vals = check.flatten, check.vals
 
 local inf = math.huge
 
-local function flatten(v, out)
-  out = out or {}
-  if type(v) == 'table' then
-    for i = 1, #v do flatten(v[i], out) end
-  else
-    out[#out + 1] = v
-  end
-  return out
-end
-local function vals(t) return flatten(t:totable()) end
 
 local function assert_close(got, ref, tol, what)
   assert.equal(#ref, #got, (what or '') .. ': element count')

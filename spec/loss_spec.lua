@@ -4,40 +4,12 @@
 -- Targets are 0-based class ids as stored in the tensor.
 local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
+local check = require 'spec.helpers.check'
+local flatten, vals, assert_close, assert_error_matching = check.flatten, check.vals, check.assert_close, check.assert_error_matching
 
 local inf = math.huge
 
 -- ---- helpers --------------------------------------------------------------------------------
-local function flatten(v, out)
-  out = out or {}
-  if type(v) == 'table' then
-    for i = 1, #v do flatten(v[i], out) end
-  else
-    out[#out + 1] = v
-  end
-  return out
-end
-local function vals(t) return flatten(t:totable()) end
-
-local function assert_close(got, ref, rtol, what)
-  assert.equal(#ref, #got, (what or '') .. ': element count')
-  for i = 1, #ref do
-    local g, r = got[i], ref[i]
-    local ok
-    if r ~= r then ok = g ~= g
-    elseif r == inf or r == -inf then ok = g == r
-    else ok = math.abs(g - r) <= rtol * (1 + math.abs(r)) end
-    assert.is_true(ok, string.format('%s: element %d got %.17g, expected %.17g', what or '', i, g, r))
-  end
-end
-
-local function assert_error_matching(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pat in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pat, 1, true), 'error "' .. tostring(err) .. '" does not name "' .. pat .. '"')
-  end
-end
 
 local function distinct(n, lo, hi, seed)
   local t = {}
