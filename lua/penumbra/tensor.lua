@@ -83,21 +83,22 @@ local function finish(t, o)
   return t
 end
 
-function pn.empty(...)
-  local shape, o = shape_args(...)
-  o = opts_of(o)
-  check_shape('empty', shape)
-  local n, a = B.int64s(shape)
-  return finish(wrap(C.pn_empty(n, a, B.dtype(o.dtype), B.device(o.device))), o)
-end
 
-function pn.zeros(...)
-  local shape, o = shape_args(...)
-  o = opts_of(o)
-  check_shape('zeros', shape)
-  local n, a = B.int64s(shape)
-  return finish(wrap(C.pn_zeros(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+
+-- pn.empty / zeros / rand / randn: (shape table or numbers [, opts]) → tensor
+local function creator(op, cfn)
+  return function(...)
+    local shape, o = shape_args(...)
+    o = opts_of(o)
+    check_shape(op, shape)
+    local n, a = B.int64s(shape)
+    return finish(wrap(cfn(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+  end
 end
+pn.empty = creator('empty', C.pn_empty)
+pn.zeros = creator('zeros', C.pn_zeros)
+pn.rand = creator('rand', C.pn_rand)
+pn.randn = creator('randn', C.pn_randn)
 
 function pn.full(shape, value, o)
   o = opts_of(o)
@@ -133,21 +134,7 @@ function pn.manual_seed(n)
   C.pn_manual_seed(n)
 end
 
-function pn.rand(...)
-  local shape, o = shape_args(...)
-  o = opts_of(o)
-  check_shape('rand', shape)
-  local n, a = B.int64s(shape)
-  return finish(wrap(C.pn_rand(n, a, B.dtype(o.dtype), B.device(o.device))), o)
-end
 
-function pn.randn(...)
-  local shape, o = shape_args(...)
-  o = opts_of(o)
-  check_shape('randn', shape)
-  local n, a = B.int64s(shape)
-  return finish(wrap(C.pn_randn(n, a, B.dtype(o.dtype), B.device(o.device))), o)
-end
 
 -- nested Lua table -> tensor. Shape from the nesting; ragged nesting is an error.
 local function infer_nested(x, shape, depth)
