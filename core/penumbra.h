@@ -152,6 +152,9 @@ pn_tensor *pn_sum_to_shape(pn_tensor *g, int nd, const int64_t *shape);
 /* ---- linear algebra (ops/matmul.c) ---------------------------------------------- */
 /* torch.matmul semantics: 1-D/2-D/N-D with batch broadcasting; OpenBLAS GEMM */
 pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b);
+/* a (M, K) · b (K, N) for an `a` that is mostly zeros (bag-of-words features: Cora 1.3%
+ * dense): work ∝ nonzeros of a instead of M·K. Same values and gradients as pn_matmul. */
+pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b);
 
 /* ---- softmax, norms (ops/softmax.c, ops/norm.c) ----------------------------------- */
 pn_tensor *pn_softmax(pn_tensor *x, int dim);

@@ -221,3 +221,22 @@ describe('matmul errors', function()
     assert_error_matching(function() pn.bmm(pn.zeros(2, 2, 3), pn.zeros(3, 3, 2)) end, 'bmm', 'batch')
   end)
 end)
+
+describe('matmul_sparse_lhs', function()
+  local check = require 'spec.helpers.check'
+  it('equals matmul on a mostly-zero lhs, values and gradients (f64)', function()
+    pn.manual_seed(21)
+    local a = pn.randn({ 7, 9 }, { dtype = 'f64' })
+    a = a * a:gt(0.8):to('f64')                 -- ~20% nonzeros
+    local b = pn.randn({ 9, 4 }, { dtype = 'f64' })
+    check.assert_close(check.vals(pn.matmul_sparse_lhs(a, b)), check.vals(a:matmul(b)), 1e-12, 'values')
+    check.assert_close(check.vals(pn.matmul_sparse_lhs(a, b:t():contiguous():t())), check.vals(a:matmul(b)), 1e-12,
+      'transposed b')
+    a:requires_grad_(); b:requires_grad_()
+    gradcheck(function(x, y) return pn.matmul_sparse_lhs(x, y) end, { a, b })
+    local a32 = pn.tensor({ { 0, 2, 0 }, { 0, 0, 0 }, { 1, 0, 3 } })
+    local b32 = pn.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } })
+    assert.same({ { 6, 8 }, { 0, 0 }, { 16, 20 } }, pn.matmul_sparse_lhs(a32, b32):totable())
+    check.assert_error_matching(function() pn.matmul_sparse_lhs(a32, pn.ones(2, 2)) end, 'matmul_sparse_lhs', '[3,3]', '[2,2]')
+  end)
+end)

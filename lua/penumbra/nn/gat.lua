@@ -30,13 +30,13 @@ return function(nn, pn)
     if self.map == nil then self.map = DEFAULT_MAP[self.score] or 'none' end
     local H = self.heads
     if self.score == 'gat' then
-      self:add('proj', nn.Linear(fin, H * fout, { bias = false }))
+      self:add('proj', nn.Linear(fin, H * fout, { bias = false, sparse_input = o.sparse_input }))
       self:param('a_l', nn.init.xavier_uniform_(pn.empty({ H, fout })))
       self:param('a_r', nn.init.xavier_uniform_(pn.empty({ H, fout })))
     else
       -- values, queries and keys from one GEMM (the input is read once: Cora's is 15 MB)
       self.qk_dim = o.qk_dim or fout
-      self:add('proj', nn.Linear(fin, H * (fout + 2 * self.qk_dim), { bias = false }))
+      self:add('proj', nn.Linear(fin, H * (fout + 2 * self.qk_dim), { bias = false, sparse_input = o.sparse_input }))
     end
     if o.residual then
       self:add('res', (fin == (self.concat and H * fout or fout)) and nn.Identity()
@@ -98,6 +98,7 @@ return function(nn, pn)
     local l1, l2 = {}, {}
     for k, v in pairs(common) do l1[k], l2[k] = v, v end
     l1.heads, l1.concat = heads, true
+    l1.sparse_input = o.sparse_input -- bag-of-words inputs: the first projection multiplies nonzeros only
     l2.heads, l2.concat = o.out_heads or 1, false
     self:add('layer1', GATConv(fin, hidden, l1))
     self:add('layer2', GATConv(heads * hidden, classes, l2))

@@ -50,18 +50,21 @@ function nn.init.zeros_(t) pn.no_grad(function() t:zero_() end) return t end
 function nn.init.ones_(t) pn.no_grad(function() t:fill_(1) end) return t end
 
 -- ---- layers ---------------------------------------------------------------------------------
--- Linear(in, out, {bias=true, dtype='f32', init='xavier'|'kaiming'}): y = x Wᵀ + b, W (out, in)
+-- Linear(in, out, {bias=true, dtype='f32', init='xavier'|'kaiming', sparse_input=false}):
+-- y = x Wᵀ + b, W (out, in); sparse_input: x is mostly zeros (2-D), multiply by its nonzeros
 nn.Linear = class('Linear')
 function nn.Linear:init(i, o, opts)
   opts = opts or {}
   self.in_features, self.out_features = i, o
+  self.sparse_input = opts.sparse_input or false
   local w = pn.empty({ o, i }, { dtype = opts.dtype })
   if opts.init == 'kaiming' then nn.init.kaiming_uniform_(w, math.sqrt(5)) else nn.init.xavier_uniform_(w) end
   self:param('weight', w)
   if opts.bias ~= false then self:param('bias', pn.zeros({ o }, { dtype = opts.dtype })) end
 end
 function nn.Linear:forward(x)
-  local y = x:matmul(self.weight:transpose(1, 2))
+  local wt = self.weight:transpose(1, 2)
+  local y = (self.sparse_input and x:dim() == 2) and pn.matmul_sparse_lhs(x, wt) or x:matmul(wt)
   if self.bias then y = y + self.bias end
   return y
 end

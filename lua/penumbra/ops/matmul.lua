@@ -41,4 +41,11 @@ return function(pn, M, B)
     return wrap(C.pn_matmul(a, b))
   end
   M.bmm = pn.bmm
+
+  -- a · b for an `a` that is mostly zeros (bag-of-words features): work ∝ nonzeros of a.
+  function pn.matmul_sparse_lhs(a, b)
+    tensors('matmul_sparse_lhs', a, b)
+    return wrap(C.pn_matmul_sparse_lhs(a, b))
+  end
+  M.matmul_sparse_lhs = pn.matmul_sparse_lhs
 end

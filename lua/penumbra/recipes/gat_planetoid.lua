@@ -21,7 +21,8 @@ function R.model(cfg, num_features, num_classes)
     score = cfg.score, hidden = cfg.hidden, heads = cfg.heads, out_heads = cfg.out_heads,
     dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, gamma = cfg.gamma,
     r = (cfg.r or 0) > 0 and cfg.r or nil, qk_dim = cfg.qk_dim,
-    map = (cfg.map and cfg.map ~= 'default') and cfg.map or nil })
+    map = (cfg.map and cfg.map ~= 'default') and cfg.map or nil,
+    sparse_input = true }) -- Planetoid features are 1% nonzero
 end
 
 local function experiment(o)

@@ -1,0 +1,179 @@
+/* sparse_matmul.c — a (M, K) · b (K, N) where a is stored dense but mostly zero, such as
+ * bag-of-words node features after dropout. A dense GEMM spends M·K·N multiply-adds on
+ * them; here each call finds a's nonzeros (one pass over a) and does nnz·N, forward and
+ * backward. Deterministic: every output row (forward, dA) and every row of dB is written
+ * by one thread, summing in index order. */
+#include "../internal.h"
+
+/* CSR view of the nonzeros of a contiguous (M, K) matrix */
+typedef struct {
+    int64_t *row;   /* (M+1) offsets */
+    int64_t *col;   /* (nnz) column of each nonzero */
+    double *val;    /* (nnz) its value */
+} csr;
+
+static void csr_free(csr *c) {
+    free(c->row);
+    free(c->col);
+    free(c->val);
+}
+
+/* Two parallel passes over a's rows (count, then fill) with an exclusive scan between. */
+static pn_status csr_of(const pn_tensor *a, int64_t M, int64_t K, csr *c) {
+    memset(c, 0, sizeof *c);
+    const char *p = pn_ptr(a);
+    bool f32 = a->dt == PN_F32;
+    c->row = malloc(sizeof(int64_t) * (size_t)(M + 1));
+    if (!c->row) return pn_error(PN_ERR_OOM, "matmul_sparse_lhs: out of memory");
+    c->row[0] = 0;
+    #pragma omp parallel for if (M * K > PN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < M; i++) {
+        int64_t nz = 0;
+        if (f32) {
+            const float *r = (const float *)p + i * K;
+            for (int64_t k = 0; k < K; k++) nz += r[k] != 0;
+        } else {
+            const double *r = (const double *)p + i * K;
+            for (int64_t k = 0; k < K; k++) nz += r[k] != 0;
+        }
+        c->row[i + 1] = nz;
+    }
+    for (int64_t i = 0; i < M; i++) c->row[i + 1] += c->row[i];
+    int64_t nnz = c->row[M];
+    c->col = malloc(sizeof(int64_t) * (size_t)(nnz ? nnz : 1));
+    c->val = malloc(sizeof(double) * (size_t)(nnz ? nnz : 1));
+    if (!c->col || !c->val) {
+        csr_free(c);
+        return pn_error(PN_ERR_OOM, "matmul_sparse_lhs: out of memory for %lld nonzeros", (long long)nnz);
+    }
+    #pragma omp parallel for if (M * K > PN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < M; i++) {
+        int64_t t = c->row[i];
+        for (int64_t k = 0; k < K; k++) {
+            double v = f32 ? ((const float *)p)[i * K + k] : ((const double *)p)[i * K + k];
+            if (v != 0) {
+                c->col[t] = k;
+                c->val[t++] = v;
+            }
+        }
+    }
+    return PN_OK;
+}
+
+static void csr_free_extra(void *e) {
+    csr_free((csr *)e);
+    free(e);
+}
+
+/* out (M, N) = csr(a) · b, b contiguous (K, N) */
+static void spmm(const csr *c, int64_t M, int64_t N, const pn_tensor *b, pn_tensor *out) {
+    const char *pb = pn_ptr(b);
+    char *po = pn_ptr(out);
+    bool f32 = b->dt == PN_F32;
+    #pragma omp parallel for if (c->row[M] * N > PN_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < M; i++) {
+        if (f32) {
+            float *o = (float *)po + i * N;
+            for (int64_t j = 0; j < N; j++) o[j] = 0;
+            for (int64_t t = c->row[i]; t < c->row[i + 1]; t++) {
+                const float *brow = (const float *)pb + c->col[t] * N;
+                float v = (float)c->val[t];
+                for (int64_t j = 0; j < N; j++) o[j] += v * brow[j];
+            }
+        } else {
+            double *o = (double *)po + i * N;
+            for (int64_t j = 0; j < N; j++) o[j] = 0;
+            for (int64_t t = c->row[i]; t < c->row[i + 1]; t++) {
+                const double *brow = (const double *)pb + c->col[t] * N;
+                double v = c->val[t];
+                for (int64_t j = 0; j < N; j++) o[j] += v * brow[j];
+            }
+        }
+    }
+}
+
+/* saved[0] = b (contiguous); extra = the CSR of a from the forward; iv[0..1] = M, K.
+ * dA = g·bᵀ (dense), dB = aᵀ·g (over a's nonzeros) */
+static pn_status sparse_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *b = n->saved[0];
+    const csr *cp = (const csr *)n->extra;
+    int64_t M = n->iv[0], K = n->iv[1], N = b->sizes[1];
+    if (pn_ag_input_needs(n, 0)) {
+        pn_tensor *bt = pn_transpose(b, 0, 1);
+        gin[0] = bt ? pn_matmul(g, bt) : NULL;
+        pn_release(bt);
+        if (!gin[0]) return PN_ERR_OOM;
+    }
+    if (pn_ag_input_needs(n, 1)) {
+        pn_tensor *gc = pn_contiguous(g);
+        pn_tensor *db = gc ? pn_zeros(2, (int64_t[]){K, N}, b->dt, b->dev) : NULL;
+        if (!db) {
+            pn_release(gc);
+            return PN_ERR_OOM;
+        }
+        const csr c = *cp;
+        /* dB[k, :] += a[i, k]·g[i, :]: serial over the nonzeros keeps the sum order fixed;
+         * nnz·N is small next to the dense GEMM it replaces */
+        const char *pg = pn_ptr(gc);
+        char *pd = pn_ptr(db);
+        bool f32 = b->dt == PN_F32;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t t = c.row[i]; t < c.row[i + 1]; t++) {
+                if (f32) {
+                    float *d = (float *)pd + c.col[t] * N, v = (float)c.val[t];
+                    const float *gr = (const float *)pg + i * N;
+                    for (int64_t j = 0; j < N; j++) d[j] += v * gr[j];
+                } else {
+                    double *d = (double *)pd + c.col[t] * N, v = c.val[t];
+                    const double *gr = (const double *)pg + i * N;
+                    for (int64_t j = 0; j < N; j++) d[j] += v * gr[j];
+                }
+            }
+        pn_release(gc);
+        gin[1] = db;
+    }
+    return PN_OK;
+}
+
+pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b) {
+    static const char *op = "matmul_sparse_lhs";
+    if (pn_check_float(op, "a", a) || pn_check_float(op, "b", b) || pn_check_cpu(op, "a", a) ||
+        pn_check_cpu(op, "b", b))
+        return NULL;
+    if (a->nd != 2 || b->nd != 2 || a->sizes[1] != b->sizes[0])
+        return pn_error_null(PN_ERR_SHAPE, "%s: a %s and b %s must be (M, K) and (K, N)", op, pn_shape_str(a),
+                             pn_shape_str(b));
+    if (a->dt != b->dt)
+        return pn_error_null(PN_ERR_DTYPE, "%s: a is %s, b is %s", op, pn_dtype_name(a->dt), pn_dtype_name(b->dt));
+    int64_t M = a->sizes[0], K = a->sizes[1], N = b->sizes[1];
+    pn_tensor *ac = pn_contiguous(a), *bc = ac ? pn_contiguous(b) : NULL;
+    pn_tensor *out = bc ? pn_empty(2, (int64_t[]){M, N}, a->dt, a->dev) : NULL;
+    csr c;
+    if (!out || csr_of(ac, M, K, &c)) {
+        pn_release(ac);
+        pn_release(bc);
+        pn_release(out);
+        return NULL;
+    }
+    spmm(&c, M, N, bc, out);
+    pn_tensor *ins[2] = {a, b};
+    pn_node *n = pn_ag_needed(2, ins) ? pn_ag_record(out, op, sparse_bw, 2, ins) : NULL;
+    csr *kept = n ? malloc(sizeof *kept) : NULL;
+    if (n && kept) { /* the backward reuses the forward's CSR */
+        *kept = c;
+        n->extra = kept;
+        n->free_extra = csr_free_extra;
+        n->iv[0] = M;
+        n->iv[1] = K;
+        pn_ag_save(n, bc);
+    } else {
+        csr_free(&c);
+        if (pn_ag_needed(2, ins)) { /* recording failed */
+            pn_release(out);
+            out = pn_error_null(PN_ERR_OOM, "%s: out of memory recording the autograd node", op);
+        }
+    }
+    pn_release(ac);
+    pn_release(bc);
+    return out;
+}
