@@ -8,7 +8,7 @@
 --     tensors do not hide the kernels' scaling), and the peak extra memory of the call from
 --     the process's resident-set high-water mark (/proc/self/status VmHWM, reset through
 --     /proc/self/clear_refs before the call, after malloc_trim) minus the tensors the call
---     returns (by pn.live_bytes), minus autograd's copies of the leaf gradients — flat in N
+--     returns (by pn.live_bytes) — flat in N
 --     when the kernels keep O(c·D + D²) scratch only.
 -- (2) the crossover length from which causal cosine beats causal softmax dot attention
 --     (pn.attention(q, k, v, {score='dot', causal=true}), the fused flash-style kernel),
@@ -136,9 +136,9 @@ local M_MMAP_MAX = -4
 print(string.format('(1) causal cosine attention, forward + backward, f32, B = 1, H = %d, D = Dv = %d', H, D))
 print('    memory (pass 1): peak extra = VmHWM − VmRSS before the call − the tensors the call returns;')
 print('      fwd: forward alone (returns out); fwd+bwd: forward and backward (returns out and 4 gradients);')
-print('      leaf copies: autograd stores a copy of each leaf\'s first gradient (core/autograd.c')
-print('      accumulate_leaf), 3·N·H·D floats while the op\'s own gradients are alive;')
-print('      kernel = fwd+bwd − leaf copies: the attention kernels\' own scratch.')
+print('      leaf copies: 0 — autograd hands a gradient nobody else holds to the leaf as .grad')
+print('      (core/autograd.c accumulate_leaf), so fwd+bwd is the kernels\' own scratch;')
+print('      kernel = fwd+bwd − leaf copies.')
 print('    the naive cumsum form would hold N·D·Dv·H floats = ' ..
   string.format('%.0f MiB at N = 16k', 16384 * D * D * H * 4 / MiB))
 if not hwm_ok then print('    (no /proc/self/clear_refs here: memory columns not available)') end
@@ -190,7 +190,7 @@ for pass = 1, 2 do
     local rs = ratio and string.format('%.2f', ratio) or '-'
     local ok = ratio and (ratio <= 2.2 and 'ok' or 'ABOVE') or ''
     if pass == 1 then
-      local fx, bx, copies = 0, 0, 3 * N * H * D * 4 + H * 4
+      local fx, bx, copies = 0, 0, 0
       if hwm_ok then
         clear({ q, k, v, m }) -- earlier gradients go before the baseline is read
         local hw, ret = peak_extra(function()
