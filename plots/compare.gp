@@ -16,4 +16,4 @@ set xtics scale 0
 if (rotate) { set xtics rotate by 30 right }
 set offsets 0, 0, graph 0.12, 0
 plot datafile using 1:3:4:xtic(2) with boxerrorbars lc rgb colour(1) lw 1.5, \
-     datafile using 1:($3 + $4):(sprintf('%.4f ± %.4f (n=%d)', $3, $4, $5)) with labels offset 0, 1 font ',9'
+     datafile using 1:($3 + $4):(sprintf("%.4f\n± %.4f", $3, $4)) with labels offset 0, 1.4 font ',9'

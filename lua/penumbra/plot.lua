@@ -460,12 +460,25 @@ function prepare.compare(files, opts)
   for _ in pairs(counts) do nvals = nvals + 1 end
   local over = seeds and (seeds .. ' seeds') or (nvals == 1 and (#rows[1].values .. ' runs each') or 'runs')
   local title = string.format('%s: mean ± std over %s', metric, over)
+  -- Accuracies of rival attentions differ in the third decimal: bars from 0 would hide that.
+  -- Unless --ymin is given, start the axis below the lowest mean − 2·std by one such span.
+  local ymin = tonumber(opts.ymin)
+  if not ymin then
+    local lo, hi = math.huge, -math.huge
+    for _, r in ipairs(rows) do
+      lo = math.min(lo, r.mean - 2 * r.std)
+      hi = math.max(hi, r.mean + 2 * r.std)
+    end
+    local span = math.max(hi - lo, 1e-3)
+    ymin = (lo > 0 and lo - span > 0 and lo > 0.5 * hi) and (lo - span) or 0
+    if ymin > 0 then title = title .. string.format(' (axis from %.3g)', ymin) end
+  end
   return {
     kind = 'compare', script = 'compare.gp', warnings = {}, rows = rows,
     data = { datafile = table.concat(lines, '\n') .. '\n' },
     vars = {
       { 'n', #rows }, { 'plot_title', opts.title or title }, { 'ylab', metric },
-      { 'ymin', tonumber(opts.ymin or 0) or 0 }, { 'rotate', (#rows * longest > 60) and 1 or 0 },
+      { 'ymin', ymin }, { 'rotate', (#rows * longest > 60) and 1 or 0 },
     },
     default_out = default_out(files[1], 'compare'),
   }
