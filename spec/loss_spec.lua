@@ -6,24 +6,13 @@ local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
 local check = require 'spec.helpers.check'
 local flatten, vals, assert_close, assert_error_matching = check.flatten, check.vals, check.assert_close, check.assert_error_matching
+local distinct = check.distinct
 
 local inf = math.huge
 
 -- ---- helpers --------------------------------------------------------------------------------
 
-local function distinct(n, lo, hi, seed)
-  local t = {}
-  for k = 1, n do t[k] = lo + (hi - lo) * ((k * 0.6180339887498949 + (seed or 0) * 0.1234567) % 1) end
-  return t
-end
-local function rows(flat, n, c)
-  local r = {}
-  for i = 1, n do
-    r[i] = {}
-    for j = 1, c do r[i][j] = flat[(i - 1) * c + j] end
-  end
-  return r
-end
+local function rows(flat, n, c) return check.nest(flat, { n, c }) end
 
 -- plain-Lua references ------------------------------------------------------------------------
 local function log_softmax_row(row)

@@ -6,30 +6,13 @@ local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
 local check = require 'spec.helpers.check'
 local flatten, vals, assert_close, assert_error_matching = check.flatten, check.vals, check.assert_close, check.assert_error_matching
+local distinct, nest = check.distinct, check.nest
 
 local inf = math.huge
 
 -- ---- helpers --------------------------------------------------------------------------------
 
--- distinct deterministic values in [lo, hi] (no ties), flat list of n
-local function distinct(n, lo, hi, seed)
-  local t = {}
-  for k = 1, n do t[k] = lo + (hi - lo) * ((k * 0.6180339887498949 + (seed or 0) * 0.1234567) % 1) end
-  return t
-end
 
--- nested table of the given shape from a flat list
-local function nest(flat, shape)
-  local pos = 0
-  local function build(d)
-    local r = {}
-    for i = 1, shape[d] do
-      if d == #shape then pos = pos + 1; r[i] = flat[pos] else r[i] = build(d + 1) end
-    end
-    return r
-  end
-  return build(1)
-end
 
 -- Naive reduction of flat row-major values of `shape` over the 1-based dims in `dims`
 -- (nil = all). Collects each output's values in order, then applies f(list).

@@ -502,33 +502,30 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     }
     {
         BLAS_SERIAL_BEGIN;
+        /* the f32 and f64 argument structs have the same fields: fill either the same way */
+#define FILL_BWD_ARGS(a)                                                                   \
+    do {                                                                                   \
+        memset(&(a), 0, sizeof(a));                                                        \
+        (a).dout = VP(gc), (a).out = VP(sv->out), (a).stat = VP(sv->stat), (a).dq = VP(dq); \
+        for (int64_t s = 0; s < S; s++) {                                                  \
+            (a).dk[s] = bb.dk[s], (a).dv[s] = bb.dv[s], (a).dg[s] = bb.dg[s];              \
+            (a).dkt[s][0] = bb.dkt[s][0], (a).dkt[s][1] = bb.dkt[s][1];                    \
+        }                                                                                  \
+        (a).dqt[0] = bb.dqt[0], (a).dqt[1] = bb.dqt[1], (a).dparam = bb.dparam, (a).S = S; \
+        (a).gbias = want_gbias ? (per_thread ? bb.gbias_threads : VP(gb)) : NULL;          \
+        memcpy((a).gbs, gbs, sizeof gbs);                                                  \
+        (a).gbias_numel = gb_numel, (a).gbias_per_thread = per_thread;                     \
+    } while (0)
         if (dt == PN_F32) {
             bwd_args_f32 a;
-            memset(&a, 0, sizeof a);
-            a.dout = VP(gc), a.out = VP(sv->out), a.stat = VP(sv->stat), a.dq = VP(dq);
-            for (int64_t s = 0; s < S; s++) {
-                a.dk[s] = bb.dk[s], a.dv[s] = bb.dv[s], a.dg[s] = bb.dg[s];
-                a.dkt[s][0] = bb.dkt[s][0], a.dkt[s][1] = bb.dkt[s][1];
-            }
-            a.dqt[0] = bb.dqt[0], a.dqt[1] = bb.dqt[1], a.dparam = bb.dparam, a.S = S;
-            a.gbias = want_gbias ? (per_thread ? bb.gbias_threads : VP(gb)) : NULL;
-            memcpy(a.gbs, gbs, sizeof gbs);
-            a.gbias_numel = gb_numel, a.gbias_per_thread = per_thread;
+            FILL_BWD_ARGS(a);
             st = backward_f32(&c, &a);
         } else {
             bwd_args_f64 a;
-            memset(&a, 0, sizeof a);
-            a.dout = VP(gc), a.out = VP(sv->out), a.stat = VP(sv->stat), a.dq = VP(dq);
-            for (int64_t s = 0; s < S; s++) {
-                a.dk[s] = bb.dk[s], a.dv[s] = bb.dv[s], a.dg[s] = bb.dg[s];
-                a.dkt[s][0] = bb.dkt[s][0], a.dkt[s][1] = bb.dkt[s][1];
-            }
-            a.dqt[0] = bb.dqt[0], a.dqt[1] = bb.dqt[1], a.dparam = bb.dparam, a.S = S;
-            a.gbias = want_gbias ? (per_thread ? bb.gbias_threads : VP(gb)) : NULL;
-            memcpy(a.gbs, gbs, sizeof gbs);
-            a.gbias_numel = gb_numel, a.gbias_per_thread = per_thread;
+            FILL_BWD_ARGS(a);
             st = backward_f64(&c, &a);
         }
+#undef FILL_BWD_ARGS
         BLAS_SERIAL_END;
     }
     if (st) goto done;

@@ -4,6 +4,8 @@
 --   assert_close(got, ref, rtol, what)   |got − ref| <= rtol·(1 + |ref|) elementwise;
 --                                   NaN must meet NaN and ±inf must be equal
 --   assert_error_matching(fn, ...)  fn raises, and its message contains every given string
+--   distinct(n, lo, hi, seed)       n deterministic values in [lo, hi], no ties (a flat list)
+--   nest(flat, shape)               a flat list as a nested table of the given shape
 local assert = require 'luassert' -- busted's assert lives in each spec file's environment
 
 local M = {}
@@ -39,6 +41,24 @@ function M.assert_error_matching(fn, ...)
   for _, pat in ipairs({ ... }) do
     assert.truthy(tostring(err):find(pat, 1, true), 'error "' .. tostring(err) .. '" does not name "' .. pat .. '"')
   end
+end
+
+function M.distinct(n, lo, hi, seed)
+  local t = {}
+  for k = 1, n do t[k] = lo + (hi - lo) * ((k * 0.6180339887498949 + (seed or 0) * 0.1234567) % 1) end
+  return t
+end
+
+function M.nest(flat, shape)
+  local pos = 0
+  local function build(d)
+    local r = {}
+    for i = 1, shape[d] do
+      if d == #shape then pos = pos + 1; r[i] = flat[pos] else r[i] = build(d + 1) end
+    end
+    return r
+  end
+  return build(1)
 end
 
 return M
