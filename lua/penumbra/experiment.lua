@@ -199,6 +199,10 @@ function M.run(def, overrides)
     if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
   end
   local cfg = M.config(def.config or {}, user)
+  -- Ctrl-C from here on only sets a flag (polled between epochs), so it cannot strike
+  -- between creating the run file and the protected training loop
+  local C = require('penumbra_ffi').C
+  C.pn_interrupt_install()
   local seed = cfg.seed or 0
   pn.manual_seed(seed)
   math.randomseed(seed)
@@ -243,8 +247,6 @@ function M.run(def, overrides)
   local t0 = now()
   local result = {}
 
-  local C = require('penumbra_ffi').C
-  C.pn_interrupt_install()
   local ok, err = xpcall(function()
     state = def.setup(cfg, run)
     local model = def.model and def.model(state)
