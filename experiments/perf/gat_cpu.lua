@@ -6,8 +6,8 @@
 --       [scores=dot,gat,…] [torch=1] [check=1] [check_scale=5] [seed=1] [keep=0 (the .h5 dump)]
 --
 -- The model is the recipe's (lua/penumbra/recipes/gat_planetoid.lua): GATConv(1433 → 8 heads
--- × 8, concat) → ELU → GATConv(64 → 7, 1 head, mean); dropout 0.6 on each layer's input and
--- on the attention weights; distance scores project v, q, k (qk_dim 8 per head) with one
+-- × 8, concat) → ELU → GATConv(64 → 7, 1 head, mean); dropout 0.6 on each layer's input, on
+-- the attention weights and on the projected values; distance scores project v, q, k (qk_dim 8 per head) with one
 -- GEMM and map q, k (umbral ψ, penumbral ξ with h = r = 1, hyperbolic pseudopolar); Adam
 -- lr 0.005, weight decay 5e-4. One epoch = forward (full batch, train mode, the loss on the
 -- 140 training nodes) + backward + Adam step + zero_grad. Ours also pays its Lua GC (a full
@@ -66,7 +66,7 @@ local use_torch, do_check = args.torch ~= '0', args.check ~= '0'
 local TARGET = { gat = 0.35, dot = 0.35 } -- ours/torch per epoch
 
 -- the recipe's configuration (gat_planetoid.lua defaults)
-local CFG = { hidden = 8, heads = 8, out_heads = 1, dropout = 0.6, attn_dropout = 0.6, gamma = 1, r = 0,
+local CFG = { hidden = 8, heads = 8, out_heads = 1, dropout = 0.6, attn_dropout = 0.6, proj_dropout = 0.6, gamma = 1, r = 0,
               qk_dim = 8, map = 'default', lr = 0.005, weight_decay = 5e-4 }
 local recipe = require 'penumbra.recipes.gat_planetoid'
 

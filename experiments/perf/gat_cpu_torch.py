@@ -5,7 +5,7 @@ The two-layer GAT of the recipe written the straightforward scatter-based way: e
 (src, dst) from our CSR (self loops included), q_i, k_j gathered per edge with
 index_select, the score per edge with torch ops as the papers define it, a segment
 softmax by destination (max by scatter_reduce 'amax' on the detached scores, exp,
-index_add_ of the denominators), dropout on the weights, aggregation with index_add.
+index_add_ of the denominators), dropout on the weights and the values, aggregation with index_add.
 
   score        per edge e = (j → i), per head; q, k (N, H, d) after the map
   dot          q_i·k_j / √d
@@ -137,6 +137,7 @@ class GATConv(torch.nn.Module):
         z = torch.zeros(N, H).index_add(0, dst, ex)
         w = ex / z.index_select(0, dst)
         w = F.dropout(w, self.attn_dropout, self.training)
+        v = F.dropout(v, self.dropout, self.training)  # projection dropout (the recipe's proj_dropout)
         out = torch.zeros(N, H, fo).index_add(0, dst, w.unsqueeze(-1) * v.index_select(0, src))
         out = out.reshape(N, H * fo) if self.concat else out.mean(1)
         return out + self.bias

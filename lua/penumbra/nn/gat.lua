@@ -1,13 +1,17 @@
 -- penumbra.nn.gat — GATConv and the two-layer GAT of Veličković et al. with any attention
 -- score from the registry (DESIGN §3.1) or the original additive `gat` score.
 --
--- GATConv(in, out, {heads=8, concat=true, score='gat', map=nil, qk_dim=out, dropout=0.6,
---                   attn_dropout=0.6, residual=false, bias=true, gamma=1, r=nil, slope=0.2})
+-- GATConv(in, out, {heads=8, concat=true, score='gat', map=nil, qk_dim=out, shared_qk=false,
+--                   dropout=0.6, attn_dropout=0.6, proj_dropout=0, residual=false, bias=true,
+--                   gamma=1, r=nil, slope=0.2})
 --   x (N, in), g = pn.graph(...) → (N, heads·out) when concat, else (N, out) (mean of heads).
 -- For `gat` the score is LeakyReLU(a_l·Wh_i + a_r·Wh_j) on the value projection Wh, as in
--- the paper. For distance scores, q and k are separate projections of width qk_dim per head,
--- mapped onto the manifold the score lives on (`map`, default by score: umbral → psi,
--- penumbral → xi with h = r, hyperbolic → pseudopolar, others none).
+-- the paper. For distance scores, q and k are separate projections of width qk_dim per head
+-- (or, with shared_qk, both the value projection Wh itself, as GAT scores Wh), mapped onto the
+-- manifold the score lives on (`map`, default by score: umbral → psi, penumbral → xi with
+-- h = r, hyperbolic → pseudopolar, others none). dropout acts on the layer's input,
+-- attn_dropout on the attention weights, proj_dropout on the projected values Wh after the
+-- scores are taken (the GAT authors' code drops all three).
 return function(nn, pn)
   local class = nn.class
 
@@ -24,6 +28,8 @@ return function(nn, pn)
     self.score = o.score or 'gat'
     self.dropout = o.dropout or 0.6
     self.attn_dropout = o.attn_dropout or o.dropout or 0.6
+    self.proj_dropout = o.proj_dropout or 0
+    self.shared_qk = o.shared_qk and self.score ~= 'gat' or false
     self.slope = o.slope or 0.2
     self.gamma, self.r = o.gamma, o.r
     self.map = o.map
@@ -35,8 +41,9 @@ return function(nn, pn)
       self:param('a_r', nn.init.xavier_uniform_(pn.empty({ H, fout })))
     else
       -- values, queries and keys from one GEMM (the input is read once: Cora's is 15 MB)
-      self.qk_dim = o.qk_dim or fout
-      self:add('proj', nn.Linear(fin, H * (fout + 2 * self.qk_dim), { bias = false, sparse_input = o.sparse_input }))
+      self.qk_dim = self.shared_qk and fout or (o.qk_dim or fout)
+      local width = self.shared_qk and H * fout or H * (fout + 2 * self.qk_dim)
+      self:add('proj', nn.Linear(fin, width, { bias = false, sparse_input = o.sparse_input }))
     end
     if o.residual then
       self:add('res', (fin == (self.concat and H * fout or fout)) and nn.Identity()
@@ -66,6 +73,13 @@ return function(nn, pn)
       v = self.proj(h):view(N, H, self.fout)
       q, k = v, v
       opts.a_l, opts.a_r, opts.slope = self.a_l, self.a_r, self.slope
+    elseif self.shared_qk then
+      local wh = self.proj(h)
+      v = wh:view(N, H, self.fout)
+      q = self:mapped(wh)
+      k = q
+      if self.gamma then opts.gamma = self.gamma end
+      if self.r then opts.r = self.r end
     else
       local all = self.proj(h)
       local wv, wq = H * self.fout, H * self.qk_dim
@@ -76,6 +90,7 @@ return function(nn, pn)
       if self.r then opts.r = self.r end
     end
     self.last_q, self.last_k = q, k
+    if self.proj_dropout > 0 then v = pn.dropout(v, self.proj_dropout, self.training) end
     local out = pn.graph_attention(q, k, v, g, opts) -- (N, H, fout)
     if self.concat then out = out:reshape(N, H * self.fout) else out = out:mean(2) end
     if self.res then out = out + self.res(h) end
@@ -94,7 +109,8 @@ return function(nn, pn)
     o = o or {}
     local hidden, heads = o.hidden or 8, o.heads or 8
     local common = { score = o.score, map = o.map, dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout,
-                     gamma = o.gamma, r = o.r, qk_dim = o.qk_dim, residual = o.residual }
+                     gamma = o.gamma, r = o.r, qk_dim = o.qk_dim, residual = o.residual,
+                     proj_dropout = o.proj_dropout, shared_qk = o.shared_qk }
     local l1, l2 = {}, {}
     for k, v in pairs(common) do l1[k], l2[k] = v, v end
     l1.heads, l1.concat = heads, true
