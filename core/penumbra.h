@@ -290,6 +290,10 @@ pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *
 /* node-major: q, k (N, H, D) or (N, D); v (N, H, Dv) or (N, Dv); CSR from pn_graph_csr */
 pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src,
                               const pn_attn_opts *o);
+/* per-edge attention weights α (E, H), or (E) for (N, D) q: edge e in CSR order (no dropout,
+ * aggregate ignored — einstein's Lorentz factors belong to v; not recorded) */
+pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *offsets, pn_tensor *src,
+                                      const pn_attn_opts *o);
 
 /* ---- linear attention (attention/cosine.c, attention/power.c, attention/rope.c) ---------
  * DESIGN §3.2. q, k: (B, H, N, D); v: (B, H, N, Dv). */

@@ -356,3 +356,70 @@ describe('graph attention errors', function()
     assert_error(function() pn.graph_attention(q, k, v, g, { score = 'nope' }) end, 'graph_attention', 'nope', 'gat')
   end)
 end)
+
+describe('graph attention weights per edge', function()
+  -- two independent routes to the same weights: dense attention_weights under the graph as a
+  -- mask (softmax / sigmoid scores without einstein), and graph_attention with one-hot values
+  -- (out[i, h, j] is the weight i gives j: edges are unique in csr_of)
+  local N, H, D = 6, 2, 3
+  local function allowed(i, j) return i == j or (2 * i + j) % 3 ~= 0 end
+  local g = csr_of(N, allowed)
+  local eye = {}
+  for i = 1, N do eye[i] = {} for h = 1, H do eye[i][h] = {} for j = 1, N do eye[i][h][j] = i == j and 1 or 0 end end end
+  local function per_edge(dense_at) -- dense_at(h, i, j) → the E×H list in CSR order
+    local out = {}
+    for i = 1, N do for j = 1, N do if allowed(i, j) then for h = 1, H do out[#out + 1] = dense_at(h, i, j) end end end end
+    return out
+  end
+  local m = {}
+  for i = 1, N do m[i] = {} for j = 1, N do m[i][j] = allowed(i, j) and 1 or 0 end end
+  local mask = pn.tensor(m, { dtype = 'u8' })
+
+  for _, name in ipairs(pn.attention_variants()) do
+    it(name .. ': every normalize and aggregate, f64 and f32, (E, H) and (E)', function()
+      local case = cases_of(name)[1]
+      for _, dtype in ipairs({ 'f64', 'f32' }) do
+        local q, k = nodes(N, H, D, case[1], 31, dtype), nodes(N, H, D, case[1], 32, dtype)
+        local opts0 = merge(case[2], { score = name })
+        if name == 'gat' then
+          opts0.a_l = nodes(H, 1, D, 'free', 33, dtype):squeeze(2)
+          opts0.a_r = nodes(H, 1, D, 'free', 34, dtype):squeeze(2)
+        end
+        for _, norm in ipairs(NORMS) do
+          for _, agg in ipairs(name == 'gat' and { 'sum' } or { 'sum', 'einstein' }) do
+            local opts = merge(opts0, { normalize = norm, aggregate = agg })
+            local what = string.format('%s %s %s %s', name, norm, agg, dtype)
+            local w = pn.graph_attention_weights(q, k, g, opts)
+            assert.same({ g.src:shape()[1], H }, w:shape())
+            assert.equal(dtype, w:dtype())
+            local tol = dtype == 'f64' and 1e-12 or 2e-6
+            -- einstein's Lorentz factors belong to the values: the weights are the α of sum
+            local oh = pn.graph_attention(q, k, pn.tensor(eye, { dtype = dtype }), g, merge(opts, { aggregate = 'sum' })):totable()
+            assert_close(vals(w), per_edge(function(h, i, j) return oh[i][h][j] end), tol, what .. ' vs one-hot values')
+            if name ~= 'gat' then
+              local hm = function(x) return x:transpose(1, 2):unsqueeze(1) end
+              local dw = pn.attention_weights(hm(q), hm(k), merge(opts, { mask = mask, aggregate = 'sum' })):totable()[1]
+              assert_close(vals(w), per_edge(function(h, i, j) return dw[h][i][j] end), tol, what .. ' vs dense weights')
+            end
+          end
+        end
+        if name ~= 'gat' then -- (N, D) inputs give (E)
+          local w1 = pn.graph_attention_weights(q:select(2, 1):contiguous(), k:select(2, 1):contiguous(), g, opts0)
+          assert.same({ g.src:shape()[1] }, w1:shape())
+          assert_close(vals(w1), vals(pn.graph_attention_weights(q, k, g, opts0):select(2, 1)), 0, name .. ' (N, D)')
+        end
+      end
+    end)
+  end
+
+  it('is not recorded, ignores dropout, and names itself in errors', function()
+    local q = nodes(N, H, D, 'free', 35):requires_grad_()
+    local k = nodes(N, H, D, 'free', 36)
+    local w = pn.graph_attention_weights(q, k, g, { dropout = 0.5, train = true })
+    assert.is_false(w.requires_grad)
+    assert_close(vals(w), vals(pn.graph_attention_weights(q, k, g, {})), 0, 'dropout ignored')
+    assert_error(function() pn.graph_attention_weights(q, nodes(5, H, D, 'free', 1), g, {}) end, 'graph_attention_weights', 'nodes')
+    assert_error(function() pn.graph_attention_weights(q, k, csr_of(5, allowed), {}) end, 'graph_attention_weights', 'offsets', '[6]', '[6,2,3]')
+    assert_error(function() pn.graph_attention_weights(q, k, {}, {}) end, 'graph_attention_weights', 'graph')
+  end)
+end)

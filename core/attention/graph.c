@@ -1,5 +1,6 @@
 /* graph.c — fused attention over a CSR neighbourhood (DESIGN §3.1, graph attention):
- * pn_graph_attention, forward and analytic backward.
+ * pn_graph_attention, forward and analytic backward; pn_graph_attention_weights, the per-edge
+ * weights.
  *
  * Node-major inputs q, k (N, H, D) or (N, D), v (N, H, Dv) or (N, Dv), and the CSR by
  * destination of pn_graph_csr: offsets (N+1), src (E); node i attends to src[e] for e in
@@ -91,7 +92,7 @@ static void csr_free(csr *g) {
     g->off = g->src = NULL;
 }
 
-static pn_status csr_load(pn_tensor *offsets, pn_tensor *src, pn_tensor *q, int64_t N, csr *g) {
+static pn_status csr_load(const char *OP, pn_tensor *offsets, pn_tensor *src, pn_tensor *q, int64_t N, csr *g) {
     memset(g, 0, sizeof *g);
     if (!offsets || !src) return pn_error(PN_ERR_ARG, "%s: %s is nil", OP, !offsets ? "offsets" : "src");
     PN_TRY(pn_check_cpu(OP, "offsets", offsets));
@@ -134,9 +135,10 @@ static pn_status csr_load(pn_tensor *offsets, pn_tensor *src, pn_tensor *q, int6
     return s;
 }
 
-/* Checks q, k, v, the graph and o; fills c with head-major copies and the terms. */
-static pn_status graph_call_init(pn_attn_call *c, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets,
-                                 pn_tensor *src, const pn_attn_opts *o, csr *g) {
+/* Checks q, k, v, the graph and o (errors name OP, the calling op, which shadows the file's);
+ * fills c with head-major copies and the terms. */
+static pn_status graph_call_init(const char *OP, pn_attn_call *c, pn_tensor *q, pn_tensor *k, pn_tensor *v,
+                                 pn_tensor *offsets, pn_tensor *src, const pn_attn_opts *o, csr *g) {
     memset(c, 0, sizeof *c);
     memset(g, 0, sizeof *g);
     c->op = OP;
@@ -177,7 +179,7 @@ static pn_status graph_call_init(pn_attn_call *c, pn_tensor *q, pn_tensor *k, pn
     c->D = q->sizes[q->nd - 1];
     c->Dv = v->sizes[v->nd - 1];
     if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", OP, pn_shape_str(q));
-    PN_TRY(csr_load(offsets, src, q, N, g));
+    PN_TRY(csr_load(OP, offsets, src, q, N, g));
     pn_status s = pn_attn_setup_init(OP, o, q->dt, c->H, c->D, 1, &c->st);
     if (s) {
         csr_free(g);
@@ -245,7 +247,7 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
                               const pn_attn_opts *o) {
     pn_attn_call c;
     csr g;
-    if (graph_call_init(&c, q, k, v, offsets, src, o, &g)) return NULL;
+    if (graph_call_init(OP, &c, q, k, v, offsets, src, o, &g)) return NULL;
     pn_tensor *out = NULL, *stat = NULL, *drop = NULL;
     int64_t oshape[3] = {c.Nq, c.H, c.Dv};
     if (q->nd == 2) oshape[1] = c.Dv;
@@ -261,8 +263,8 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
         for (int64_t i = 0; i < g.E * c.H; i++) pn_st(pd, q->dt, i, pn_ld(pd, q->dt, i) >= p ? keep : 0.0);
     }
     if (c.Nq > 0) {
-        pn_status s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat))
-                                     : gforward_f64(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat));
+        pn_status s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL)
+                                     : gforward_f64(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL);
         if (s) goto fail;
     }
     pn_tensor *ins[10] = {q, k, v, o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t, NULL, NULL};
@@ -301,6 +303,36 @@ fail:
     return NULL;
 }
 
+/* Per-edge weights (E, H), or (E) for (N, D) inputs: row e is the weight node i gives src[e]
+ * for e in [offsets[i], offsets[i+1]). Inspection only (entropy, heatmaps): no dropout,
+ * not recorded. These are the attention weights α: aggregate is ignored, since einstein's
+ * Lorentz factors belong to the values, which this op does not take — and the scores only
+ * read q and k, so k stands in for the unused v. */
+pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *offsets, pn_tensor *src,
+                                      const pn_attn_opts *o) {
+    pn_attn_call c;
+    csr g;
+    pn_attn_opts os;
+    if (o) {
+        os = *o;
+        os.aggregate = PN_AGG_SUM;
+    }
+    if (graph_call_init("graph_attention_weights", &c, q, k, k, offsets, src, o ? &os : NULL, &g)) return NULL;
+    pn_tensor *w = q->nd == 3 ? pn_empty(2, (const int64_t[]){g.E, c.H}, q->dt, PN_CPU)
+                              : pn_empty(1, (const int64_t[]){g.E}, q->dt, PN_CPU);
+    if (w && c.Nq > 0) {
+        pn_status s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w))
+                                     : gforward_f64(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w));
+        if (s) {
+            pn_release(w);
+            w = NULL;
+        }
+    }
+    pn_attn_call_free(&c);
+    csr_free(&g);
+    return w;
+}
+
 /* ---- backward ---------------------------------------------------------------------------------------- */
 static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     graph_saved *sv = n->extra;
@@ -308,7 +340,7 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     csr g;
     pn_attn_opts o = sv->o;
     o.train = 0; /* the saved mask is reused; nothing new is drawn */
-    PN_TRY(graph_call_init(&c, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &g));
+    PN_TRY(graph_call_init(OP, &c, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &g));
     const int dt = c.dt;
     const size_t es = pn_elsize(dt);
     const int64_t N = c.Nq, H = c.H, E = g.E, NH = N * H + 1, EH = E * H + 1;

@@ -66,9 +66,11 @@ static real SFX(gweights)(const pn_attn_call *c, const int64_t *src, int64_t e0,
     return z;
 }
 
-/* out (N, H, Dv) node-major, stat (H, N); drop (E, H) scaled dropout mask or NULL */
+/* out (N, H, Dv) node-major, stat (H, N); drop (E, H) scaled dropout mask or NULL.
+ * pn_graph_attention_weights passes out = stat = NULL and wedge (E, H), which receives the
+ * weights w per edge in CSR order (before dropout) instead of the aggregation. */
 static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t maxdeg,
-                               const real *drop, real *out, real *stat) {
+                               const real *drop, real *out, real *stat, real *wedge) {
     const int64_t N = c->Nq, H = c->H, Dv = c->Dv;
     int oom = 0;
     #pragma omp parallel if (N * H * (c->D + Dv) > PN_PAR_MIN / 8)
@@ -85,10 +87,14 @@ static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const 
             real *G = buf, *k0 = buf + maxdeg + 1, *k1 = k0 + maxdeg + 1, *s = k1 + maxdeg + 1, *w = s + maxdeg + 1;
             const int64_t e0 = off[i], deg = off[i + 1] - off[i];
             for (int64_t h = 0; h < H; h++) {
+                SFX(gscores)(c, off, src, i, h, G, k0, k1, s);
+                const real st = SFX(gweights)(c, src, e0, deg, h, s, w);
+                if (wedge)
+                    for (int64_t e = 0; e < deg; e++) wedge[(e0 + e) * H + h] = w[e];
+                if (!out) continue;
+                stat[h * N + i] = st;
                 real *o = out + (i * H + h) * Dv;
                 memset(o, 0, sizeof(real) * (size_t)Dv);
-                SFX(gscores)(c, off, src, i, h, G, k0, k1, s);
-                stat[h * N + i] = SFX(gweights)(c, src, e0, deg, h, s, w);
                 for (int64_t e = 0; e < deg; e++) {
                     real we = drop ? w[e] * drop[(e0 + e) * H + h] : w[e];
                     if (we == 0) continue;

@@ -1,7 +1,8 @@
 -- penumbra.compare — `./bench compare experiments/cora_*.lua seeds=10 [key=value …]`:
 -- runs every script over seeds 0..seeds-1 (other key=value pairs are passed to each run),
 -- then prints a table — attention, test accuracy mean ± std, val accuracy, epochs,
--- seconds per epoch — and saves it as Markdown and HDF5 under runs/compare/.
+-- seconds per epoch, and the attention entropy when the runs report attn_entropy (1 = uniform
+-- attention) — and saves it as Markdown and HDF5 under runs/compare/.
 local pn = require 'penumbra'
 
 local M = {}
@@ -39,7 +40,7 @@ function M.main(argv)
   local rows = {}
   for _, script in ipairs(scripts) do
     local name = script:match('([^/]+)%.lua$') or script
-    local row = { name = name, test = {}, val = {}, epochs = {}, spe = {}, failed = 0 }
+    local row = { name = name, test = {}, val = {}, epochs = {}, spe = {}, ent = {}, failed = 0 }
     for seed = 0, seeds - 1 do
       local o = { seed = tostring(seed), _quiet = true }
       for k, v in pairs(kv) do o[k] = v end
@@ -51,6 +52,7 @@ function M.main(argv)
         row.val[#row.val + 1] = r.val_acc
         row.epochs[#row.epochs + 1] = r.epochs
         row.spe[#row.spe + 1] = r.seconds_per_epoch
+        if r.attn_entropy then row.ent[#row.ent + 1] = r.attn_entropy end
         io.stderr:write(string.format(' test %.4f (%d epochs, %.1fs)\n', r.test_acc or 0 / 0, r.epochs, r.seconds))
       else
         row.failed = row.failed + 1
@@ -59,15 +61,21 @@ function M.main(argv)
     end
     rows[#rows + 1] = row
   end
+  -- the attention-entropy column (experiments whose finish reports attn_entropy) when any has it
+  local with_ent = false
+  for _, r in ipairs(rows) do if #r.ent > 0 then with_ent = true end end
   local lines = {
-    string.format('| experiment | test acc (mean ± std, %d seeds) | val acc | epochs | s/epoch | failed |', seeds),
-    '|---|---|---|---|---|---|' }
+    string.format('| experiment | test acc (mean ± std, %d seeds) | val acc | epochs | s/epoch |%s failed |', seeds,
+                  with_ent and ' attn entropy |' or ''),
+    with_ent and '|---|---|---|---|---|---|---|' or '|---|---|---|---|---|---|' }
   for _, r in ipairs(rows) do
     local tm, ts = mean_std(r.test)
     local vm = mean_std(r.val)
     local em = mean_std(r.epochs)
     local sm = mean_std(r.spe)
-    lines[#lines + 1] = string.format('| %s | %.4f ± %.4f | %.4f | %.0f | %.3f | %d |', r.name, tm, ts, vm, em, sm, r.failed)
+    local ent = ''
+    if with_ent then ent = #r.ent > 0 and string.format(' %.3f |', (mean_std(r.ent))) or ' – |' end
+    lines[#lines + 1] = string.format('| %s | %.4f ± %.4f | %.4f | %.0f | %.3f |%s %d |', r.name, tm, ts, vm, em, sm, ent, r.failed)
   end
   local md = table.concat(lines, '\n') .. '\n'
   io.write(md)
@@ -84,6 +92,7 @@ function M.main(argv)
       h:write(r.name .. '/val_acc', pn.tensor(r.val, { dtype = 'f64' }))
       h:write(r.name .. '/epochs', pn.tensor(r.epochs, { dtype = 'f64' }))
       h:write(r.name .. '/seconds_per_epoch', pn.tensor(r.spe, { dtype = 'f64' }))
+      if #r.ent > 0 then h:write(r.name .. '/attn_entropy', pn.tensor(r.ent, { dtype = 'f64' })) end
     end
   end
   h:set_attr('/', 'seeds', seeds)

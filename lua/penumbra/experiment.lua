@@ -12,7 +12,9 @@
 --                                                          -- also resets patience (GAT's rule);
 --                                                          -- a tie on monitor with a better
 --                                                          -- first `also` metric checkpoints
---     finish = function(state, cfg, run) end,              -- optional: log radii, attention maps
+--     finish = function(state, cfg, run) end,              -- optional: log radii, attention maps;
+--                                                          -- a returned {name = number} joins the
+--                                                          -- summary (and the returned result)
 --   }
 --
 -- Overrides come from the command line (`./bench script.lua lr=0.01 seed=3`) through the
@@ -310,7 +312,9 @@ function M.run(def, overrides)
       local vm = def.evaluate(state, cfg, 'val') or {}
       for kk, vv in pairs(vm) do result['val_' .. kk] = vv end
     end
-    if def.finish then def.finish(state, cfg, run) end
+    if def.finish then
+      for kk, vv in pairs(def.finish(state, cfg, run) or {}) do result[kk] = vv end
+    end
     status = 'finished'
   end, function(e)
     local msg = tostring(e)

@@ -63,31 +63,39 @@ return function(nn, pn)
     error("GATConv: unknown map '" .. tostring(self.map) .. "' (psi, xi, pseudopolar, none)", 2)
   end
 
-  -- attention weights are kept for inspection (heatmaps) when keep_attention is set
+  -- the score and its parameters, as pn.graph_attention takes them
+  function GATConv:score_options()
+    local opts = { score = self.score }
+    if self.score == 'gat' then
+      opts.a_l, opts.a_r, opts.slope = self.a_l, self.a_r, self.slope
+    else
+      if self.gamma then opts.gamma = self.gamma end
+      if self.r then opts.r = self.r end
+    end
+    return opts
+  end
+
+  -- the last forward's mapped q and k are kept (last_q, last_k) for inspection
   function GATConv:forward(x, g)
     local N, H = x:shape()[1], self.heads
     local h = pn.dropout(x, self.dropout, self.training)
-    local opts = { score = self.score, dropout = self.attn_dropout, train = self.training }
+    local opts = self:score_options()
+    opts.dropout, opts.train = self.attn_dropout, self.training
     local q, k, v
     if self.score == 'gat' then
       v = self.proj(h):view(N, H, self.fout)
       q, k = v, v
-      opts.a_l, opts.a_r, opts.slope = self.a_l, self.a_r, self.slope
     elseif self.shared_qk then
       local wh = self.proj(h)
       v = wh:view(N, H, self.fout)
       q = self:mapped(wh)
       k = q
-      if self.gamma then opts.gamma = self.gamma end
-      if self.r then opts.r = self.r end
     else
       local all = self.proj(h)
       local wv, wq = H * self.fout, H * self.qk_dim
       v = all:narrow(2, 1, wv):reshape(N, H, self.fout)
       q = self:mapped(all:narrow(2, wv + 1, wq):contiguous())
       k = self:mapped(all:narrow(2, wv + wq + 1, wq):contiguous())
-      if self.gamma then opts.gamma = self.gamma end
-      if self.r then opts.r = self.r end
     end
     self.last_q, self.last_k = q, k
     if self.proj_dropout > 0 then v = pn.dropout(v, self.proj_dropout, self.training) end
@@ -123,47 +131,83 @@ return function(nn, pn)
     return self.layer2(self.layer1(x, g):elu(1), g)
   end
 
+  -- the layer's per-edge attention weights (E, H) for the whole graph, eval mode, no grad
+  -- (also fills layer.last_q / last_k)
+  local function edge_weights(self, x, g, o, op)
+    local layer = self['layer' .. (o.layer or 1)]
+    if not layer then error(op .. ': the model has no layer ' .. tostring(o.layer), 3) end
+    return pn.no_grad(function()
+      local was = self.training
+      self:eval()
+      self(x, g)
+      local w = pn.graph_attention_weights(layer.last_q, layer.last_k, g, layer:score_options())
+      self:train(was)
+      return w
+    end)
+  end
+
   -- Attention of a node's neighbourhood in layer `layer` (eval mode, no grad): the node and
   -- up to max−1 of its in-neighbours (CSR by destination), weights (H, n, n) where row i is
   -- how node ids[i] attends to the others (0 where it has no edge), and the 0-based ids.
   function GAT:neighbourhood_attention(x, g, node, o)
     o = o or {}
-    local layer = self['layer' .. (o.layer or 1)]
-    if not layer then error('neighbourhood_attention: the model has no layer ' .. tostring(o.layer), 2) end
     local N = g.num_nodes
     if type(node) ~= 'number' or node % 1 ~= 0 or node < 0 or node >= N then
       error(string.format('neighbourhood_attention: node %s out of range 0..%d (0-based ids)', tostring(node), N - 1), 2)
     end
     local maxn = o.max or 16
-    return pn.no_grad(function()
-      local was = self.training
-      self:eval()
-      self(x, g) -- fills layer.last_q / last_k
-      local off = g.offsets:narrow(1, node + 1, 2):totable()
-      local ids, seen = { node }, { [node] = true }
-      if off[2] > off[1] then
-        for _, s in ipairs(g.src:narrow(1, off[1] + 1, off[2] - off[1]):totable()) do
-          if not seen[s] and #ids < maxn then ids[#ids + 1] = s; seen[s] = true end
+    local w = edge_weights(self, x, g, o, 'neighbourhood_attention')
+    local H = w:shape()[2]
+    local off, src = g.offsets:totable(), g.src:totable()
+    local ids, pos = { node }, { [node] = 1 }
+    for e = off[node + 1] + 1, off[node + 2] do
+      local s = src[e]
+      if not pos[s] and #ids < maxn then ids[#ids + 1] = s; pos[s] = #ids end
+    end
+    local n = #ids
+    local W = {}
+    for h = 1, H do
+      W[h] = {}
+      for a = 1, n do W[h][a] = {} for b = 1, n do W[h][a][b] = 0 end end
+    end
+    local wt = w:totable()
+    for a, id in ipairs(ids) do
+      for e = off[id + 1] + 1, off[id + 2] do
+        local b = pos[src[e]]
+        if b then for h = 1, H do W[h][a][b] = W[h][a][b] + wt[e][h] end end -- duplicate edges add up
+      end
+    end
+    return pn.tensor(W, { dtype = w:dtype() }), ids
+  end
+
+  -- How far a layer's attention is from uniform: the entropy of each node's weights over its
+  -- in-edges divided by log(in-degree), averaged over heads and the nodes with ≥ 2 in-edges.
+  -- 1 = uniform (the layer averages its neighbours like a GCN would); 0 = one neighbour takes
+  -- all the weight. Eval mode, no grad. Returns the mean and the per-head means (a Lua list).
+  function GAT:attention_entropy(x, g, o)
+    o = o or {}
+    local wt = edge_weights(self, x, g, o, 'attention_entropy'):totable()
+    local off = g.offsets:totable()
+    local H = #(wt[1] or {})
+    local per, count = {}, 0
+    for h = 1, H do per[h] = 0 end
+    for i = 1, g.num_nodes do
+      local e0, e1 = off[i] + 1, off[i + 1]
+      local deg = e1 - e0 + 1
+      if deg >= 2 then
+        count = count + 1
+        for h = 1, H do
+          local ent = 0
+          for e = e0, e1 do
+            local p = wt[e][h]
+            if p > 0 then ent = ent - p * math.log(p) end
+          end
+          per[h] = per[h] + ent / math.log(deg)
         end
       end
-      local n = #ids
-      -- one-hot values over the chosen nodes: node i's output is its weights on them
-      local eye = {}
-      for i = 1, n do eye[i] = {}; for j = 1, n do eye[i][j] = (i == j) and 1 or 0 end end
-      local idx = pn.tensor(ids, { dtype = 'i64' })
-      local H = layer.heads
-      local v = pn.zeros({ N, n }):index_add(1, idx, pn.tensor(eye))
-      v = v:unsqueeze(2):expand(N, H, n):contiguous():to(layer.last_q:dtype())
-      local opts = { score = layer.score, train = false, dropout = 0 }
-      if layer.score == 'gat' then opts.a_l, opts.a_r, opts.slope = layer.a_l, layer.a_r, layer.slope
-      else
-        if layer.gamma then opts.gamma = layer.gamma end
-        if layer.r then opts.r = layer.r end
-      end
-      local w = pn.graph_attention(layer.last_q, layer.last_k, v, g, opts) -- (N, H, n)
-      w = w:index_select(1, idx):permute(2, 1, 3):contiguous()           -- (H, n, n)
-      self:train(was)
-      return w, ids
-    end)
+    end
+    local mean = 0
+    for h = 1, H do per[h] = count > 0 and per[h] / count or 0 / 0; mean = mean + per[h] / H end
+    return mean, per
   end
 end

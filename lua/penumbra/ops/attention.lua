@@ -4,6 +4,9 @@
 --   pn.attention_weights(q, k, opts)     → (…, Nq, Nk) normalised weights (heatmaps, tests; not recorded)
 --   pn.graph_attention(q, k, v, g, opts) node-major q, k (N,H,D) | (N,D), v (N,H,Dv) | (N,Dv);
 --                                        g = pn.graph(…) = {offsets=, src=, num_nodes=} (CSR by destination)
+--   pn.graph_attention_weights(q, k, g, opts)   → (E, H) | (E): the weight of each edge of g (in
+--                                        g.src order): the attention weights α (entropy, heatmaps;
+--                                        no dropout, aggregate ignored, not recorded)
 --   pn.attention_variants()              → {'dot', 'laplacian', …} from the registry (core/attention/variants.def)
 --
 -- opts (all optional):
@@ -130,6 +133,12 @@ return function(pn, M, B)
     end
   end
 
+  local function graph_table(op, g)
+    if type(g) ~= 'table' or not is_tensor(g.offsets) or not is_tensor(g.src) then
+      error(op .. ': g must be a graph table {offsets=, src=, num_nodes=} (see pn.graph), got ' .. type(g), 3)
+    end
+  end
+
   function pn.attention(q, k, v, opts)
     tensors('attention', { { 'q', q }, { 'k', k }, { 'v', v } })
     local keep = {}
@@ -146,11 +155,17 @@ return function(pn, M, B)
 
   function pn.graph_attention(q, k, v, g, opts)
     tensors('graph_attention', { { 'q', q }, { 'k', k }, { 'v', v } })
-    if type(g) ~= 'table' or not is_tensor(g.offsets) or not is_tensor(g.src) then
-      error('graph_attention: g must be a graph table {offsets=, src=, num_nodes=} (see pn.graph), got ' .. type(g), 2)
-    end
+    graph_table('graph_attention', g)
     local keep = {}
     local o = make_opts('graph_attention', opts, keep, true)
     return wrap(C.pn_graph_attention(q, k, v, g.offsets, g.src, o))
+  end
+
+  function pn.graph_attention_weights(q, k, g, opts)
+    tensors('graph_attention_weights', { { 'q', q }, { 'k', k } })
+    graph_table('graph_attention_weights', g)
+    local keep = {}
+    local o = make_opts('graph_attention_weights', opts, keep, true)
+    return wrap(C.pn_graph_attention_weights(q, k, g.offsets, g.src, o))
   end
 end

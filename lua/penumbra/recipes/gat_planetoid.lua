@@ -74,6 +74,10 @@ local function experiment(o)
     end,
     finish = function(s, _, run)
       local d, model = s.d, s.model
+      -- how uniform the first layer's attention is (1 = a plain neighbourhood mean)
+      local ent, per_head = model:attention_entropy(d.x, d.graph, { layer = 1 })
+      run:write('attention/entropy_layer1', pn.tensor(per_head, { dtype = 'f64' }),
+                { mean = ent, what = 'entropy / log(in-degree) per head, nodes with >= 2 in-edges' })
       -- learned heights (the last coordinate after the map) of the first layer's keys, per
       -- node and head; scores without a map log the key norms instead (attr kind says which)
       pn.no_grad(function() model:eval(); model(d.x, d.graph) end)
@@ -98,6 +102,7 @@ local function experiment(o)
         run:write('attention/node' .. node, w, { labels = table.concat(labels, '\n'), layer = 1,
                                                   score = l1.score, node = node })
       end
+      return { attn_entropy = ent }
     end,
   }
 end
