@@ -111,3 +111,54 @@ describe('GAT on a synthetic graph', function()
     assert.is_true(err < 0.05 * scale, string.format('mean of dropped outputs off by %.3g (scale %.3g)', err, scale))
   end)
 end)
+
+describe('GAT attention entropy', function()
+  it('is 1 for uniform attention and matches a naive entropy of the dense masked weights otherwise', function()
+    local x, _, g, n = synthetic(5)
+    x = x:to('f64')
+    pn.manual_seed(9)
+    local model = pn.nn.GAT(x:shape()[2], 2, { score = 'dot', hidden = 3, heads = 2, dropout = 0, attn_dropout = 0 })
+    for _, np in ipairs(model:named_parameters()) do
+      local path = {}
+      for part in np[1]:gmatch('[^%.]+') do path[#path + 1] = part end
+      local owner = model
+      for i = 1, #path - 1 do owner = owner[path[i]] end
+      owner:param(path[#path], (np[2] * 3):to('f64')) -- larger weights: clearly non-uniform attention
+    end
+    local ent, per = model:attention_entropy(x, g, { layer = 1 })
+    -- naive: dense softmax weights of layer 1's q, k under the graph as a mask
+    local l1 = model.layer1
+    local off, src = g.offsets:totable(), g.src:totable()
+    local m = {}
+    for i = 1, n do m[i] = {} for j = 1, n do m[i][j] = 0 end end
+    for i = 1, n do for e = off[i] + 1, off[i + 1] do m[i][src[e] + 1] = 1 end end
+    local hm = function(t) return t:transpose(1, 2):unsqueeze(1) end
+    local w = pn.attention_weights(hm(l1.last_q), hm(l1.last_k), { score = 'dot', mask = pn.tensor(m, { dtype = 'u8' }) })
+    w = w:totable()[1]
+    local want, count = {}, 0
+    for h = 1, 2 do want[h] = 0 end
+    for i = 1, n do
+      local deg = off[i + 1] - off[i]
+      if deg >= 2 then
+        count = count + 1
+        for h = 1, 2 do
+          local e = 0
+          for j = 1, n do local p = w[h][i][j]; if p > 0 then e = e - p * math.log(p) end end
+          want[h] = want[h] + e / math.log(deg)
+        end
+      end
+    end
+    for h = 1, 2 do
+      want[h] = want[h] / count
+      assert.is_true(math.abs(per[h] - want[h]) < 1e-12, string.format('head %d: %.15g vs %.15g', h, per[h], want[h]))
+    end
+    assert.is_true(math.abs(ent - (want[1] + want[2]) / 2) < 1e-12)
+    assert.is_true(ent < 0.99, 'attention should be far from uniform here, entropy ' .. ent)
+    -- zero queries: every score is 0, the attention is the neighbourhood mean
+    local Wt = l1.proj.weight:clone()
+    local F = x:shape()[2]
+    l1.proj:param('weight', pn.cat({ Wt:narrow(1, 1, 6), pn.zeros({ 12, F }, { dtype = 'f64' }) }, 1))
+    local flat = model:attention_entropy(x, g, { layer = 1 })
+    assert.is_true(math.abs(flat - 1) < 1e-12, 'uniform attention gives entropy 1, got ' .. flat)
+  end)
+end)
