@@ -17,44 +17,8 @@ local inf = math.huge
 
 -- ---- small helpers --------------------------------------------------------------------------
 
-local function assert_close(got, ref, tol, what)
-  assert.equal(#ref, #got, (what or '') .. ': element count')
-  for i = 1, #ref do
-    local g, r = got[i], ref[i]
-    local ok = math.abs(g - r) <= tol * (1 + math.abs(r))
-    if not ok then
-      error(string.format('%s: element %d got %.17g, expected %.17g', what or '', i, g, r), 2)
-    end
-  end
-end
-
-local function assert_finite(list, what)
-  for i, x in ipairs(list) do
-    if not (x == x and x > -inf and x < inf) then error(string.format('%s: element %d is %s', what, i, tostring(x)), 2) end
-  end
-end
-
-local function assert_error(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pat in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pat, 1, true), 'error "' .. tostring(err) .. '" does not name "' .. pat .. '"')
-  end
-end
-
--- deterministic pseudo-random numbers (an LCG), so f32 and f64 tensors hold the same values
-local Rng = {}
-Rng.__index = Rng
-local function rng(seed) return setmetatable({ s = seed * 7919 + 17 }, Rng) end
-function Rng:u()
-  self.s = (self.s * 1103515245 + 12345) % 2147483648
-  return self.s / 2147483648
-end
-function Rng:n() -- approximately normal
-  local a = 0
-  for _ = 1, 6 do a = a + self:u() end
-  return (a - 3) * 1.4
-end
+local assert_close, assert_finite, rng = check.assert_close, check.assert_finite, check.rng
+local assert_error = check.assert_error_matching
 
 -- nested table of `shape` filled by f(rng, index-path)
 local function fill(shape, f, r)

@@ -11,31 +11,7 @@ local flatten, vals = check.flatten, check.vals
 local inf = math.huge
 
 
-local function assert_close(got, ref, tol, what)
-  assert.equal(#ref, #got, (what or '') .. ': element count')
-  for i = 1, #ref do
-    if not (math.abs(got[i] - ref[i]) <= tol * (1 + math.abs(ref[i]))) then
-      error(string.format('%s: element %d got %.17g, expected %.17g', what or '', i, got[i], ref[i]), 2)
-    end
-  end
-end
-
-local function assert_error(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pat in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pat, 1, true), 'error "' .. tostring(err) .. '" does not name "' .. pat .. '"')
-  end
-end
-
-local Rng = {}
-Rng.__index = Rng
-local function rng(seed) return setmetatable({ s = seed * 7919 + 17 }, Rng) end
-function Rng:u()
-  self.s = (self.s * 1103515245 + 12345) % 2147483648
-  return self.s / 2147483648
-end
-function Rng:n() local a = 0 for _ = 1, 6 do a = a + self:u() end return (a - 3) * 1.4 end
+local assert_close, assert_error, rng = check.assert_close, check.assert_error_matching, check.rng
 
 -- CSR by destination from allowed(i, j) (node i attends to node j), nodes 1-based here,
 -- stored 0-based: returns {offsets=, src=, num_nodes=}

@@ -2,13 +2,7 @@
 -- (dst, src) pairs, count per destination), self loops, input forms, errors.
 local pn = require 'penumbra'
 
-local function assert_error_matching(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pattern in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pattern, 1, true), 'error "' .. tostring(err) .. '" does not contain "' .. pattern .. '"')
-  end
-end
+local assert_error_matching = require('spec.helpers.check').assert_error_matching
 
 -- naive CSR by destination: list of {src, dst}, 0-based ids
 local function naive_csr(edges, n, self_loops)

@@ -8,24 +8,8 @@ local nn = pn.nn
 
 local flat = gradcheck.flat
 
--- |a − b| ≤ tol·(1 + |b|) elementwise; a, b tensors or flat lists
-local function assert_close(a, b, tol, what)
-  local fa = pn.is_tensor(a) and flat(a) or a
-  local fb = pn.is_tensor(b) and flat(b) or b
-  assert.are.equal(#fb, #fa, (what or '') .. ': sizes differ')
-  for i = 1, #fa do
-    local ok = math.abs(fa[i] - fb[i]) <= tol * (1 + math.abs(fb[i]))
-    assert.is_true(ok, string.format('%s: element %d: %.12g vs %.12g', what or '', i, fa[i], fb[i]))
-  end
-end
-
-local function assert_error_matching(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pattern in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pattern, 1, true), 'error "' .. tostring(err) .. '" does not contain "' .. pattern .. '"')
-  end
-end
+local check = require 'spec.helpers.check'
+local assert_close, assert_error_matching = check.assert_close, check.assert_error_matching
 
 -- ---- naive reference -------------------------------------------------------------------------
 local function dot(a, b)

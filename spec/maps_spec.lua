@@ -10,13 +10,7 @@ local sinh, cosh, tanh = math.sinh, math.cosh, math.tanh
 local function atanh(z) return 0.5 * log((1 + z) / (1 - z)) end
 
 -- ---- helpers ----------------------------------------------------------------------------------
-local function assert_error_matching(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pattern in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pattern, 1, true), 'error "' .. tostring(err) .. '" does not contain "' .. pattern .. '"')
-  end
-end
+local assert_error_matching = require('spec.helpers.check').assert_error_matching
 
 local function flatten(t, out)
   out = out or {}

@@ -3,13 +3,7 @@
 local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
 
-local function assert_error_matching(fn, ...)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, 'expected an error')
-  for _, pattern in ipairs({ ... }) do
-    assert.truthy(tostring(err):find(pattern, 1, true), 'error "' .. tostring(err) .. '" does not contain "' .. pattern .. '"')
-  end
-end
+local assert_error_matching = require('spec.helpers.check').assert_error_matching
 
 local function f64(...) return pn.randn({ ... }, { dtype = 'f64' }) end
 local function leaf(...) return pn.randn({ ... }, { dtype = 'f64' }):requires_grad_() end
