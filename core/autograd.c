@@ -7,7 +7,7 @@
  * consumers are done (a topological order without recursion). Leaf gradients
  * accumulate (+=); a node's incoming gradients are summed before it runs. After
  * backward the nodes drop their saved tensors and edges unless retain_graph. */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdio.h>
 
@@ -135,8 +135,8 @@ pn_tensor *pn_grad_to_input(pn_node *n, int i, pn_tensor *g) {
     return pn_sum_to_shape(g, (int)n->in_shape_nd[i], n->in_shape[i]);
 }
 
-/* g summed over the dims in which it was broadcast from shape. Serial: the output
- * is usually small (a bias), and accumulation order stays deterministic. */
+/* g summed over the dims in which it was broadcast from shape, by the sum_to kernel of g's
+ * device. */
 pn_tensor *pn_sum_to_shape(pn_tensor *g, int nd, const int64_t *shape) {
     if (g->nd == nd && memcmp(g->sizes, shape, sizeof(int64_t) * (size_t)nd) == 0) {
         pn_retain(g);
@@ -148,34 +148,13 @@ pn_tensor *pn_sum_to_shape(pn_tensor *g, int nd, const int64_t *shape) {
     if (bnd != g->nd || pn_shape_numel(bnd, bshape) != pn_numel(g))
         return pn_error_null(PN_ERR_SHAPE, "sum_to_shape: %s does not reduce to %s", pn_shape_str(g),
                              pn_dims_str(nd, shape));
-    pn_tensor *out = pn_zeros(nd, shape, g->dt, g->dev);
+    const pn_kernels *k;
+    if (pn_backend_for("sum_to_shape", g->dev, &k)) return NULL;
+    pn_tensor *out = pn_empty(nd, shape, g->dt, g->dev);
     if (!out) return NULL;
-    int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
-    pn_broadcast_strides(out, g->nd, g->sizes, st[0]);
-    memcpy(st[1], g->strides, sizeof st[1]);
-    pn_iter it;
-    pn_iter_init(&it, g->nd, g->sizes, 2, (pn_tensor *const[]){out, g}, st);
-    char *o = pn_ptr(out);
-    const char *x = pn_ptr(g);
-    for (int64_t r = 0; r < it.rows; r++) {
-        int64_t off[PN_ITER_MAX_OPS];
-        pn_iter_row(&it, r, off);
-        if (g->dt == PN_F32) {
-            float *po = (float *)o + off[0];
-            const float *px = (const float *)x + off[1];
-            if (it.istride[0] == 0) {
-                float acc = 0;
-                for (int64_t i = 0; i < it.inner; i++) acc += px[i * it.istride[1]];
-                po[0] += acc;
-            } else {
-                for (int64_t i = 0; i < it.inner; i++) po[i * it.istride[0]] += px[i * it.istride[1]];
-            }
-        } else {
-            for (int64_t i = 0; i < it.inner; i++) {
-                int64_t a = off[0] + i * it.istride[0];
-                pn_st(o, g->dt, a, pn_ld(o, g->dt, a) + pn_ld(x, g->dt, off[1] + i * it.istride[1]));
-            }
-        }
+    if (PN_KCALL("sum_to_shape", k, sum_to, out, g)) {
+        pn_release(out);
+        return NULL;
     }
     return out;
 }
@@ -226,8 +205,16 @@ static pn_status accumulate(pn_tensor **slot, pn_tensor *g) {
         *slot = g;
         return PN_OK;
     }
-    pn_tensor *s = pn_binary(PN_ADD, *slot, g);
+    /* a fresh contiguous copy of the first, then += the second on their device */
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for("backward", g->dev, &k));
+    pn_tensor *s = pn_contig_copy(*slot);
     if (!s) return PN_ERR_OOM;
+    pn_status st = PN_KCALL("backward", k, accumulate, s, g);
+    if (st) {
+        pn_release(s);
+        return st;
+    }
     pn_release(*slot);
     *slot = s;
     return PN_OK;
@@ -255,7 +242,9 @@ static pn_status accumulate_leaf(pn_tensor *leaf, pn_tensor *g) {
     if (leaf->gradt->dt != g->dt)
         return pn_error(PN_ERR_DTYPE, "backward: gradient dtype %s for leaf of dtype %s", pn_dtype_name(g->dt),
                         pn_dtype_name(leaf->gradt->dt));
-    return pn_axpy_(leaf->gradt, 1.0, g);
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for("backward", g->dev, &k));
+    return PN_KCALL("backward", k, accumulate, leaf->gradt, g);
 }
 
 typedef struct {

@@ -2,7 +2,8 @@
  *
  * What lives here (look here before writing a helper):
  *   errors      pn_error / pn_error_null, PN_TRY, pn_shape_str / pn_dims_str
- *   memory      pn_alloc / pn_free (counted), pn_tensor_new_like, storage refcounts
+ *   memory      pn_alloc / pn_free (counted), pn_empty_like, pn_contig / pn_contig_copy,
+ *               storage refcounts
  *   dims        pn_wrap_dim, pn_broadcast_shape, pn_broadcast_strides
  *   dtype       pn_ld / pn_st (generic load/store as double), pn_is_float
  *   iteration   pn_iter: N operands over one (broadcast) shape, inner-row loops
@@ -58,6 +59,11 @@ pn_tensor *pn_tensor_view_of(pn_storage *s, int nd, const int64_t *shape, const 
                              int64_t offset, int dtype);
 /* Fresh contiguous CPU tensor (uninitialised); same as pn_empty with dtype/shape of x. */
 pn_tensor *pn_empty_like(const pn_tensor *x);
+/* x itself (a new reference) when contiguous, else an unrecorded contiguous copy: what a
+ * kernel reads while the autograd node is recorded on the caller's x. NULL + error on OOM. */
+pn_tensor *pn_contig(pn_tensor *x);
+/* Always a fresh contiguous copy (not recorded) that the caller owns alone. */
+pn_tensor *pn_contig_copy(const pn_tensor *x);
 /* Row-major strides for shape. */
 void pn_contiguous_strides(int nd, const int64_t *shape, int64_t *strides);
 int64_t pn_shape_numel(int nd, const int64_t *shape);

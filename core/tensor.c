@@ -203,6 +203,24 @@ pn_tensor *pn_empty(int nd, const int64_t *shape, int dtype, int device) {
 
 pn_tensor *pn_empty_like(const pn_tensor *x) { return pn_empty(x->nd, x->sizes, x->dt, x->dev); }
 
+pn_tensor *pn_contig_copy(const pn_tensor *x) {
+    pn_tensor *c = pn_empty_like(x);
+    if (c && pn_copy_(c, (pn_tensor *)x) != PN_OK) {
+        pn_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+pn_tensor *pn_contig(pn_tensor *x) {
+    if (!x) return NULL;
+    if (pn_is_contiguous(x)) {
+        pn_retain(x);
+        return x;
+    }
+    return pn_contig_copy(x);
+}
+
 pn_tensor *pn_zeros(int nd, const int64_t *shape, int dtype, int device) {
     pn_tensor *t = new_tensor("zeros", nd, shape, dtype, device);
     if (t) memset(t->storage->data, 0, t->storage->nbytes);

@@ -159,8 +159,6 @@ pn_tensor *pn_attn_param_tensor(const pn_attn_opts *o, int p);
 extern const char *const pn_attn_param_names[PN_NPARAM];
 /* Gradient for parameter tensor t (0-dim, (1) or (H)) from per-head sums g[H]. New reference. */
 pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H);
-/* x itself when contiguous, else a contiguous copy (not recorded). New reference. */
-pn_tensor *pn_attn_contig(pn_tensor *x);
 /* Retain every tensor in o (for a saved copy) / release them. */
 void pn_attn_opts_retain(pn_attn_opts *o);
 void pn_attn_opts_release(pn_attn_opts *o);

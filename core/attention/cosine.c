@@ -122,7 +122,7 @@ static pn_status cosine_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_status st = PN_OK;
     double *s = malloc(sizeof(double) * (size_t)H);
     double *gm_bh = NULL;
-    pn_tensor *gc = pn_lin_contig(g);
+    pn_tensor *gc = pn_contig(g);
     pn_tensor *gq = NULL, *gk = NULL, *gv = NULL, *gm = NULL;
     if (!s || !gc) goto oom;
     sigmoids(m, s);
@@ -179,8 +179,8 @@ pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tens
                                  pn_shape_str(key_mask), (long long)B, (long long)N, pn_shape_str(q));
     }
 
-    pn_tensor *qc = pn_lin_contig(q), *kc = pn_lin_contig(k), *vc = pn_lin_contig(v), *mc = pn_lin_contig(m);
-    pn_tensor *maskc = key_mask ? pn_lin_contig(key_mask) : NULL;
+    pn_tensor *qc = pn_contig(q), *kc = pn_contig(k), *vc = pn_contig(v), *mc = pn_contig(m);
+    pn_tensor *maskc = key_mask ? pn_contig(key_mask) : NULL;
     pn_tensor *out = NULL;
     double *s = malloc(sizeof(double) * (size_t)(H > 0 ? H : 1));
     if (!s) pn_error(PN_ERR_OOM, OP ": out of memory");

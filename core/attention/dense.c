@@ -296,7 +296,7 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, 
     pn_tensor *ins[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {
         if (!ins[i]) continue;
-        if (!(c->own[i] = pn_attn_contig(ins[i]))) {
+        if (!(c->own[i] = pn_contig(ins[i]))) {
             s = PN_ERR_OOM;
             goto fail;
         }
@@ -460,7 +460,7 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     bw_bufs bb;
     memset(&bb, 0, sizeof bb);
     pn_tensor *gc = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *gb = NULL;
-    gc = pn_attn_contig(gout);
+    gc = pn_contig(gout);
     dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, PN_CPU);
     dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, PN_CPU);
     dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, PN_CPU);

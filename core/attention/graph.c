@@ -52,7 +52,7 @@ static pn_tensor *head_major(pn_tensor *x) {
     int prev = pn_set_grad_enabled(0);
     pn_tensor *r = NULL;
     if (x->nd == 2) {
-        r = pn_attn_contig(x);
+        r = pn_contig(x);
     } else {
         pn_tensor *p = pn_permute(x, 3, (const int64_t[]){1, 0, 2});
         if (p) {
@@ -199,7 +199,7 @@ static pn_status graph_call_init(const char *OP, pn_attn_call *c, pn_tensor *q, 
                        (a->nd == 1 && c->H == 1 && a->sizes[0] == c->D)))
                 s = pn_error(PN_ERR_SHAPE, "%s: %s %s must be (H, D) = (%lld, %lld) for q %s", OP, an[i],
                              pn_shape_str(a), (long long)c->H, (long long)c->D, pn_shape_str(q));
-            else if (!(c->own[3 + i] = pn_attn_contig(a)))
+            else if (!(c->own[3 + i] = pn_contig(a)))
                 s = PN_ERR_OOM;
             else if (pn_check_cpu(OP, an[i], a))
                 s = PN_ERR_DEVICE;
@@ -345,7 +345,7 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     const size_t es = pn_elsize(dt);
     const int64_t N = c.Nq, H = c.H, E = g.E, NH = N * H + 1, EH = E * H + 1;
     pn_status st = PN_OK;
-    pn_tensor *gc = pn_attn_contig(gout);
+    pn_tensor *gc = pn_contig(gout);
     void *dq = calloc((size_t)(NH * c.D), es), *dk = calloc((size_t)(NH * c.D), es), *dv = calloc((size_t)(NH * c.Dv + 1), es);
     double *dqt[2] = {NULL, NULL}, *dkt[2] = {NULL, NULL}, *dg = NULL, *da_l = NULL, *da_r = NULL;
     double *dparam = calloc((size_t)(NH * PN_NPARAM), sizeof(double));

@@ -140,8 +140,8 @@ pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_ten
         return pn_error_null(PN_ERR_ARG, "%s.step: cosine attention has no gates; log_gate must be nil", op);
     if (log_gate && check_row(s, "log_gate", log_gate, 0)) return NULL;
 
-    pn_tensor *qc = pn_lin_contig(q), *kc = pn_lin_contig(k), *vc = pn_lin_contig(v);
-    pn_tensor *gc = log_gate ? pn_lin_contig(log_gate) : NULL;
+    pn_tensor *qc = pn_contig(q), *kc = pn_contig(k), *vc = pn_contig(v);
+    pn_tensor *gc = log_gate ? pn_contig(log_gate) : NULL;
     int64_t shape[3] = {s->B, s->H, s->Dv};
     pn_tensor *out = (qc && kc && vc && (gc || !log_gate)) ? pn_empty(3, shape, s->dt, PN_CPU) : NULL;
     if (!out) goto done;

@@ -34,22 +34,6 @@
 #define PN_SYMPOW_MAX_P 32
 #define PN_SYMPOW_MAX_DIM ((int64_t)1 << 28)
 
-/* x itself when contiguous (new reference), else an unrecorded contiguous copy. Kernels
- * read the copy; the autograd node is recorded on the caller's original tensor. */
-static inline pn_tensor *pn_lin_contig(pn_tensor *x) {
-    if (!x) return NULL;
-    if (pn_is_contiguous(x)) {
-        pn_retain(x);
-        return x;
-    }
-    pn_tensor *c = pn_empty_like(x);
-    if (c && pn_copy_(c, x) != PN_OK) {
-        pn_release(c);
-        return NULL;
-    }
-    return c;
-}
-
 /* p: (…) f32/f64 data; dst: (n) doubles ← p[off .. off+n) */
 static inline void ld_row(const void *p, int dt, int64_t off, int64_t n, double *dst) {
     if (dt == PN_F32) {

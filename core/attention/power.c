@@ -155,7 +155,7 @@ void pn_sympow_grad(const pn_sympow_table *t, const double *x, const double *gph
 static pn_status sympow_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const pn_sympow_table *t = n->extra;
     pn_tensor *x = n->saved[0];
-    pn_tensor *gc = pn_lin_contig(g);
+    pn_tensor *gc = pn_contig(g);
     pn_tensor *gx = gc ? pn_empty_like(x) : NULL;
     if (!gx) {
         pn_release(gc);
@@ -204,7 +204,7 @@ pn_tensor *pn_sympow_embed(pn_tensor *x, int p) {
     memcpy(shape, x->sizes, sizeof shape);
     shape[x->nd - 1] = Dp;
     pn_sympow_table *t = pn_sympow_table_new(op, D, p);
-    pn_tensor *xc = t ? pn_lin_contig(x) : NULL;
+    pn_tensor *xc = t ? pn_contig(x) : NULL;
     pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, PN_CPU) : NULL;
     if (!out) goto fail;
     const int64_t R = pn_numel(x) / D;
@@ -648,7 +648,7 @@ static void fill_args(pw_args *a, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_t
  * extra: the φ table (chunked form) */
 static pn_status power_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *lg = n->saved[3];
-    pn_tensor *gc = pn_lin_contig(g), *gq = NULL, *gk = NULL, *gv = NULL, *glg = NULL;
+    pn_tensor *gc = pn_contig(g), *gq = NULL, *gk = NULL, *gv = NULL, *glg = NULL;
     if (!gc) goto oom;
     if (pn_ag_input_needs(n, 0) && !(gq = pn_empty_like(q))) goto oom;
     if (pn_ag_input_needs(n, 1) && !(gk = pn_empty_like(k))) goto oom;
@@ -703,8 +703,8 @@ pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, i
     pn_sympow_table *tab = NULL;
     if (chunk > 0 && !(tab = pn_sympow_table_new(OP, q->sizes[3], p))) return NULL;
 
-    pn_tensor *qc = pn_lin_contig(q), *kc = pn_lin_contig(k), *vc = pn_lin_contig(v);
-    pn_tensor *lgc = log_gate ? pn_lin_contig(log_gate) : NULL;
+    pn_tensor *qc = pn_contig(q), *kc = pn_contig(k), *vc = pn_contig(v);
+    pn_tensor *lgc = log_gate ? pn_contig(log_gate) : NULL;
     pn_tensor *out = NULL;
     if (!qc || !kc || !vc || (log_gate && !lgc)) goto fail;
     int64_t shape[4] = {B, H, N, v->sizes[3]};

@@ -185,19 +185,6 @@ pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H) {
     return out;
 }
 
-pn_tensor *pn_attn_contig(pn_tensor *x) {
-    if (pn_is_contiguous(x)) {
-        pn_retain(x);
-        return x;
-    }
-    pn_tensor *c = pn_empty_like(x);
-    if (c && pn_copy_(c, x)) {
-        pn_release(c);
-        return NULL;
-    }
-    return c;
-}
-
 void pn_attn_opts_retain(pn_attn_opts *o) {
     pn_tensor *ts[] = {o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t, o->mask, o->bias, o->a_l, o->a_r};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) pn_retain(ts[i]);

@@ -141,7 +141,7 @@ static pn_status rope_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const int64_t D = x->sizes[nd - 1];
     rope_args a;
     double *th = malloc(sizeof(double) * (size_t)(D / 2 + 1));
-    pn_tensor *gc = pn_lin_contig(g), *gx = NULL, *gth = NULL, *grfull = NULL;
+    pn_tensor *gc = pn_contig(g), *gx = NULL, *gth = NULL, *grfull = NULL;
     double *gth_r = NULL, *grate = NULL;
     pn_status st = PN_OK;
     if (!th || !gc) goto oom;
@@ -214,7 +214,7 @@ pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate)
     }
 
     double *th = malloc(sizeof(double) * (size_t)(D / 2));
-    pn_tensor *xc = th ? pn_lin_contig(x) : NULL;
+    pn_tensor *xc = th ? pn_contig(x) : NULL;
     pn_tensor *out = xc ? pn_empty_like(x) : NULL;
     if (!out) {
         if (!th) pn_error(PN_ERR_OOM, OP ": out of memory");

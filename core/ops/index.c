@@ -17,19 +17,6 @@
 /* ---- helpers ----------------------------------------------------------------------------- */
 /* A contiguous version of x made without autograd: x itself (retained) when already
  * contiguous, else a copy. The ops record their own nodes. */
-static pn_tensor *contig(pn_tensor *x) {
-    if (pn_is_contiguous(x)) {
-        pn_retain(x);
-        return x;
-    }
-    pn_tensor *c = pn_empty_like(x);
-    if (c && pn_copy_(c, x)) {
-        pn_release(c);
-        return NULL;
-    }
-    return c;
-}
-
 /* Row-major coordinates of linear position p in shape, as "[i,j,…]". */
 static const char *pos_str(int nd, const int64_t *shape, int64_t p) {
     int64_t c[PN_MAX_DIMS];
@@ -165,7 +152,7 @@ static pn_status embedding_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *idx = n->saved[0];
     int64_t V = n->in_shape[0][0], D = n->in_shape[0][1];
     pn_tensor *gw = pn_zeros(2, n->in_shape[0], g->dt, PN_CPU);
-    pn_tensor *gc = gw ? contig(g) : NULL;
+    pn_tensor *gc = gw ? pn_contig(g) : NULL;
     if (!gc) {
         pn_release(gw);
         return PN_ERR_OOM;
@@ -181,7 +168,7 @@ pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
     if (w->nd != 2) return pn_error_null(PN_ERR_SHAPE, "embedding: weight %s must be 2-D (V, D)", pn_shape_str(w));
     if (idx->nd + 1 > PN_MAX_DIMS)
         return pn_error_null(PN_ERR_SHAPE, "embedding: idx %s has too many dims for a (…, D) result", pn_shape_str(idx));
-    pn_tensor *ic = contig(idx);
+    pn_tensor *ic = pn_contig(idx);
     if (!ic) return NULL;
     char what[96];
     snprintf(what, sizeof what, "the rows of weight %s", pn_shape_str(w));
@@ -192,7 +179,7 @@ pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
     int64_t shape[PN_MAX_DIMS];
     memcpy(shape, idx->sizes, sizeof(int64_t) * (size_t)idx->nd);
     shape[idx->nd] = w->sizes[1];
-    pn_tensor *wc = contig(w);
+    pn_tensor *wc = pn_contig(w);
     pn_tensor *out = wc ? pn_empty(idx->nd + 1, shape, w->dt, PN_CPU) : NULL;
     if (out) select_rows(pn_elsize(w->dt), pn_ptr(out), pn_ptr(wc), ic, 1, w->sizes[0], pn_numel(ic), w->sizes[1]);
     pn_release(wc);
@@ -208,7 +195,7 @@ static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *i
     if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
     if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
     if (idx->nd != 1) return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must be 1-D", op, pn_shape_str(idx));
-    pn_tensor *ic = contig(idx);
+    pn_tensor *ic = pn_contig(idx);
     if (!ic) return NULL;
     char what[96];
     snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
@@ -225,7 +212,7 @@ static pn_status index_select_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const int64_t *xs = n->in_shape[0];
     pn_tensor *idx = n->saved[0];
     pn_tensor *gx = pn_zeros(nd, xs, g->dt, PN_CPU);
-    pn_tensor *gc = gx ? contig(g) : NULL;
+    pn_tensor *gc = gx ? pn_contig(g) : NULL;
     if (!gc) {
         pn_release(gx);
         return PN_ERR_OOM;
@@ -243,7 +230,7 @@ pn_tensor *pn_index_select(pn_tensor *x, int dim, pn_tensor *idx) {
     int64_t shape[PN_MAX_DIMS];
     memcpy(shape, x->sizes, sizeof shape);
     shape[d] = idx->sizes[0];
-    pn_tensor *xc = contig(x);
+    pn_tensor *xc = pn_contig(x);
     pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, PN_CPU) : NULL;
     if (out)
         select_rows(pn_elsize(x->dt), pn_ptr(out), pn_ptr(xc), ic, prod(x->sizes, 0, d), x->sizes[d], shape[d],
@@ -284,7 +271,7 @@ pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
         pn_release(out);
         out = NULL;
     }
-    if (out && !(sc = contig(src))) {
+    if (out && !(sc = pn_contig(src))) {
         pn_release(out);
         out = NULL;
     }
@@ -325,7 +312,7 @@ static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *
             return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must fit inside src %s (same dims, no larger size)", op,
                                  pn_shape_str(idx), pn_shape_str(src));
     }
-    pn_tensor *ic = contig(idx);
+    pn_tensor *ic = pn_contig(idx);
     if (!ic) return NULL;
     char what[96];
     snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
@@ -479,7 +466,7 @@ static pn_status segment_sum_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const int64_t *o = (const int64_t *)pn_ptr(n->saved[0]);
     int64_t S = n->saved[0]->sizes[0] - 1;
     pn_tensor *gx = pn_empty((int)n->in_shape_nd[0], n->in_shape[0], g->dt, PN_CPU);
-    pn_tensor *gc = gx ? contig(g) : NULL;
+    pn_tensor *gc = gx ? pn_contig(g) : NULL;
     if (!gc) {
         pn_release(gx);
         return PN_ERR_OOM;
@@ -502,7 +489,7 @@ pn_tensor *pn_segment_sum(pn_tensor *x, pn_tensor *offsets) {
     int64_t shape[PN_MAX_DIMS];
     memcpy(shape, x->sizes, sizeof shape);
     shape[0] = S;
-    pn_tensor *xc = contig(x);
+    pn_tensor *xc = pn_contig(x);
     pn_tensor *out = xc ? pn_zeros(x->nd, shape, x->dt, PN_CPU) : NULL;
     if (out) {
         const int64_t *o = (const int64_t *)pn_ptr(oc);
@@ -578,7 +565,7 @@ static pn_status segment_softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const int64_t *o = (const int64_t *)pn_ptr(oc);
     int64_t S = oc->sizes[0] - 1, inner = prod(y->sizes, 1, y->nd);
     pn_tensor *gx = pn_empty_like(y);
-    pn_tensor *gc = gx ? contig(g) : NULL;
+    pn_tensor *gc = gx ? pn_contig(g) : NULL;
     if (!gc) {
         pn_release(gx);
         return PN_ERR_OOM;
@@ -600,7 +587,7 @@ pn_tensor *pn_segment_softmax(pn_tensor *x, pn_tensor *offsets) {
     pn_tensor *oc = segment_args("segment_softmax", x, offsets);
     if (!oc) return NULL;
     int64_t S = oc->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
-    pn_tensor *xc = contig(x);
+    pn_tensor *xc = pn_contig(x);
     pn_tensor *out = xc ? pn_empty_like(x) : NULL;
     if (out) {
         const int64_t *o = (const int64_t *)pn_ptr(oc);

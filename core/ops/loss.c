@@ -14,16 +14,6 @@
 #include "../internal.h"
 #include "fast_math.h"
 
-static pn_tensor *contig(pn_tensor *x) {
-    if (pn_is_contiguous(x)) {
-        pn_retain(x);
-        return x;
-    }
-    pn_tensor *c = pn_empty_like(x);
-    if (c) pn_copy_(c, x);
-    return c;
-}
-
 static inline double ldf(const char *p, bool f32, int64_t i) {
     return f32 ? ((const float *)p)[i] : ((const double *)p)[i];
 }
@@ -187,7 +177,7 @@ pn_tensor *pn_cross_entropy(pn_tensor *logits, pn_tensor *target, double label_s
     int64_t N = logits->sizes[0], C = logits->sizes[1];
     if (C == 0 && kept > 0) return pn_error_null(PN_ERR_SHAPE, "cross_entropy: logits %s have no classes", pn_shape_str(logits));
     bool f32 = logits->dt == PN_F32;
-    pn_tensor *x = contig(logits);
+    pn_tensor *x = pn_contig(logits);
     pn_tensor *L = pn_empty(1, &N, logits->dt, PN_CPU), *lse = pn_empty(1, &N, PN_F64, PN_CPU);
     if (!x || !L || !lse) goto fail;
     const char *px = pn_ptr(x);

@@ -8,17 +8,6 @@
  * sums are added in block order, so the result does not depend on the thread count. */
 #include "../internal.h"
 
-/* x itself when contiguous, else a contiguous copy (not recorded). New reference. */
-static pn_tensor *contig(pn_tensor *x) {
-    if (pn_is_contiguous(x)) {
-        pn_retain(x);
-        return x;
-    }
-    pn_tensor *c = pn_empty_like(x);
-    if (c) pn_copy_(c, x);
-    return c;
-}
-
 static inline double ldf(const char *p, bool f32, int64_t i) {
     return f32 ? ((const float *)p)[i] : ((const double *)p)[i];
 }
@@ -46,7 +35,7 @@ static pn_status layer_norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     bool f32 = x->dt == PN_F32;
     bool need_x = pn_ag_input_needs(n, 0), need_w = n->iv[0] && pn_ag_input_needs(n, 1),
          need_b = n->iv[1] && pn_ag_input_needs(n, 2);
-    pn_tensor *gc = contig(g), *gx = NULL, *gw = NULL, *gb = NULL;
+    pn_tensor *gc = pn_contig(g), *gx = NULL, *gw = NULL, *gb = NULL;
     double *part = NULL;
     pn_status s = PN_OK;
     if (!gc) return PN_ERR_OOM;
@@ -129,7 +118,7 @@ pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, doubl
     int64_t rows = D ? pn_numel(x) / D : 0;
     bool f32 = x->dt == PN_F32;
 
-    pn_tensor *xc = contig(x), *wc = weight ? contig(weight) : NULL, *bc = bias ? contig(bias) : NULL;
+    pn_tensor *xc = pn_contig(x), *wc = weight ? pn_contig(weight) : NULL, *bc = bias ? pn_contig(bias) : NULL;
     int64_t ssh[2] = {rows, 2};
     pn_tensor *y = pn_empty_like(x), *stats = pn_empty(2, ssh, PN_F64, PN_CPU);
     if (!xc || (weight && !wc) || (bias && !bc) || !y || !stats) goto fail;

@@ -8,17 +8,6 @@
 #include "../internal.h"
 #include "fast_math.h"
 
-/* x itself when contiguous, else a contiguous copy (not recorded). New reference. */
-static pn_tensor *contig(pn_tensor *x) {
-    if (pn_is_contiguous(x)) {
-        pn_retain(x);
-        return x;
-    }
-    pn_tensor *c = pn_empty_like(x);
-    if (c) pn_copy_(c, x);
-    return c;
-}
-
 /* (O, R, I) sizes for dim d of x */
 static void ori(const pn_tensor *x, int d, int64_t *O, int64_t *R, int64_t *I) {
     *O = 1, *I = 1, *R = x->nd ? x->sizes[d] : 1;
@@ -174,7 +163,7 @@ static void run_lines(const pn_tensor *a, const pn_tensor *b, pn_tensor *out, in
 /* saved[0]: the output y (a view without history); iv[0]: the wrapped dim */
 static pn_status softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *y = n->saved[0];
-    pn_tensor *gc = contig(g);
+    pn_tensor *gc = pn_contig(g);
     pn_tensor *gx = gc ? pn_empty_like(y) : NULL;
     if (!gx) {
         pn_release(gc);
@@ -193,7 +182,7 @@ static pn_tensor *softmax_impl(const char *op, pn_tensor *x, int dim, bool logsm
     if (pn_check_cpu(op, "x", x) || pn_check_float(op, "x", x)) return NULL;
     int d;
     if (pn_wrap_dim(op, dim, x->nd, &d)) return NULL;
-    pn_tensor *xc = contig(x);
+    pn_tensor *xc = pn_contig(x);
     if (!xc) return NULL;
     pn_tensor *y = pn_empty_like(x);
     if (!y) {

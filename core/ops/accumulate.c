@@ -1,0 +1,67 @@
+/* accumulate.c — the two CPU kernels autograd runs on every backward (kernels.def):
+ * accumulate (acc += g, gradients arriving at one tensor from several consumers) and
+ * sum_to (a broadcast's gradient summed back to the input's shape). autograd.c calls
+ * them through the device table, so gradients stay on the device that made them. */
+#include "../backend.h"
+
+pn_status pn_cpu_accumulate(pn_tensor *acc, const pn_tensor *g) {
+    pn_iter it;
+    pn_iter_init(&it, acc->nd, acc->sizes, 2, (pn_tensor *const[]){acc, (pn_tensor *)g}, NULL);
+    char *o = pn_ptr(acc);
+    const char *x = pn_ptr(g);
+    const int dt = acc->dt;
+    #pragma omp parallel for schedule(static) if (it.numel >= PN_PAR_MIN)
+    for (int64_t r = 0; r < it.rows; r++) {
+        int64_t off[PN_ITER_MAX_OPS];
+        pn_iter_row(&it, r, off);
+        const int64_t so = it.istride[0], sx = it.istride[1];
+        if (dt == PN_F32) {
+            float *po = (float *)o + off[0];
+            const float *px = (const float *)x + off[1];
+            for (int64_t i = 0; i < it.inner; i++) po[i * so] += px[i * sx];
+        } else if (dt == PN_F64) {
+            double *po = (double *)o + off[0];
+            const double *px = (const double *)x + off[1];
+            for (int64_t i = 0; i < it.inner; i++) po[i * so] += px[i * sx];
+        } else {
+            for (int64_t i = 0; i < it.inner; i++) {
+                int64_t a = off[0] + i * so;
+                pn_st(o, dt, a, pn_ld(o, dt, a) + pn_ld(x, dt, off[1] + i * sx));
+            }
+        }
+    }
+    return PN_OK;
+}
+
+/* Serial: the output is usually small (a bias), and the summation order stays fixed. */
+pn_status pn_cpu_sum_to(pn_tensor *out, const pn_tensor *g) {
+    memset(pn_ptr(out), 0, (size_t)pn_numel(out) * pn_elsize(out->dt));
+    int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
+    pn_broadcast_strides(out, g->nd, g->sizes, st[0]);
+    memcpy(st[1], g->strides, sizeof st[1]);
+    pn_iter it;
+    pn_iter_init(&it, g->nd, g->sizes, 2, (pn_tensor *const[]){out, (pn_tensor *)g}, st);
+    char *o = pn_ptr(out);
+    const char *x = pn_ptr(g);
+    for (int64_t r = 0; r < it.rows; r++) {
+        int64_t off[PN_ITER_MAX_OPS];
+        pn_iter_row(&it, r, off);
+        if (g->dt == PN_F32) {
+            float *po = (float *)o + off[0];
+            const float *px = (const float *)x + off[1];
+            if (it.istride[0] == 0) {
+                float acc = 0;
+                for (int64_t i = 0; i < it.inner; i++) acc += px[i * it.istride[1]];
+                po[0] += acc;
+            } else {
+                for (int64_t i = 0; i < it.inner; i++) po[i * it.istride[0]] += px[i * it.istride[1]];
+            }
+        } else {
+            for (int64_t i = 0; i < it.inner; i++) {
+                int64_t a = off[0] + i * it.istride[0];
+                pn_st(o, g->dt, a, pn_ld(o, g->dt, a) + pn_ld(x, g->dt, off[1] + i * it.istride[1]));
+            }
+        }
+    }
+    return PN_OK;
+}
