@@ -25,6 +25,7 @@
 #ifndef PN_EPI_PASS
 #include "attention.h"
 #include "fastmath.h"
+#include "static_switch.h"
 
 #define PN_EPI_FILE "cone.c"
 #include "epilogue_twice.h"
@@ -153,10 +154,8 @@ PN_INLINE void EPI(umbral_vjp_body)(const pn_score_params *p, int64_t rows, int6
 PN_VEC PN_HIDDEN void EPI(umbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    if (p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)))
-        EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 1);
-    else
-        EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 0);
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)), want,
+                   EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
 /* ---- penumbral --------------------------------------------------------------------------- */
@@ -323,19 +322,15 @@ PN_INLINE void EPI(penumbral_vjp_body)(const pn_score_params *p, int64_t rows, i
 PN_VEC PN_HIDDEN void EPI(penumbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    if (p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)))
-        EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, NULL, 0, 1);
-    else
-        EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, NULL, 0, 0);
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)), want,
+                   EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, NULL, 0, want));
 }
 
 PN_VEC PN_HIDDEN void EPI(penumbral_vjp_saved)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld,
         const real *G, const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const real *save) {
-    if (p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)))
-        EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, save, 1, 1);
-    else
-        EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, save, 1, 0);
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)), want,
+                   EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, save, 1, want));
 }
 
 #endif

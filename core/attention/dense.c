@@ -36,6 +36,9 @@
 #include <omp.h>
 #include <stdio.h>
 
+/* the whole driver vectorizes its float selects (fastmath.h, ops/fast_math.h) */
+PN_NOTRAP_BEGIN
+
 /* ---- the typed bodies ---------------------------------------------------------------------- */
 #define real float
 #define SFX(x) x##_f32
@@ -601,3 +604,5 @@ done:
     pn_attn_call_free(&c);
     return st;
 }
+
+PN_NOTRAP_END

@@ -9,6 +9,7 @@
  * compile-time specialisation the dense driver uses (dense_impl.h). Math through the
  * type-generic pn_sqrt/pn_exp/pn_log/pn_acosh (fastmath.h). */
 #define PN_EPI_PASS 1
+PN_NOTRAP_BEGIN
 
 #define real float
 #define EPI(name) pn_epi_##name##_f32
@@ -27,6 +28,7 @@
 #undef PN_EPI_EPS
 
 #undef PN_EPI_PASS
+PN_NOTRAP_END
 
 /* GCC 12 mistakes the address of a target_clones function (its ifunc dispatcher) for the
  * address of a local when a plan stores it: a false positive, silenced for the plans. */

@@ -5,19 +5,26 @@
  * Why: the build has neither -fno-math-errno nor -ffast-math, so every libm call in a
  * loop (sqrtf sets errno, expf is an out-of-line call) stops GCC from vectorizing it, and
  * the epilogues run once per (query, key) pair. These versions use only arithmetic and
- * integer bit tricks; with the pragma below (no FP traps are ever enabled in penumbra, so
- * selects may be computed both ways) the loops if-convert and vectorize.
+ * integer bit tricks; inside PN_NOTRAP_BEGIN … PN_NOTRAP_END (ops/fast_math.h: no FP traps are
+ * ever enabled in penumbra, so selects may be computed both ways) the loops if-convert and
+ * vectorize. The includers open that region around their loops themselves: a pragma here
+ * would change the options of every file that includes this header. exp is ops/fast_math.h's
+ * pn_fast_expf, the one copy every f32 kernel uses.
  * Accuracy (checked against double over the normal float range): sqrt and 1/sqrt ≤ 2e-7
- * relative, exp ≤ 1e-7 relative, log ≤ 2e-7 absolute + relative. The f64 path keeps libm: f64 must match the
+ * relative, exp ≈ 1.4 ulp, log ≤ 2e-7 absolute + relative. The f64 path keeps libm: f64 must match the
  * naive references to 1e-10. */
 #ifndef PN_FASTMATH_H
 #define PN_FASTMATH_H
 
-#pragma GCC optimize("no-trapping-math")
+#include "../ops/fast_math.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+/* these helpers inline into the includers' no-trapping-math regions: same options, so GCC
+ * inlines and vectorizes them there */
+PN_NOTRAP_BEGIN
 
 static inline float pn_bits_to_f(uint32_t u) {
     float f;
@@ -53,29 +60,6 @@ static inline float pn_rsqrtf_fast(float x) {
 static inline float pn_sqrtf_fast(float x) {
     float s = x * pn_rsqrtf_fast(x);
     return x > 3.0e38f ? x : s;
-}
-
-/* exp: x = n·ln2 + r (Cody–Waite), degree-6 polynomial for e^r (Cephes expf), 2^n from
- * the exponent bits. x < -87.3 → 0 exactly (masked scores are -inf), x > 88.72 → inf. */
-static inline float pn_expf_fast(float x) {
-    float t = x * 1.44269504088896341f;
-    t = t < -126.0f ? -126.0f : t;
-    t = t > 127.0f ? 127.0f : t;
-    float fn = (t + 12582912.0f) - 12582912.0f; /* round to nearest integer */
-    float r = x - fn * 0.693145751953125f;
-    r = r - fn * 1.428606765330187045e-06f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t n = (int32_t)fn;
-    float y = p * pn_bits_to_f((uint32_t)(n + 127) << 23);
-    y = x < -87.3f ? 0.0f : y;
-    y = x > 88.72f ? INFINITY : y;
-    return x != x ? x : y;
 }
 
 /* log for a normal, positive, finite x (Cephes logf): x = m·2^e with m in [√½, √2),
@@ -153,9 +137,11 @@ static inline double pn_acosh_d(double x) { return acosh(x < 1.0 ? 1.0 : x); }
 
 static inline double pn_rsqrt_d(double x) { return x > 0 && x < INFINITY ? 1.0 / sqrt(x) : 0.0; }
 
+PN_NOTRAP_END
+
 #define pn_sqrt(x) _Generic((x), float: pn_sqrtf_fast, default: sqrt)(x)
 #define pn_rsqrt(x) _Generic((x), float: pn_rsqrtf_fast, default: pn_rsqrt_d)(x)
-#define pn_exp(x) _Generic((x), float: pn_expf_fast, default: exp)(x)
+#define pn_exp(x) _Generic((x), float: pn_fast_expf, default: exp)(x)
 #define pn_log(x) _Generic((x), float: pn_logf_fast, default: log)(x)
 #define pn_acosh(x) _Generic((x), float: pn_acoshf_fast, default: pn_acosh_d)(x)
 

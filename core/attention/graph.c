@@ -23,6 +23,9 @@
 
 #include <omp.h>
 
+/* the whole driver vectorizes its float selects (fastmath.h, ops/fast_math.h) */
+PN_NOTRAP_BEGIN
+
 #define real float
 #define SFX(x) x##_f32
 #define EPI_FWD fwd32
@@ -444,3 +447,5 @@ done:
     csr_free(&g);
     return st;
 }
+
+PN_NOTRAP_END

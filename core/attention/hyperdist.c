@@ -19,6 +19,7 @@
 #ifndef PN_EPI_PASS
 #include "attention.h"
 #include "fastmath.h"
+#include "static_switch.h"
 
 #define PN_EPI_FILE "hyperdist.c"
 #include "epilogue_twice.h"
@@ -140,10 +141,8 @@ PN_INLINE void EPI(hyperboloid_vjp_body)(const pn_score_params *p, int64_t rows,
 PN_VEC PN_HIDDEN void EPI(hyperboloid_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    if (p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C)))
-        EPI(hyperboloid_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 1);
-    else
-        EPI(hyperboloid_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 0);
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C)), want,
+                   EPI(hyperboloid_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
 /* ---- half-space ---------------------------------------------------------------------------- */
@@ -231,10 +230,8 @@ PN_INLINE void EPI(halfspace_vjp_body)(const pn_score_params *p, int64_t rows, i
 PN_VEC PN_HIDDEN void EPI(halfspace_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    if (p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C)))
-        EPI(halfspace_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 1);
-    else
-        EPI(halfspace_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 0);
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C)), want,
+                   EPI(halfspace_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
 /* ---- Poincaré ball ------------------------------------------------------------------------- */
@@ -322,10 +319,8 @@ PN_INLINE void EPI(poincare_vjp_body)(const pn_score_params *p, int64_t rows, in
 PN_VEC PN_HIDDEN void EPI(poincare_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    if (p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C) | PN_PBIT(PN_P_CURV)))
-        EPI(poincare_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 1);
-    else
-        EPI(poincare_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, 0);
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C) | PN_PBIT(PN_P_CURV)), want,
+                   EPI(poincare_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
 #endif

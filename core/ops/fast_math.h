@@ -1,23 +1,35 @@
-/* fast_math.h — a vectorisable expf for the f32 kernels of softmax.c and loss.c.
+/* fast_math.h — THE vectorisable expf of the f32 kernels (softmax.c, loss.c, reduce.c and the
+ * fused attention through attention/fastmath.h), and the scoped no-trapping-math region the
+ * loops around it need.
  *
  * libm's expf is a call per element, so loops around it never vectorise; this one is
- * plain arithmetic (Cephes' polynomial, max relative error ≈ 1.4 ulp over the float range,
- * exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN, results below FLT_MIN are denormal or 0).
+ * plain arithmetic (Cephes' polynomial, max relative error ≈ 1.4 ulp over the normal range,
+ * exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN). Underflow is gradual: results below
+ * FLT_MIN are the denormals libm gives (2^n is applied as two factors), 0 only below
+ * x = -104 — so a softmax weight e^(s − max) that is tiny but nonzero stays nonzero
+ * wherever it is computed (the attention drivers used a second copy that flushed at -87.3).
  *
- * PN_VEC_FN marks a function whose loops should vectorise although they contain float
- * compares/selects (max, clamps): GCC if-converts those only without -ftrapping-math,
- * which we never rely on (no FP exception traps anywhere). Other compilers ignore it
- * and still compute the same results, just unvectorised. Put it on every function that
- * inlines pn_fast_expf. */
+ * Why the optimize switch: GCC if-converts float compares/selects (max, clamps) into vector
+ * blends only without -ftrapping-math, which we never rely on (no FP exception traps
+ * anywhere). Two scopes, never a file-wide pragma (it would leak into every includer):
+ *  - PN_VEC_FN on one function (GCC attribute);
+ *  - PN_NOTRAP_BEGIN … PN_NOTRAP_END around a region of functions (push/pop of the
+ *    options), for files whose typed bodies are included (dense_impl.h, the epilogues).
+ * Other compilers ignore both and compute the same results, just unvectorised. Put one of
+ * them on every function that inlines pn_fast_expf. */
 #ifndef PN_FAST_MATH_H
 #define PN_FAST_MATH_H
 
 #include <stdint.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define PN_VEC_FN __attribute__((optimize("no-trapping-math")))
+#define PN_NOTRAP_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"no-trapping-math\")")
+#define PN_NOTRAP_END _Pragma("GCC pop_options")
 #else
 #define PN_VEC_FN
+#define PN_NOTRAP_BEGIN
+#define PN_NOTRAP_END
 #endif
 
 PN_VEC_FN static inline float pn_fast_expf(float x) {
