@@ -261,6 +261,7 @@ pn_status pn_graph_csr(pn_tensor *edges, int64_t num_nodes, int self_loops, pn_t
  * then set fields. Scores are looked up by name in the registry (attention/variants.def). */
 typedef enum { PN_NORM_SOFTMAX = 0, PN_NORM_SIGMOID = 1, PN_NORM_SIGMOID_NORMALIZED = 2 } pn_attn_norm;
 typedef enum { PN_AGG_SUM = 0, PN_AGG_EINSTEIN = 1 } pn_attn_agg;
+#define PN_ATTN_MAX_PARAMS 16
 typedef struct pn_attn_opts {
     int score;            /* registry index (pn_attention_variant_find) */
     int normalize;        /* pn_attn_norm */
@@ -269,10 +270,11 @@ typedef struct pn_attn_opts {
     int causal;
     int squared;          /* penumbral: −γ·height² (the authors' code) */
     int alibi;            /* causal softmax dot: ALiBi slopes per head */
-    double scale;         /* dot: NaN → 1/√D */
-    double gamma, r, beta, c, curvature, slope;  /* NaN → the score's default (DESIGN §3.1) */
-    /* learnable scalars: 0-dim or (H) tensors; when set they override the doubles and get gradients */
-    pn_tensor *gamma_t, *r_t, *beta_t, *c_t, *curvature_t;
+    /* the scores' parameters by id (pn_attention_param_find: gamma, r, …, from variants.def):
+     * param[id] a number, NaN → the score's default; param_t[id] a learnable 0-dim or (H)
+     * tensor that overrides it and gets a gradient, or NULL */
+    double param[PN_ATTN_MAX_PARAMS];
+    pn_tensor *param_t[PN_ATTN_MAX_PARAMS];
     pn_tensor *mask;      /* u8 broadcastable to (B, H, Nq, Nk), nonzero = may attend; or NULL */
     pn_tensor *bias;      /* float broadcastable to (B, H, Nq, Nk), added to scores; or NULL */
     pn_tensor *a_l, *a_r; /* gat: (H, D) */
@@ -284,6 +286,20 @@ int pn_attention_variant_count(void);
 const char *pn_attention_variant_name(int i);
 int pn_attention_variant_find(const char *name);   /* −1 when unknown */
 int pn_attention_variant_graph_only(int i);         /* 1: graph attention only (gat) */
+/* A variant's variants.def row: flags (PN_VF_*), default map ("psi", …, "none"), domain
+ * (text), and its parameters j = 0 … nparams−1: the id (return value; −1 when out of range),
+ * the default (NaN: 1/√D) and whether it must be > 0. */
+enum { PN_VF_GRAPH_ONLY = 1, PN_VF_TEST = 2 };
+unsigned pn_attention_variant_flags(int i);
+const char *pn_attention_variant_map(int i);
+const char *pn_attention_variant_domain(int i);
+int pn_attention_variant_nparams(int i);
+int pn_attention_variant_param(int i, int j, double *dflt, int *positive);
+/* the parameter ids: 0 … count−1, by name (−1 when unknown) */
+int pn_attention_param_count(void);
+const char *pn_attention_param_name(int id);
+const char *pn_attention_param_about(int id);
+int pn_attention_param_find(const char *name);
 /* q, k (B, H, N, D) | (B, N, D) | (N, D); v (…, Nk, Dv) → (…, Nq, Dv) */
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o);
 pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o);  /* (…, Nq, Nk) */

@@ -125,10 +125,10 @@ function REF.hyperbolic(p) -- Gulcehre Eq. 2 with the three distances
   end
 end
 
-local DEFAULTS = {
-  dot = {}, laplacian = { gamma = 1 }, umbral = { gamma = 1, r = 0.1 }, penumbral = { gamma = 1, r = 1 },
-  hyperbolic = { beta = 1, c = 0, curvature = 1 },
-}
+function REF.sqdist(p) return function(q, k) return -p.tau * dist_all(q, k) ^ 2 end end -- the spec-only variant
+
+-- every score, the spec-only ones included, with its description (params, defaults) from the registry
+local VARIANTS = pn.attention_variants({ all = true })
 
 -- value of option `name` for head h (1-based): number, per-head tensor or default
 local function param(o, name, h, default)
@@ -179,13 +179,11 @@ local function naive(q, k, v, o)
   local out = {}
   for b = 1, B do
     for h = 1, H do
-      local dflt = DEFAULTS[name] or {}
-      local p = {
-        scale = o.scale or 1 / math.sqrt(D),
-        gamma = param(o, 'gamma', h, dflt.gamma), r = param(o, 'r', h, dflt.r), beta = param(o, 'beta', h, dflt.beta),
-        c = param(o, 'c', h, dflt.c), curvature = param(o, 'curvature', h, dflt.curvature or 1),
-        model = o.model or 'hyperboloid', squared = o.squared,
-      }
+      -- the head's numbers: each parameter of the score's description, given or its default
+      local p = { model = o.model or 'hyperboloid', squared = o.squared }
+      for _, pd in ipairs(VARIANTS[name].params) do
+        p[pd.name] = param(o, pd.name, h, pd.default or 1 / math.sqrt(D)) -- default_rule: 1/√D
+      end
       local f = REF[name](p)
       local kap = param(o, 'curvature', h, 1)
       for i = 1, Nq do
@@ -244,8 +242,13 @@ local CASES = {
                  { 'halfspace', GEN.height, { model = 'halfspace', beta = 1.2, c = -0.1 } },
                  { 'poincare', GEN.ball, { model = 'poincare', beta = 0.8, c = 0.1, curvature = 1.3 } } },
 }
+-- a score without an entry runs on generic inputs with each parameter 1.1× its default (so a
+-- value other than the default is exercised, and becomes learnable in the gradchecks)
 local function cases_of(name)
-  return CASES[name] or { { name .. ' (generic inputs)', GEN.safe, {} } }
+  if CASES[name] then return CASES[name] end
+  local opts = {}
+  for _, pd in ipairs(VARIANTS[name].params) do if pd.default then opts[pd.name] = pd.default * 1.1 end end
+  return { { name .. ' (generic inputs)', GEN.safe, opts } }
 end
 -- poincare with curvature 1.3: points must lie in the ball of radius 1/√1.3
 local function gen_for(case)
@@ -267,8 +270,8 @@ local function merge(a, b)
 end
 
 local DENSE = {}
-for _, name in ipairs(pn.attention_variants()) do
-  if not pn.attention_variant_graph_only(name) then DENSE[#DENSE + 1] = name end
+for _, name in ipairs(VARIANTS) do
+  if not VARIANTS[name].graph_only then DENSE[#DENSE + 1] = name end
 end
 
 local NORMS = { 'softmax', 'sigmoid', 'sigmoid_normalized' }
@@ -305,16 +308,6 @@ local function mask_opts(mode, nd, Nq, Nk, dtype, seed)
 end
 
 -- ---- specs -----------------------------------------------------------------------------------------
-describe('attention registry', function()
-  it('lists the scores from variants.def in order, each found by name', function()
-    local names = pn.attention_variants()
-    assert.same({ 'dot', 'laplacian', 'umbral', 'penumbral', 'hyperbolic', 'gat' }, names)
-    for _, n in ipairs(names) do assert.is_boolean(pn.attention_variant_graph_only(n)) end
-    assert.is_true(pn.attention_variant_graph_only('gat'))
-    assert.is_false(pn.attention_variant_graph_only('penumbral'))
-  end)
-end)
-
 describe('attention values against the naive reference', function()
   -- shapes cycle through 4-D, 3-D and 2-D inputs, Nq ≠ Nk and Dv ≠ D
   local SHAPES = {
@@ -413,7 +406,10 @@ describe('attention gradients (f64 finite differences)', function()
           if opts.bias then opts.bias:requires_grad_(); inputs[#inputs + 1] = opts.bias end
           -- the score's scalars as learnable tensors (one per head for the first)
           local first = true
-          for _, pname in ipairs({ 'gamma', 'r', 'beta', 'c', 'curvature' }) do
+          local pnames = {}
+          for _, pd in ipairs(VARIANTS[name].params) do pnames[#pnames + 1] = pd.name end
+          if agg == 'einstein' and not VARIANTS[name].params.curvature then pnames[#pnames + 1] = 'curvature' end
+          for _, pname in ipairs(pnames) do
             local val = opts[pname]
             if type(val) == 'number' then
               local t = first and pn.tensor({ val, val * 1.1 }, { dtype = 'f64' }) or pn.tensor(val, { dtype = 'f64' })
@@ -724,8 +720,8 @@ describe('attention errors', function()
     assert_error(function() pn.attention(q, k, v, { mask = pn.ones({ 4, 5 }, { dtype = 'u8' }) }) end, 'attention', 'mask', '[4,5]', 'broadcast')
     assert_error(function() pn.attention(q, k, v, { bias = pn.ones({ 3, 5 }) }) end, 'attention', 'bias', 'f32')
     assert_error(function() pn.attention(q, k, v, { bias = pn.ones({ 3, 4 }, { dtype = 'f64' }) }) end, 'attention', 'bias', '[3,4]')
-    assert_error(function() pn.attention(q, k, v, { score = 'laplacian', gamma = pn.ones({ 3 }, { dtype = 'f64' }) }) end, 'attention', 'gamma_t', '[3]')
-    assert_error(function() pn.attention(q, k, v, { score = 'dot', gamma = pn.ones({}, { dtype = 'f64' }) }) end, 'attention', 'gamma_t', 'dot')
+    assert_error(function() pn.attention(q, k, v, { score = 'laplacian', gamma = pn.ones({ 3 }, { dtype = 'f64' }) }) end, 'attention', 'gamma', '[3]')
+    assert_error(function() pn.attention(q, k, v, { score = 'dot', gamma = pn.ones({}, { dtype = 'f64' }) }) end, 'attention', 'gamma', 'dot')
     assert_error(function() pn.attention(q, k) end, 'attention', 'v')
   end)
 

@@ -77,7 +77,15 @@ local CASES = {
   hyperbolic = { { 'hyperboloid', { model = 'hyperboloid', beta = 1.1 } }, { 'height', { model = 'halfspace', c = 0.3 } },
                  { 'ball', { model = 'poincare', curvature = 0.9 } } },
 }
-local function cases_of(name) return CASES[name] or { { 'safe', {} } } end
+-- every score, the spec-only ones included, with its description (params, defaults) from the registry
+local VARIANTS = pn.attention_variants({ all = true })
+-- a score without an entry runs on safe inputs with each parameter 1.1× its default
+local function cases_of(name)
+  if CASES[name] then return CASES[name] end
+  local opts = {}
+  for _, pd in ipairs(VARIANTS[name].params) do if pd.default then opts[pd.name] = pd.default * 1.1 end end
+  return { { 'safe', opts } }
+end
 
 local function merge(a, b)
   local r = {}
@@ -87,8 +95,8 @@ local function merge(a, b)
 end
 
 local DENSE = {}
-for _, name in ipairs(pn.attention_variants()) do
-  if not pn.attention_variant_graph_only(name) then DENSE[#DENSE + 1] = name end
+for _, name in ipairs(VARIANTS) do
+  if not VARIANTS[name].graph_only then DENSE[#DENSE + 1] = name end
 end
 local NORMS = { 'softmax', 'sigmoid', 'sigmoid_normalized' }
 
@@ -217,15 +225,19 @@ describe('graph attention gat', function()
     end
   end)
 
-  it('gradchecks q, k, v, a_l, a_r', function()
+  it('gradchecks q, k, v, a_l, a_r and a learnable per-head slope', function()
     local N, H, D = 5, 2, 3
     local g = csr_of(N, function(i, j) return i == j or (i + 2 * j) % 3 == 0 end)
     local q, k, v = nodes(N, H, D, 'free', 21), nodes(N, H, D, 'free', 22), values(N, H, 2, 23)
     local al, ar = nodes(H, 1, D, 'free', 24):squeeze(2):clone(), nodes(H, 1, D, 'free', 25):squeeze(2):clone()
-    for _, x in ipairs({ q, k, v, al, ar }) do x:requires_grad_() end
+    local slope = pn.tensor({ 0.2, 0.35 }, { dtype = 'f64' })
+    for _, x in ipairs({ q, k, v, al, ar, slope }) do x:requires_grad_() end
     for _, norm in ipairs(NORMS) do
       gradcheck(function() return pn.graph_attention(q, k, v, g, { score = 'gat', a_l = al, a_r = ar, normalize = norm }) end,
         { q, k, v, al, ar })
+      gradcheck(function()
+        return pn.graph_attention(q, k, v, g, { score = 'gat', a_l = al, a_r = ar, normalize = norm, slope = slope })
+      end, { q, k, v, al, ar, slope })
     end
   end)
 end)
@@ -243,7 +255,8 @@ describe('graph attention gradients', function()
           q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
           local opts = merge(case[2], { score = name, normalize = norm, aggregate = ni == 2 and 'einstein' or nil })
           local inputs = { q, k, v }
-          for _, p in ipairs({ 'gamma', 'r', 'beta', 'c', 'curvature' }) do
+          for _, pd in ipairs(VARIANTS[name].params) do
+            local p = pd.name
             if type(opts[p]) == 'number' then
               opts[p] = pn.tensor({ opts[p], opts[p] * 1.1 }, { dtype = 'f64' }):requires_grad_()
               inputs[#inputs + 1] = opts[p]
@@ -351,7 +364,7 @@ describe('graph attention weights per edge', function()
   for i = 1, N do m[i] = {} for j = 1, N do m[i][j] = allowed(i, j) and 1 or 0 end end
   local mask = pn.tensor(m, { dtype = 'u8' })
 
-  for _, name in ipairs(pn.attention_variants()) do
+  for _, name in ipairs(VARIANTS) do
     it(name .. ': every normalize and aggregate, f64 and f32, (E, H) and (E)', function()
       local case = cases_of(name)[1]
       for _, dtype in ipairs({ 'f64', 'f32' }) do

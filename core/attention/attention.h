@@ -1,6 +1,6 @@
 /* attention.h — private: the score descriptor shared by the fused attention drivers
  * (dense.c: FlashAttention-style tiles; graph.c: CSR neighbourhoods) and the score
- * epilogues (dot.c, laplacian.c, cone.c, hyperdist.c, gat.c). DESIGN §3.1, §3.3.
+ * epilogues (dot.h, laplacian.h, cone.h, hyperdist.h, gat.h, sqdist.h). DESIGN §3.1, §3.3.
  *
  * Every score is s = f(G, row terms of q, column terms of k, parameters) where
  *   G      a dot product over some coordinates of q and k, computed by a GEMM:
@@ -20,13 +20,15 @@
  * An epilogue handles a BLOCK of rows: some queries against the same n keys, with the terms
  * as arrays. The dense driver calls it once per tile, the graph driver once per destination
  * node (one row) over its gathered neighbours — the same code for both. Each function exists
- * for float and double (the score file is compiled twice, see epilogue_twice.h).
+ * for float and double: the score's header core/attention/<name>.h holds its maths once, in
+ * terms of `real`, and epilogues.c compiles it for both (epi_impl.h).
  *
- * Adding a score: write core/attention/<family>.c after dot.c's pattern — a plan (GEMM mode,
- * term kinds, manifold requirements, parameters read / that must be positive, the four
- * epilogues), a pn_score_desc named pn_score_<name> with its defaults, and the typed part with
- * EPI(<name>_fwd) and EPI(<name>_vjp) — then add PN_VARIANT(<name>) to variants.def. The dense
- * and graph drivers, the Lua names (pn.attention_variants) and the specs pick it up. */
+ * Adding a score: its variants.def row (parameters with defaults and positivity, domain,
+ * default map, flags), core/attention/<name>.h after laplacian.h's pattern — the typed part
+ * with EPI(<name>_fwd) and EPI(<name>_vjp), and the plan pn_score_plan_<name> (GEMM mode, term
+ * kinds, manifold requirements, the parameters read, the four epilogues) — and its include
+ * line in epi_impl.h. The dense and graph drivers, the Lua names and descriptions
+ * (pn.attention_variants) and the specs pick it up. */
 #ifndef PN_ATTENTION_H
 #define PN_ATTENTION_H
 
@@ -35,22 +37,29 @@
 enum { PN_GEMM_NONE = 0, PN_GEMM_ALL = 1, PN_GEMM_HEAD = 2 };
 enum { PN_TERM_NONE = 0, PN_TERM_NORM2 = 1, PN_TERM_LAST = 2, PN_TERM_PROJ = 3 };
 
-/* Scalar parameters. The learnable ones (pn_attn_opts *_t) get gradients through
- * dparam[PN_P_*]; scale and slope are plain numbers. */
-enum { PN_P_GAMMA = 0, PN_P_R = 1, PN_P_BETA = 2, PN_P_C = 3, PN_P_CURV = 4, PN_NPARAM = 5 };
+/* Parameters: one global id per name in variants.def (PN_P_<name>), the index into
+ * pn_attn_opts.param / param_t and pn_score_params.v. The learnable ones (given as tensors)
+ * get gradients through dparam[PN_P_*]. */
+enum {
+#define PN_PARAM(id, what) PN_P_##id,
+#include "variants.def"
+    PN_NPARAM
+};
 #define PN_PBIT(p) (1u << (p))
+_Static_assert(PN_NPARAM <= PN_ATTN_MAX_PARAMS, "variants.def: more parameters than pn_attn_opts holds");
+_Static_assert(PN_NPARAM <= 32, "PN_PBIT masks are 32 bits");
 
 /* Requirements on the inputs, checked by the drivers on the terms (so the check sees
  * exactly the numbers the epilogue will): the last coordinate must be > 0 (half-space,
  * cones, the hyperboloid's upper sheet), or κ‖x‖² < 1 (Poincaré ball; NORM2 over all). */
 enum { PN_REQ_LAST_POS = 1u, PN_REQ_BALL = 2u };
 
-/* Variant flags (GRAPH_ONLY is public through pn_attention_variant_graph_only). */
-enum { PN_VARIANT_FLAG_GRAPH_ONLY = 1u };
+/* a variants.def default meaning 1/√D of the inputs (dot's scale) */
+#define PN_DEFAULT_RSQRT_D NAN
 
 /* Parameters of one head, resolved to numbers (defaults filled in, tensors read). */
 typedef struct {
-    double scale, gamma, r, beta, c, curvature, slope;
+    double v[PN_NPARAM];  /* by PN_P_*: NaN where the score has no such parameter */
     int model, squared;
     unsigned learn; /* PN_PBIT(PN_P_*) of the parameters given as tensors that require grad:
                        only these need dparam (the VJPs skip the others' maths) */
@@ -110,8 +119,8 @@ typedef struct {
     int gemm;                   /* PN_GEMM_* */
     int qterm[2], kterm[2];     /* PN_TERM_* of the row / column term slots */
     unsigned req;               /* PN_REQ_* */
-    unsigned params;            /* PN_PBIT(PN_P_*) the score reads: these may be learnable */
-    unsigned positive;          /* PN_PBIT(PN_P_*) that must be > 0 */
+    const char *note;           /* "" or what the options chose, for messages: " (halfspace)" */
+    unsigned params;            /* PN_PBIT(PN_P_*) the score reads (its variants.def row says which must be > 0) */
     void (*prepare)(pn_score_params *p); /* or NULL: fill p->aux from the resolved numbers */
     pn_epi_fwd_f32 fwd32;
     pn_epi_vjp_f32 vjp32;
@@ -124,11 +133,22 @@ typedef struct {
     pn_epi_vjps_f64 vjps64;
 } pn_score_plan;
 
+/* One parameter of a variant (a PN_P entry of its variants.def row). */
 typedef struct {
-    const char *name;           /* the Lua score= name (from variants.def) */
-    unsigned flags;             /* PN_VARIANT_FLAG_* */
-    pn_score_params defaults;   /* NaN where the score has no such parameter */
-    /* fill *plan for options o (o->model etc.); error naming op on a bad option */
+    int id;                     /* PN_P_* */
+    double dflt;                /* PN_DEFAULT_RSQRT_D: 1/√D */
+    int positive;               /* must be > 0 */
+} pn_param_spec;
+
+/* A variants.def row. */
+typedef struct {
+    const char *name;           /* the Lua score= name */
+    unsigned flags;             /* PN_VF_* (penumbra.h) */
+    const char *map, *domain;   /* default manifold map, where q and k must lie */
+    const pn_param_spec *params;
+    int nparams;
+    /* fill *plan for options o (o->model etc.); error naming op on a bad option.
+     * pn_score_plan_<name>, defined in <name>.h (epilogues.c). */
     pn_status (*plan)(const char *op, const pn_attn_opts *o, pn_score_plan *plan);
 } pn_score_desc;
 
@@ -136,7 +156,6 @@ typedef struct {
 const pn_score_desc *pn_score_get(int i);
 
 /* ---- shared by dense.c and graph.c (registry.c) ---------------------------------------- */
-#define PN_ATTN_MAX_IN 11 /* q, k, v, bias, gamma_t, r_t, beta_t, c_t, curvature_t, a_l, a_r */
 
 /* The options after checking: the score, its plan, per-head parameters. */
 typedef struct {
@@ -156,7 +175,13 @@ pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int6
 void pn_attn_setup_free(pn_attn_setup *st);
 /* The learnable parameter tensor for PN_P_* p in o, or NULL. */
 pn_tensor *pn_attn_param_tensor(const pn_attn_opts *o, int p);
-extern const char *const pn_attn_param_names[PN_NPARAM];
+/* Append o's parameter tensors to the autograd inputs ins[*n…] (room for PN_NPARAM more);
+ * slot[p] gets the input index of parameter p, or -1. No positions to keep in sync. */
+void pn_attn_param_inputs(const pn_attn_opts *o, pn_tensor **ins, int *n, int slot[PN_NPARAM]);
+/* Per-head numbers for st->hp from o: defaults, numbers, and the parameter tensors read here
+ * (the CPU kernel reads them where it runs; the checks of pn_attn_setup_init saw only their
+ * shapes). Errors name op: a parameter that must be > 0 or is not finite. */
+pn_status pn_attn_setup_resolve(const char *op, const pn_attn_opts *o, int64_t D, pn_attn_setup *st);
 /* Gradient for parameter tensor t (0-dim, (1) or (H)) from per-head sums g[H]. New reference. */
 pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H);
 /* Retain every tensor in o (for a saved copy) / release them. */
@@ -177,6 +202,7 @@ typedef struct {
     int64_t off;                  /* causal: query i sees keys j <= i + off, off = Nk − Nq */
     int causal;
     pn_attn_setup st;
+    const pn_attn_opts *opts;     /* the options (borrowed for the call): parameters are read in pn_attn_prepare */
     const uint8_t *mask;          /* u8, canonical strides ms (b, h, i, j), 0 where broadcast */
     int64_t ms[4];
     const void *bias;             /* q's dtype, canonical strides bs */
@@ -189,8 +215,8 @@ typedef struct {
     pn_tensor *own[5];            /* references held for q, k, v, a_l, a_r */
 } pn_attn_call;
 
-/* Given c->{op, dt, nd, graph, B, H, BH, Nq, Nk, D, Dv, q, k, v, a_l, a_r, st} (setup done):
- * Dg, terms, manifold checks (errors name op, the argument and its shape from qs/ks/vs),
+/* Given c->{op, dt, nd, graph, B, H, BH, Nq, Nk, D, Dv, q, k, v, a_l, a_r, st, opts} (setup done):
+ * the per-head parameters (read here, where the kernel runs), Dg, terms, manifold checks (errors name op, the argument and its shape from qs/ks/vs),
  * Lorentz factors for einstein, ALiBi slopes. */
 pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const char *vs);
 void pn_attn_call_free(pn_attn_call *c);

@@ -133,6 +133,7 @@ static const char *row_index(const pn_attn_call *c, int64_t flat, int64_t N) {
 pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const char *vs) {
     const pn_score_plan *pl = &c->st.plan;
     const size_t es = esize(c->dt);
+    PN_TRY(pn_attn_setup_resolve(c->op, c->opts, c->D, &c->st));
     c->Dg = pl->gemm == PN_GEMM_HEAD ? c->D - 1 : c->D;
     for (int m = 0; m < 2; m++) {
         if (pl->qterm[m] != PN_TERM_NONE && !(c->qt[m] = malloc(es * (size_t)(c->BH * c->Nq + 1))))
@@ -160,9 +161,7 @@ pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const
             if (req == PN_REQ_LAST_POS)
                 return pn_error(PN_ERR_ARG, "%s: %s %s is not on the manifold of score '%s'%s: the last coordinate "
                                 "(height / time) must be > 0 and finite, got %g at %s", c->op, arg, shape,
-                                c->st.desc->name, c->st.desc == pn_score_get(pn_attention_variant_find("hyperbolic"))
-                                ? (c->st.hp[0].model == PN_MODEL_HALFSPACE ? " (halfspace)" : " (hyperboloid)") : "",
-                                val, row_index(c, bad, N));
+                                c->st.desc->name, pl->note, val, row_index(c, bad, N));
             return pn_error(PN_ERR_ARG, "%s: %s %s has a point outside the Poincaré ball of score '%s': "
                             "curvature·‖x‖² = %g must be < 1, at %s", c->op, arg, shape, c->st.desc->name, val,
                             row_index(c, bad, N));
@@ -265,6 +264,7 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, 
     c->causal = o->causal != 0;
     if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", op, pn_shape_str(q));
     PN_TRY(pn_attn_setup_init(op, o, q->dt, c->H, c->D, 0, &c->st));
+    c->opts = o;
     if (!v) c->st.einstein = 0; /* the weights α do not involve the aggregation */
     pn_status s = PN_OK;
     if (o->mask) {
@@ -319,6 +319,7 @@ typedef struct {
     pn_attn_opts o;          /* a copy; its tensors retained */
     pn_tensor *q, *k, *v;    /* the inputs as given (detached views) */
     pn_tensor *out, *stat;   /* detached: out (…, Nq, Dv) and the row statistics (BH, Nq) */
+    int slot[PN_NPARAM];     /* autograd input index of each parameter tensor, or -1 */
 } dense_saved;
 
 static void dense_saved_free(void *p) {
@@ -352,10 +353,13 @@ pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_
         BLAS_SERIAL_END;
         if (s) goto fail;
     }
-    pn_tensor *ins[PN_ATTN_MAX_IN] = {q, k, v, o->bias, o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t};
-    if (pn_ag_needed(9, ins)) {
+    /* autograd inputs: q, k, v, bias, then the parameter tensors given (slots in sv->slot) */
+    pn_tensor *ins[4 + PN_NPARAM] = {q, k, v, o->bias};
+    int nin = 4, slot[PN_NPARAM];
+    pn_attn_param_inputs(o, ins, &nin, slot);
+    if (pn_ag_needed(nin, ins)) {
         dense_saved *sv = calloc(1, sizeof *sv);
-        pn_node *nd = sv ? pn_ag_record(out, op, dense_bw, 9, ins) : NULL;
+        pn_node *nd = sv ? pn_ag_record(out, op, dense_bw, nin, ins) : NULL;
         if (!nd) {
             free(sv);
             if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", op);
@@ -363,6 +367,7 @@ pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_
         }
         sv->o = *o;
         pn_attn_opts_retain(&sv->o);
+        memcpy(sv->slot, slot, sizeof slot);
         sv->q = pn_detach(q);
         sv->k = pn_detach(k);
         sv->v = pn_detach(v);
@@ -572,7 +577,7 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
     } else {
         pn_attn_terms_backward(&c, bb.dqt, dkt, pn_ptr(dq), pn_ptr(dk), NULL, NULL);
-        if (dgs) pn_attn_lorentz_backward(&c, dgs, pn_ptr(dv), gp[PN_P_CURV]);
+        if (dgs) pn_attn_lorentz_backward(&c, dgs, pn_ptr(dv), gp[PN_P_curvature]);
         for (int64_t bh = 0; bh < c.BH; bh++)
             for (int64_t s = 0; s < S; s++)
                 for (int p = 0; p < PN_NPARAM; p++) gp[p][bh % c.H] += bb.dparam[(bh * S + s) * PN_NPARAM + p];
@@ -591,7 +596,8 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     if (want_gbias) gin[3] = gb, gb = NULL;
     for (int p = 0; p < PN_NPARAM; p++) {
         pn_tensor *t = pn_attn_param_tensor(&sv->o, p);
-        if (t && pn_ag_input_needs(n, 4 + p) && !(gin[4 + p] = pn_attn_param_grad(t, gp[p], c.H))) st = PN_ERR_OOM;
+        const int i = sv->slot[p];
+        if (t && i >= 0 && pn_ag_input_needs(n, i) && !(gin[i] = pn_attn_param_grad(t, gp[p], c.H))) st = PN_ERR_OOM;
     }
     free(gp_heap);
 done:

@@ -50,7 +50,7 @@ static void SFX(compute_terms)(pn_attn_call *c) {
 /* First index (bh·N + row) in terms t (BH, N) that breaks the requirement, or -1. */
 static int64_t SFX(find_bad)(const pn_attn_call *c, const real *t, int64_t N, unsigned req, double *val) {
     for (int64_t bh = 0; bh < c->BH; bh++) {
-        double kap = c->st.hp[bh % c->H].curvature;
+        double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         for (int64_t r = 0; r < N; r++) {
             double x = t[bh * N + r];
             bool bad = req == PN_REQ_LAST_POS ? !(x > 0 && x < INFINITY) : !(kap * x < 1);
@@ -67,7 +67,7 @@ static int64_t SFX(find_bad)(const pn_attn_call *c, const real *t, int64_t N, un
 static int64_t SFX(lorentz)(pn_attn_call *c, double *val) {
     int64_t bad = -1;
     for (int64_t bh = 0; bh < c->BH && bad < 0; bh++) {
-        double kap = c->st.hp[bh % c->H].curvature;
+        double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         for (int64_t j = 0; j < c->Nk; j++) {
             const real *vr = (const real *)c->v + (bh * c->Nk + j) * c->Dv;
             double n2 = 0;
@@ -561,7 +561,7 @@ static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const 
 /* dv (BH, Nk, Dv) += dg_j·κγ_j³·v_j; dcurv[h] += Σ dg_j·½‖v_j‖²γ_j³ (γ = 1/√(1 − κ‖v‖²)) */
 static void SFX(lorentz_backward)(const pn_attn_call *c, const double *dgsum, real *dv, double *dcurv) {
     for (int64_t bh = 0; bh < c->BH; bh++) {
-        const double kap = c->st.hp[bh % c->H].curvature;
+        const double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         double acc = 0;
         for (int64_t j = 0; j < c->Nk; j++) {
             const double gj = ((const real *)c->g)[bh * c->Nk + j], t = dgsum[bh * c->Nk + j];

@@ -184,6 +184,7 @@ static pn_status graph_call_init(const char *OP, pn_attn_call *c, pn_tensor *q, 
     if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", OP, pn_shape_str(q));
     PN_TRY(csr_load(OP, offsets, src, q, N, g));
     pn_status s = pn_attn_setup_init(OP, o, q->dt, c->H, c->D, 1, &c->st);
+    c->opts = o;
     if (s) {
         csr_free(g);
         return s;
@@ -234,6 +235,7 @@ typedef struct {
     pn_tensor *q, *k, *v;           /* detached inputs */
     pn_tensor *offsets, *src;
     pn_tensor *out, *stat, *drop;   /* detached output, (H, N) statistics, (E, H) dropout mask or NULL */
+    int slot[PN_NPARAM], a_slot;    /* autograd input index of each parameter tensor and of a_l (a_r next), or -1 */
 } graph_saved;
 
 static void graph_saved_free(void *p) {
@@ -270,11 +272,14 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
                                      : gforward_f64(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL);
         if (s) goto fail;
     }
-    pn_tensor *ins[10] = {q, k, v, o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t, NULL, NULL};
-    if (c.a_l) ins[8] = o->a_l, ins[9] = o->a_r;
-    if (pn_ag_needed(10, ins)) {
+    /* autograd inputs: q, k, v, the parameter tensors given (slots in sv->slot), a_l, a_r */
+    pn_tensor *ins[3 + PN_NPARAM + 2] = {q, k, v};
+    int nin = 3, slot[PN_NPARAM], a_slot = -1;
+    pn_attn_param_inputs(o, ins, &nin, slot);
+    if (c.a_l) a_slot = nin, ins[nin++] = o->a_l, ins[nin++] = o->a_r;
+    if (pn_ag_needed(nin, ins)) {
         graph_saved *sv = calloc(1, sizeof *sv);
-        pn_node *nd = sv ? pn_ag_record(out, OP, graph_bw, 10, ins) : NULL;
+        pn_node *nd = sv ? pn_ag_record(out, OP, graph_bw, nin, ins) : NULL;
         if (!nd) {
             free(sv);
             if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", OP);
@@ -282,6 +287,8 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
         }
         sv->o = *o;
         pn_attn_opts_retain(&sv->o);
+        memcpy(sv->slot, slot, sizeof slot);
+        sv->a_slot = a_slot;
         sv->q = pn_detach(q), sv->k = pn_detach(k), sv->v = pn_detach(v);
         sv->offsets = offsets, sv->src = src;
         pn_retain(offsets), pn_retain(src);
@@ -414,7 +421,7 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     double *gpar = gph ? gph : gp;
     memset(gpar, 0, sizeof(double) * (size_t)(PN_NPARAM * H));
     pn_attn_terms_backward(&c, dqt, dkt, dq, dk, da_l, da_r);
-    if (dg) pn_attn_lorentz_backward(&c, dg, dv, gpar + PN_P_CURV * H);
+    if (dg) pn_attn_lorentz_backward(&c, dg, dv, gpar + PN_P_curvature * H);
     for (int64_t i = 0; i < N; i++)
         for (int64_t h = 0; h < H; h++)
             for (int p = 0; p < PN_NPARAM; p++) gpar[p * H + h] += dparam[(i * H + h) * PN_NPARAM + p];
@@ -424,11 +431,12 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     if (pn_ag_input_needs(n, 2) && !(gin[2] = node_major(dt, dv, H, N, c.Dv, sv->v))) st = PN_ERR_OOM;
     for (int p = 0; p < PN_NPARAM && !st; p++) {
         pn_tensor *t = pn_attn_param_tensor(&sv->o, p);
-        if (t && pn_ag_input_needs(n, 3 + p) && !(gin[3 + p] = pn_attn_param_grad(t, gpar + p * H, H))) st = PN_ERR_OOM;
+        const int i = sv->slot[p];
+        if (t && i >= 0 && pn_ag_input_needs(n, i) && !(gin[i] = pn_attn_param_grad(t, gpar + p * H, H))) st = PN_ERR_OOM;
     }
     for (int i = 0; i < 2 && !st && c.a_l; i++) {
         pn_tensor *a = i ? sv->o.a_r : sv->o.a_l;
-        if (!pn_ag_input_needs(n, 8 + i)) continue;
+        if (sv->a_slot < 0 || !pn_ag_input_needs(n, sv->a_slot + i)) continue;
         pn_tensor *ga = pn_empty(a->nd, a->sizes, dt, PN_CPU);
         if (!ga) {
             st = PN_ERR_OOM;
@@ -436,7 +444,7 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         }
         const double *src_ = i ? da_r : da_l;
         for (int64_t x = 0; x < H * c.D; x++) pn_st(pn_ptr(ga), dt, x, src_[x]);
-        gin[8 + i] = ga;
+        gin[sv->a_slot + i] = ga;
     }
     free(gph);
 done:

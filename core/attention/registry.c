@@ -6,31 +6,63 @@
 
 #include <stdio.h>
 
-#define PN_VARIANT(id) extern const pn_score_desc pn_score_##id;
+/* the plans, one per row: pn_score_plan_<id> (the score's header, compiled in epilogues.c) */
+#define PN_VARIANT(id, flags, map, domain, ...) \
+    pn_status pn_score_plan_##id(const char *op, const pn_attn_opts *o, pn_score_plan *plan);
 #include "variants.def"
 
-static const pn_score_desc *const registry[] = {
-#define PN_VARIANT(id) &pn_score_##id,
+/* each row's parameters: params_<id>[] */
+#define PN_P(pid, dflt, pos) {PN_P_##pid, (dflt), (pos)},
+#define PN_VARIANT(id, flags, map, domain, ...) static const pn_param_spec params_##id[] = {__VA_ARGS__};
 #include "variants.def"
-};
-static const char *const names[] = {
-#define PN_VARIANT(id) #id,
+
+static const pn_score_desc registry[] = {
+#define PN_VARIANT(id, flags, map, domain, ...)                                                              \
+    {#id, (flags), (map), (domain), params_##id, (int)(sizeof params_##id / sizeof params_##id[0]), \
+     pn_score_plan_##id},
 #include "variants.def"
 };
 enum { N_VARIANTS = (int)(sizeof registry / sizeof registry[0]) };
 
+static const char *const param_names[PN_NPARAM] = {
+#define PN_PARAM(id, what) #id,
+#include "variants.def"
+};
+static const char *const param_about[PN_NPARAM] = {
+#define PN_PARAM(id, what) what,
+#include "variants.def"
+};
+
 int pn_attention_variant_count(void) { return N_VARIANTS; }
-const char *pn_attention_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? names[i] : NULL; }
+const pn_score_desc *pn_score_get(int i) { return (i >= 0 && i < N_VARIANTS) ? &registry[i] : NULL; }
+const char *pn_attention_variant_name(int i) { return (i >= 0 && i < N_VARIANTS) ? registry[i].name : NULL; }
 int pn_attention_variant_find(const char *name) {
     if (!name) return -1;
     for (int i = 0; i < N_VARIANTS; i++)
-        if (strcmp(names[i], name) == 0) return i;
+        if (strcmp(registry[i].name, name) == 0) return i;
     return -1;
 }
-int pn_attention_variant_graph_only(int i) {
-    return (i >= 0 && i < N_VARIANTS) ? (registry[i]->flags & PN_VARIANT_FLAG_GRAPH_ONLY) != 0 : 0;
+unsigned pn_attention_variant_flags(int i) { return (i >= 0 && i < N_VARIANTS) ? registry[i].flags : 0u; }
+int pn_attention_variant_graph_only(int i) { return (pn_attention_variant_flags(i) & PN_VF_GRAPH_ONLY) != 0; }
+const char *pn_attention_variant_map(int i) { return (i >= 0 && i < N_VARIANTS) ? registry[i].map : NULL; }
+const char *pn_attention_variant_domain(int i) { return (i >= 0 && i < N_VARIANTS) ? registry[i].domain : NULL; }
+int pn_attention_variant_nparams(int i) { return (i >= 0 && i < N_VARIANTS) ? registry[i].nparams : 0; }
+int pn_attention_variant_param(int i, int j, double *dflt, int *positive) {
+    if (i < 0 || i >= N_VARIANTS || j < 0 || j >= registry[i].nparams) return -1;
+    const pn_param_spec *ps = &registry[i].params[j];
+    if (dflt) *dflt = ps->dflt;
+    if (positive) *positive = ps->positive;
+    return ps->id;
 }
-const pn_score_desc *pn_score_get(int i) { return (i >= 0 && i < N_VARIANTS) ? registry[i] : NULL; }
+int pn_attention_param_count(void) { return PN_NPARAM; }
+const char *pn_attention_param_name(int id) { return (id >= 0 && id < PN_NPARAM) ? param_names[id] : NULL; }
+const char *pn_attention_param_about(int id) { return (id >= 0 && id < PN_NPARAM) ? param_about[id] : NULL; }
+int pn_attention_param_find(const char *name) {
+    if (!name) return -1;
+    for (int p = 0; p < PN_NPARAM; p++)
+        if (strcmp(param_names[p], name) == 0) return p;
+    return -1;
+}
 
 void pn_attn_opts_init(pn_attn_opts *o) {
     if (!o) return;
@@ -39,48 +71,39 @@ void pn_attn_opts_init(pn_attn_opts *o) {
     o->normalize = PN_NORM_SOFTMAX;
     o->aggregate = PN_AGG_SUM;
     o->model = PN_MODEL_HYPERBOLOID;
-    o->scale = o->gamma = o->r = o->beta = o->c = o->curvature = o->slope = NAN;
+    for (int p = 0; p < PN_ATTN_MAX_PARAMS; p++) o->param[p] = NAN;
 }
 
-/* "dot, laplacian, …" for error messages */
+/* "dot, laplacian, …" for error messages (the public variants) */
 static const char *variant_list(void) {
     static _Thread_local char buf[256];
     size_t used = 0;
     buf[0] = 0;
     for (int i = 0; i < N_VARIANTS && used < sizeof buf; i++)
-        used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", i ? ", " : "", names[i]);
+        if (!(registry[i].flags & PN_VF_TEST))
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", used ? ", " : "", registry[i].name);
     return buf;
 }
 
-const char *const pn_attn_param_names[PN_NPARAM] = {"gamma", "r", "beta", "c", "curvature"};
-
 pn_tensor *pn_attn_param_tensor(const pn_attn_opts *o, int p) {
-    switch (p) {
-    case PN_P_GAMMA: return o->gamma_t;
-    case PN_P_R: return o->r_t;
-    case PN_P_BETA: return o->beta_t;
-    case PN_P_C: return o->c_t;
-    default: return o->curvature_t;
+    return p >= 0 && p < PN_NPARAM ? o->param_t[p] : NULL;
+}
+
+void pn_attn_param_inputs(const pn_attn_opts *o, pn_tensor **ins, int *n, int slot[PN_NPARAM]) {
+    for (int p = 0; p < PN_NPARAM; p++) {
+        slot[p] = -1;
+        if (o->param_t[p]) {
+            slot[p] = *n;
+            ins[(*n)++] = o->param_t[p];
+        }
     }
 }
 
-static double *param_field(pn_score_params *sp, int p) {
-    switch (p) {
-    case PN_P_GAMMA: return &sp->gamma;
-    case PN_P_R: return &sp->r;
-    case PN_P_BETA: return &sp->beta;
-    case PN_P_C: return &sp->c;
-    default: return &sp->curvature;
-    }
-}
-static double opt_value(const pn_attn_opts *o, int p) {
-    switch (p) {
-    case PN_P_GAMMA: return o->gamma;
-    case PN_P_R: return o->r;
-    case PN_P_BETA: return o->beta;
-    case PN_P_C: return o->c;
-    default: return o->curvature;
-    }
+/* the row's spec of parameter p, or NULL when the score has no such parameter */
+static const pn_param_spec *param_spec(const pn_score_desc *d, int p) {
+    for (int j = 0; j < d->nparams; j++)
+        if (d->params[j].id == p) return &d->params[j];
+    return NULL;
 }
 
 pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int64_t H, int64_t D, int graph,
@@ -89,7 +112,7 @@ pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int6
     if (!o) return pn_error(PN_ERR_ARG, "%s: options are nil (fill them with pn_attn_opts_init)", op);
     const pn_score_desc *desc = pn_score_get(o->score);
     if (!desc) return pn_error(PN_ERR_ARG, "%s: unknown score index %d (valid: %s)", op, o->score, variant_list());
-    if ((desc->flags & PN_VARIANT_FLAG_GRAPH_ONLY) && !graph)
+    if ((desc->flags & PN_VF_GRAPH_ONLY) && !graph)
         return pn_error(PN_ERR_ARG, "%s: score '%s' needs a graph; use graph_attention", op, desc->name);
     if (o->normalize < PN_NORM_SOFTMAX || o->normalize > PN_NORM_SIGMOID_NORMALIZED)
         return pn_error(PN_ERR_ARG, "%s: unknown normalize code %d (valid: softmax, sigmoid, sigmoid_normalized)", op,
@@ -97,6 +120,7 @@ pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int6
     if (o->aggregate != PN_AGG_SUM && o->aggregate != PN_AGG_EINSTEIN)
         return pn_error(PN_ERR_ARG, "%s: unknown aggregate code %d (valid: sum, einstein)", op, o->aggregate);
     PN_TRY(desc->plan(op, o, &st->plan));
+    if (!st->plan.note) st->plan.note = "";
     st->desc = desc;
     st->H = H;
     st->normalize = o->normalize;
@@ -104,62 +128,76 @@ pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int6
     /* the Einstein midpoint always divides by Σ α γ, for sigmoid weights too (DESIGN §3.1) */
     st->normalized = o->normalize != PN_NORM_SIGMOID || st->einstein;
 
-    unsigned used = st->plan.params | (st->einstein ? PN_PBIT(PN_P_CURV) : 0u);
-    unsigned positive = st->plan.positive | (st->einstein ? PN_PBIT(PN_P_CURV) : 0u);
+    /* the Einstein midpoint reads the curvature too (> 0, default 1): an aggregation's
+     * parameter, whatever the score */
+    unsigned used = st->plan.params | (st->einstein ? PN_PBIT(PN_P_curvature) : 0u);
     for (int p = 0; p < PN_NPARAM; p++) {
         pn_tensor *t = pn_attn_param_tensor(o, p);
         if (!t) continue;
         if (!(used & PN_PBIT(p)))
-            return pn_error(PN_ERR_ARG, "%s: %s_t is given but score '%s'%s has no parameter %s", op,
-                            pn_attn_param_names[p], desc->name, st->einstein ? " with einstein aggregation" : "",
-                            pn_attn_param_names[p]);
-        if (t->dev != PN_CPU)
-            return pn_error(PN_ERR_DEVICE, "%s: %s_t %s is on cuda; this op runs on the cpu", op,
-                            pn_attn_param_names[p], pn_shape_str(t));
+            return pn_error(PN_ERR_ARG, "%s: %s %s is given but score '%s'%s%s has no parameter %s", op,
+                            param_names[p], pn_shape_str(t), desc->name, st->plan.note,
+                            st->einstein ? " with einstein aggregation" : "", param_names[p]);
         if (t->dt != dt)
-            return pn_error(PN_ERR_DTYPE, "%s: %s_t %s has dtype %s, expected %s like q", op, pn_attn_param_names[p],
+            return pn_error(PN_ERR_DTYPE, "%s: %s %s has dtype %s, expected %s like q", op, param_names[p],
                             pn_shape_str(t), pn_dtype_name(t->dt), pn_dtype_name(dt));
         bool ok = t->nd == 0 || (t->nd == 1 && (t->sizes[0] == 1 || t->sizes[0] == H));
         if (!ok)
-            return pn_error(PN_ERR_SHAPE, "%s: %s_t %s must be 0-dim, (1) or one per head (%lld)", op,
-                            pn_attn_param_names[p], pn_shape_str(t), (long long)H);
+            return pn_error(PN_ERR_SHAPE, "%s: %s %s must be 0-dim, (1) or one per head (%lld)", op,
+                            param_names[p], pn_shape_str(t), (long long)H);
     }
+    (void)D;
+    return PN_OK;
+}
 
+pn_status pn_attn_setup_resolve(const char *op, const pn_attn_opts *o, int64_t D, pn_attn_setup *st) {
+    const pn_score_desc *desc = st->desc;
+    const int64_t H = st->H;
+    unsigned used = st->plan.params | (st->einstein ? PN_PBIT(PN_P_curvature) : 0u);
+    unsigned positive = st->einstein ? PN_PBIT(PN_P_curvature) : 0u;
+    double dflt[PN_NPARAM];
+    for (int p = 0; p < PN_NPARAM; p++) {
+        const pn_param_spec *ps = param_spec(desc, p);
+        dflt[p] = ps ? ps->dflt : NAN;
+        if (ps && ps->positive) positive |= PN_PBIT(p);
+    }
+    /* a default of 1/√D (PN_DEFAULT_RSQRT_D) is NaN in the row; einstein's κ defaults to 1 */
+    if (st->einstein && isnan(dflt[PN_P_curvature])) dflt[PN_P_curvature] = 1.0;
+    free(st->hp);
     st->hp = malloc(sizeof *st->hp * (size_t)(H > 0 ? H : 1));
     if (!st->hp) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
     for (int64_t h = 0; h < H; h++) {
         pn_score_params *sp = &st->hp[h];
-        *sp = desc->defaults;
+        memset(sp, 0, sizeof *sp);
         sp->model = o->model;
         sp->squared = o->squared != 0;
-        if (!isnan(o->scale)) sp->scale = o->scale;
-        if (isnan(sp->scale)) sp->scale = 1.0 / sqrt((double)(D > 0 ? D : 1));
-        if (!isnan(o->slope)) sp->slope = o->slope;
-        if (isnan(sp->curvature)) sp->curvature = 1.0; /* the Einstein midpoint's default */
         for (int p = 0; p < PN_NPARAM; p++) {
-            double *f = param_field(sp, p);
+            double *f = &sp->v[p];
             pn_tensor *t = pn_attn_param_tensor(o, p);
+            *f = dflt[p];
+            if (t && t->dev != PN_CPU)
+                return pn_error(PN_ERR_DEVICE, "%s: %s %s is on cuda; the cpu kernel reads it", op, param_names[p],
+                                pn_shape_str(t));
             if (t) {
+                /* read where the kernel runs (this is the CPU's): 0-dim, (1) or (H) */
                 int64_t i = (t->nd == 1 && t->sizes[0] == H) ? h : 0;
                 *f = pn_ld(pn_ptr(t), t->dt, i * (t->nd ? t->strides[0] : 0));
                 if (pn_requires_grad(t)) sp->learn |= PN_PBIT(p);
-            } else if (!isnan(opt_value(o, p))) {
-                *f = opt_value(o, p);
+            } else if (!isnan(o->param[p])) {
+                *f = o->param[p];
             }
-            if ((positive & PN_PBIT(p)) && !(*f > 0)) {
-                pn_status s = pn_error(PN_ERR_ARG, "%s: %s must be > 0 for score '%s'%s, got %g%s", op,
-                                       pn_attn_param_names[p], desc->name,
-                                       p == PN_P_CURV && st->einstein ? " / einstein aggregation" : "", *f,
-                                       H > 1 ? " (some head)" : "");
-                pn_attn_setup_free(st);
-                return s;
-            }
-            if ((used & PN_PBIT(p)) && !isfinite(*f)) {
-                pn_status s = pn_error(PN_ERR_ARG, "%s: %s for score '%s' is not finite (%g)", op,
-                                       pn_attn_param_names[p], desc->name, *f);
-                pn_attn_setup_free(st);
-                return s;
-            }
+            /* checked: what the score reads, and what its row declares when given (curvature for
+             * the hyperboloid model, say, is still a curvature) */
+            const bool given = t || !isnan(o->param[p]);
+            if (!(used & PN_PBIT(p)) && !(given && param_spec(desc, p))) continue;
+            if (isnan(*f) && !given) *f = 1.0 / sqrt((double)(D > 0 ? D : 1));
+            if ((positive & PN_PBIT(p)) && !(*f > 0))
+                return pn_error(PN_ERR_ARG, "%s: %s must be > 0 for score '%s'%s, got %g%s", op, param_names[p],
+                                desc->name, p == PN_P_curvature && st->einstein ? " / einstein aggregation" : "",
+                                *f, H > 1 ? " (some head)" : "");
+            if (!isfinite(*f))
+                return pn_error(PN_ERR_ARG, "%s: %s for score '%s' is not finite (%g)", op, param_names[p],
+                                desc->name, *f);
         }
         if (st->plan.prepare) st->plan.prepare(sp);
     }
@@ -186,10 +224,12 @@ pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H) {
 }
 
 void pn_attn_opts_retain(pn_attn_opts *o) {
-    pn_tensor *ts[] = {o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t, o->mask, o->bias, o->a_l, o->a_r};
+    pn_tensor *ts[] = {o->mask, o->bias, o->a_l, o->a_r};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) pn_retain(ts[i]);
+    for (int p = 0; p < PN_NPARAM; p++) pn_retain(o->param_t[p]);
 }
 void pn_attn_opts_release(pn_attn_opts *o) {
-    pn_tensor *ts[] = {o->gamma_t, o->r_t, o->beta_t, o->c_t, o->curvature_t, o->mask, o->bias, o->a_l, o->a_r};
+    pn_tensor *ts[] = {o->mask, o->bias, o->a_l, o->a_r};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) pn_release(ts[i]);
+    for (int p = 0; p < PN_NPARAM; p++) pn_release(o->param_t[p]);
 }

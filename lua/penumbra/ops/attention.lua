@@ -7,7 +7,10 @@
 --   pn.graph_attention_weights(q, k, g, opts)   → (E, H) | (E): the weight of each edge of g (in
 --                                        g.src order): the attention weights α (entropy, heatmaps;
 --                                        no dropout, aggregate ignored, not recorded)
---   pn.attention_variants()              → {'dot', 'laplacian', …} from the registry (core/attention/variants.def)
+--   pn.attention_variants([{all=true}])  → {'dot', 'laplacian', …} from the registry (core/attention/variants.def),
+--                                        list.<name> = its description (params with defaults, map, domain);
+--                                        all=true adds the spec-only variants (sqdist)
+--   pn.attention_variant(name)           → one description
 --
 -- opts (all optional):
 --   score      = 'dot' | 'laplacian' | 'umbral' | 'penumbral' | 'hyperbolic' | 'gat' (graph only)
@@ -16,9 +19,9 @@
 --   mask       = u8 tensor broadcastable to (…, Nq, Nk), nonzero = may attend
 --   bias       = tensor broadcastable to (…, Nq, Nk), added to the scores (gets a gradient)
 --   aggregate  = nil | 'sum' | 'einstein'   (Einstein midpoint of v in Klein coordinates)
---   scale (dot, 1/√D), gamma (1), r (umbral 0.1, penumbral 1), beta (1), c (0), curvature (1),
---   slope (gat, 0.2): a number, or a tensor (0-dim or one value per head) which is then
---   learnable and receives a gradient (gamma, r, beta, c, curvature)
+--   the score's parameters (its description's params: scale (dot, 1/√D), gamma (1), r (umbral 0.1,
+--   penumbral 1), beta (1), c (0), curvature (1; also einstein's), slope (gat, 0.2), …): a number,
+--   or a tensor (0-dim or one value per head) which is then learnable and receives a gradient
 --   model      = 'hyperboloid' (default) | 'halfspace' | 'poincare'   (score 'hyperbolic')
 --   squared    = false   penumbral: −γ·height² (the authors' code)
 --   alibi      = false   ALiBi slopes per head (needs causal)
@@ -26,15 +29,72 @@
 -- A fully masked row gives output 0 and zero gradients.
 return function(pn, M, B)
   local C, wrap, ffi = B.C, B.wrap, B.ffi
+  local bit = require 'bit'
   local is_tensor = pn.is_tensor
 
-  local function variants()
+  -- the registry (core/attention/variants.def): parameter ids by name, variant descriptions
+  local PARAM_ID = {}
+  for id = 0, C.pn_attention_param_count() - 1 do PARAM_ID[ffi.string(C.pn_attention_param_name(id))] = id end
+
+  -- a fresh description table of variant i (callers may keep or change it)
+  local function describe(i)
+    local flags = C.pn_attention_variant_flags(i)
+    local d = { name = ffi.string(C.pn_attention_variant_name(i)),
+                graph_only = bit.band(flags, C.PN_VF_GRAPH_ONLY) ~= 0, test = bit.band(flags, C.PN_VF_TEST) ~= 0,
+                map = ffi.string(C.pn_attention_variant_map(i)), domain = ffi.string(C.pn_attention_variant_domain(i)),
+                params = {} }
+    local dflt, pos = ffi.new('double[1]'), ffi.new('int[1]')
+    for j = 0, C.pn_attention_variant_nparams(i) - 1 do
+      local id = C.pn_attention_variant_param(i, j, dflt, pos)
+      local v = tonumber(dflt[0])
+      local p = { name = ffi.string(C.pn_attention_param_name(id)), positive = pos[0] ~= 0,
+                  about = ffi.string(C.pn_attention_param_about(id)) }
+      if v ~= v then p.default_rule = '1/sqrt(D)' else p.default = v end -- NaN: 1/√D of the inputs
+      d.params[#d.params + 1] = p
+      d.params[p.name] = p
+    end
+    return d
+  end
+
+  local function variant_names(all)
+    local l = {}
+    for i = 0, C.pn_attention_variant_count() - 1 do
+      if all or bit.band(C.pn_attention_variant_flags(i), C.PN_VF_TEST) == 0 then
+        l[#l + 1] = ffi.string(C.pn_attention_variant_name(i))
+      end
+    end
+    return l
+  end
+
+  -- pn.attention_variants([{all=false}]) → the score names in registry order (test-only variants
+  -- with all=true), and list.<name> = its description: {name, graph_only, test, map, domain,
+  -- params = {{name, default | default_rule, positive, about}, …; <name> = the same entry}}
+  function pn.attention_variants(opts)
+    opts = opts or {}
+    if type(opts) ~= 'table' then error('attention_variants: options must be a table, got ' .. type(opts), 2) end
+    for k in pairs(opts) do
+      if k ~= 'all' then error("attention_variants: unknown option '" .. tostring(k) .. "' (valid: all)", 2) end
+    end
     local list = {}
-    for i = 0, C.pn_attention_variant_count() - 1 do list[#list + 1] = ffi.string(C.pn_attention_variant_name(i)) end
+    for i = 0, C.pn_attention_variant_count() - 1 do
+      local d = describe(i)
+      if opts.all or not d.test then
+        list[#list + 1] = d.name
+        list[d.name] = d
+      end
+    end
     return list
   end
 
-  function pn.attention_variants() return variants() end
+  -- pn.attention_variant(name) → the description of one score (test-only ones included)
+  function pn.attention_variant(name)
+    local i = C.pn_attention_variant_find(tostring(name))
+    if i < 0 then
+      error("attention_variant: unknown score '" .. tostring(name) .. "' (valid: " ..
+            table.concat(variant_names(true), ', ') .. ')', 2)
+    end
+    return describe(i)
+  end
 
   -- true when the score needs a graph (gat)
   function pn.attention_variant_graph_only(name)
@@ -48,11 +108,9 @@ return function(pn, M, B)
   local MODELS = { hyperboloid = C.PN_MODEL_HYPERBOLOID, halfspace = C.PN_MODEL_HALFSPACE,
                    poincare = C.PN_MODEL_POINCARE }
   local AGGREGATE = { sum = C.PN_AGG_SUM, einstein = C.PN_AGG_EINSTEIN }
-  local LEARNABLE = { gamma = 'gamma_t', r = 'r_t', beta = 'beta_t', c = 'c_t', curvature = 'curvature_t' }
-  local NUMBERS = { 'scale', 'slope' }
-  local KNOWN = { score = 1, normalize = 1, causal = 1, mask = 1, bias = 1, aggregate = 1, gamma = 1, r = 1,
-                  beta = 1, c = 1, curvature = 1, model = 1, scale = 1, squared = 1, alibi = 1, slope = 1,
-                  a_l = 1, a_r = 1, dropout = 1, train = 1 }
+  local KNOWN = { score = 1, normalize = 1, causal = 1, mask = 1, bias = 1, aggregate = 1, model = 1, squared = 1,
+                  alibi = 1, a_l = 1, a_r = 1, dropout = 1, train = 1 }
+  for name in pairs(PARAM_ID) do KNOWN[name] = 1 end -- every score parameter of variants.def
 
   local function names(t)
     local l = {}
@@ -86,7 +144,7 @@ return function(pn, M, B)
     local score = opts.score or 'dot'
     local si = C.pn_attention_variant_find(tostring(score))
     if si < 0 then
-      error(op .. ": unknown score '" .. tostring(score) .. "' (valid: " .. table.concat(variants(), ', ') .. ')', 3)
+      error(op .. ": unknown score '" .. tostring(score) .. "' (valid: " .. table.concat(variant_names(false), ', ') .. ')', 3)
     end
     o.score = si
     o.normalize = lookup(op, 'normalize', NORMALIZE, opts.normalize, C.PN_NORM_SOFTMAX)
@@ -95,22 +153,15 @@ return function(pn, M, B)
     o.causal = opts.causal and 1 or 0
     o.squared = opts.squared and 1 or 0
     o.alibi = opts.alibi and 1 or 0
-    for name, field in pairs(LEARNABLE) do
+    for name, id in pairs(PARAM_ID) do
       local v = opts[name]
       if is_tensor(v) then
-        o[field] = v
+        o.param_t[id] = v
         keep[#keep + 1] = v
       elseif type(v) == 'number' then
-        o[name] = v
+        o.param[id] = v
       elseif v ~= nil then
         error(op .. ': ' .. name .. ' must be a number or a tensor, got ' .. type(v), 3)
-      end
-    end
-    for _, name in ipairs(NUMBERS) do
-      local v = opts[name]
-      if v ~= nil then
-        if type(v) ~= 'number' then error(op .. ': ' .. name .. ' must be a number, got ' .. type(v), 3) end
-        o[name] = v
       end
     end
     o.mask = opt_tensor(op, 'mask', opts.mask)

@@ -1,4 +1,4 @@
-/* cone.c — the hierarchy-aware cone scores of Coneheads (Tseng et al. 2023), infinite-setting
+/* cone.h — the hierarchy-aware cone scores of Coneheads (Tseng et al. 2023), infinite-setting
  * shadow cones in the Poincaré half-space: s = −γ·height of sup₂(q, k), the lowest common
  * ancestor's Euclidean height. q₋ is q without its last coordinate, q_d its last (height).
  * Both use the GEMM over all but the last coordinate (q₋·k₋) with terms ‖x₋‖² and x_d.
@@ -22,72 +22,11 @@
  *    beyond ~1e18 (where the coordinates' own squares overflow too): the height is then +inf
  *    and the weight 0.
  *  - ties in the max go to the LCA term first, then q_d, then k_d (a subgradient). */
-#ifndef PN_EPI_PASS
-#include "attention.h"
-#include "fastmath.h"
-#include "static_switch.h"
-
-#define PN_EPI_FILE "cone.c"
-#include "epilogue_twice.h"
-
-/* aux[0] = 1/(2 sinh r), aux[1] = its derivative in r */
-static void umbral_prepare(pn_score_params *p) {
-    p->aux[0] = 0.5 / sinh(p->r);
-    p->aux[1] = -0.5 * cosh(p->r) / (sinh(p->r) * sinh(p->r));
-}
-
-static const pn_score_plan umbral_tmpl = {
-    .gemm = PN_GEMM_HEAD,
-    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
-    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
-    .req = PN_REQ_LAST_POS,
-    .params = PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R),
-    .positive = PN_PBIT(PN_P_R),
-    .prepare = umbral_prepare,
-    .fwd32 = pn_epi_umbral_fwd_f32, .vjp32 = pn_epi_umbral_vjp_f32,
-    .fwd64 = pn_epi_umbral_fwd_f64, .vjp64 = pn_epi_umbral_vjp_f64};
-static const pn_score_plan penumbral_tmpl = {
-    .gemm = PN_GEMM_HEAD,
-    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
-    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
-    .req = PN_REQ_LAST_POS,
-    .params = PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R),
-    .positive = PN_PBIT(PN_P_R),
-    .fwd32 = pn_epi_penumbral_fwd_f32, .vjp32 = pn_epi_penumbral_vjp_f32,
-    .fwd64 = pn_epi_penumbral_fwd_f64, .vjp64 = pn_epi_penumbral_vjp_f64,
-    .fwds32 = pn_epi_penumbral_fwd_save_f32, .vjps32 = pn_epi_penumbral_vjp_saved_f32,
-    .fwds64 = pn_epi_penumbral_fwd_save_f64, .vjps64 = pn_epi_penumbral_vjp_saved_f64};
-
-static pn_status umbral_plan(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
-    (void)op, (void)o;
-    *p = umbral_tmpl;
-    return PN_OK;
-}
-
-static pn_status penumbral_plan(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
-    (void)op, (void)o;
-    *p = penumbral_tmpl;
-    return PN_OK;
-}
-
-const pn_score_desc pn_score_umbral = {
-    .name = "umbral",
-    .defaults = {.scale = NAN, .gamma = 1.0, .r = 0.1, .beta = NAN, .c = NAN, .curvature = NAN, .slope = NAN},
-    .plan = umbral_plan,
-};
-
-const pn_score_desc pn_score_penumbral = {
-    .name = "penumbral",
-    .defaults = {.scale = NAN, .gamma = 1.0, .r = 1.0, .beta = NAN, .c = NAN, .curvature = NAN, .slope = NAN},
-    .plan = penumbral_plan,
-};
-
-#else /* typed part: real, EPI() */
-
+#ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 /* ---- umbral ------------------------------------------------------------------------------ */
 PN_VEC PN_HIDDEN void EPI(umbral_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real gamma = (real)p->gamma, inv = (real)p->aux[0];
+    const real gamma = (real)p->v[PN_P_gamma], inv = (real)p->aux[0];
     for (int64_t i = 0; i < rows; i++) {
         const real *g = G + i * ld, qq = q0[i], qh = q1[i];
         real *o = s + i * ld;
@@ -106,7 +45,7 @@ PN_VEC PN_HIDDEN void EPI(umbral_fwd)(const pn_score_params *p, int64_t rows, in
 PN_INLINE void EPI(umbral_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real gamma = (real)p->gamma, inv = (real)p->aux[0], dinv_dr = (real)p->aux[1];
+    const real gamma = (real)p->v[PN_P_gamma], inv = (real)p->aux[0], dinv_dr = (real)p->aux[1];
     double sgam_all = 0, sr_all = 0;
     for (int64_t i = 0; i < rows; i++) {
         const real *gg = G + i * ld, *dsi = ds + i * ld, qq = q0[i], qh = q1[i];
@@ -145,8 +84,8 @@ PN_INLINE void EPI(umbral_vjp_body)(const pn_score_params *p, int64_t rows, int6
         sr_all += sr;
     }
     if (want) {
-        dparam[PN_P_GAMMA] += sgam_all;
-        dparam[PN_P_R] += sr_all;
+        dparam[PN_P_gamma] += sgam_all;
+        dparam[PN_P_r] += sr_all;
     }
 }
 
@@ -154,7 +93,7 @@ PN_INLINE void EPI(umbral_vjp_body)(const pn_score_params *p, int64_t rows, int6
 PN_VEC PN_HIDDEN void EPI(umbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)), want,
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r)), want,
                    EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
@@ -184,7 +123,7 @@ PN_INLINE void EPI(penumbral_keys)(int64_t n, const real *k1, real r2, real *B, 
 /* keep: store into save (2, rows, ld): 1/Δ (0 at the kink) then 1/√rad (0 where rad ∉ (0, 3e38)) */
 PN_INLINE void EPI(penumbral_fwd_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, real *s, real *save, const int keep) {
-    const real gamma = (real)p->gamma, r = (real)p->r, r2 = r * r;
+    const real gamma = (real)p->v[PN_P_gamma], r = (real)p->v[PN_P_r], r2 = r * r;
     const int squared = p->squared;
     real B[PN_EPI_CHUNK], iB[PN_EPI_CHUNK], B2[PN_EPI_CHUNK], K2[PN_EPI_CHUNK];
     for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
@@ -241,7 +180,7 @@ PN_VEC PN_HIDDEN void EPI(penumbral_fwd_save)(const pn_score_params *p, int64_t 
 PN_INLINE void EPI(penumbral_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const real *save, const int keep, const int want) {
-    const real gamma = (real)p->gamma, r = (real)p->r, r2 = r * r;
+    const real gamma = (real)p->v[PN_P_gamma], r = (real)p->v[PN_P_r], r2 = r * r;
     const int squared = p->squared;
     real B[PN_EPI_CHUNK], iB[PN_EPI_CHUNK], B2[PN_EPI_CHUNK], K2[PN_EPI_CHUNK], KB[PN_EPI_CHUNK];
     double sgam_all = 0, sr_all = 0;
@@ -313,8 +252,8 @@ PN_INLINE void EPI(penumbral_vjp_body)(const pn_score_params *p, int64_t rows, i
         }
     }
     if (want) {
-        dparam[PN_P_GAMMA] += sgam_all;
-        dparam[PN_P_R] += sr_all;
+        dparam[PN_P_gamma] += sgam_all;
+        dparam[PN_P_r] += sr_all;
     }
 }
 
@@ -322,15 +261,55 @@ PN_INLINE void EPI(penumbral_vjp_body)(const pn_score_params *p, int64_t rows, i
 PN_VEC PN_HIDDEN void EPI(penumbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)), want,
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r)), want,
                    EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, NULL, 0, want));
 }
 
 PN_VEC PN_HIDDEN void EPI(penumbral_vjp_saved)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld,
         const real *G, const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const real *save) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_GAMMA) | PN_PBIT(PN_P_R)), want,
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r)), want,
                    EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, save, 1, want));
+}
+
+#else /* the plan (epi_impl.h, once, after both precisions) */
+
+/* aux[0] = 1/(2 sinh r), aux[1] = its derivative in r */
+static void umbral_prepare(pn_score_params *p) {
+    p->aux[0] = 0.5 / sinh(p->v[PN_P_r]);
+    p->aux[1] = -0.5 * cosh(p->v[PN_P_r]) / (sinh(p->v[PN_P_r]) * sinh(p->v[PN_P_r]));
+}
+
+static const pn_score_plan umbral_tmpl = {
+    .gemm = PN_GEMM_HEAD,
+    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .req = PN_REQ_LAST_POS,
+    .params = PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r),
+    .prepare = umbral_prepare,
+    .fwd32 = pn_epi_umbral_fwd_f32, .vjp32 = pn_epi_umbral_vjp_f32,
+    .fwd64 = pn_epi_umbral_fwd_f64, .vjp64 = pn_epi_umbral_vjp_f64};
+static const pn_score_plan penumbral_tmpl = {
+    .gemm = PN_GEMM_HEAD,
+    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .req = PN_REQ_LAST_POS,
+    .params = PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r),
+    .fwd32 = pn_epi_penumbral_fwd_f32, .vjp32 = pn_epi_penumbral_vjp_f32,
+    .fwd64 = pn_epi_penumbral_fwd_f64, .vjp64 = pn_epi_penumbral_vjp_f64,
+    .fwds32 = pn_epi_penumbral_fwd_save_f32, .vjps32 = pn_epi_penumbral_vjp_saved_f32,
+    .fwds64 = pn_epi_penumbral_fwd_save_f64, .vjps64 = pn_epi_penumbral_vjp_saved_f64};
+
+pn_status pn_score_plan_umbral(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
+    (void)op, (void)o;
+    *p = umbral_tmpl;
+    return PN_OK;
+}
+
+pn_status pn_score_plan_penumbral(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
+    (void)op, (void)o;
+    *p = penumbral_tmpl;
+    return PN_OK;
 }
 
 #endif

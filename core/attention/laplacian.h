@@ -1,41 +1,13 @@
-/* laplacian.c — the Laplacian score (Coneheads §4.1): s = −γ‖q−k‖, γ = 1 by default.
+/* laplacian.h — the Laplacian score (Coneheads §4.1): s = −γ‖q−k‖, γ = 1 by default.
  *
  * ‖q−k‖² = ‖q‖² + ‖k‖² − 2q·k (GEMM over all coordinates plus NORM2 terms). The norm has a
  * kink at q = k; below a relative floor PN_EPI_EPS·(‖q‖²+‖k‖²) (1e-6 in f32, 1e-14 in f64 —
  * the rounding noise of the expansion) the distance is taken as 0 and its subgradient as 0,
  * so values and gradients stay finite there. */
-#ifndef PN_EPI_PASS
-#include "attention.h"
-#include "fastmath.h"
-
-#define PN_EPI_FILE "laplacian.c"
-#include "epilogue_twice.h"
-
-static const pn_score_plan laplacian_tmpl = {
-    .gemm = PN_GEMM_ALL,
-    .qterm = {PN_TERM_NORM2, PN_TERM_NONE},
-    .kterm = {PN_TERM_NORM2, PN_TERM_NONE},
-    .params = PN_PBIT(PN_P_GAMMA),
-    .fwd32 = pn_epi_laplacian_fwd_f32, .vjp32 = pn_epi_laplacian_vjp_f32,
-    .fwd64 = pn_epi_laplacian_fwd_f64, .vjp64 = pn_epi_laplacian_vjp_f64};
-
-static pn_status laplacian_plan(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
-    (void)op, (void)o;
-    *p = laplacian_tmpl;
-    return PN_OK;
-}
-
-const pn_score_desc pn_score_laplacian = {
-    .name = "laplacian",
-    .defaults = {.scale = NAN, .gamma = 1.0, .r = NAN, .beta = NAN, .c = NAN, .curvature = NAN, .slope = NAN},
-    .plan = laplacian_plan,
-};
-
-#else /* typed part: real, EPI() */
-
+#ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 PN_VEC PN_HIDDEN void EPI(laplacian_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real gamma = (real)p->gamma;
+    const real gamma = (real)p->v[PN_P_gamma];
     for (int64_t i = 0; i < rows; i++) {
         const real *g = G + i * ld, qq = q0[i];
         real *o = s + i * ld;
@@ -51,7 +23,7 @@ PN_VEC PN_HIDDEN void EPI(laplacian_fwd)(const pn_score_params *p, int64_t rows,
 PN_VEC PN_HIDDEN void EPI(laplacian_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    const real gamma = (real)p->gamma;
+    const real gamma = (real)p->v[PN_P_gamma];
     double sg_all = 0;
     for (int64_t i = 0; i < rows; i++) {
         const real *g = G + i * ld, *dsi = ds + i * ld, qq = q0[i];
@@ -73,7 +45,23 @@ PN_VEC PN_HIDDEN void EPI(laplacian_vjp)(const pn_score_params *p, int64_t rows,
         dq[2 * i] += sq;
         sg_all += sg;
     }
-    dparam[PN_P_GAMMA] += sg_all;
+    dparam[PN_P_gamma] += sg_all;
+}
+
+#else /* the plan (epi_impl.h, once, after both precisions) */
+
+static const pn_score_plan laplacian_tmpl = {
+    .gemm = PN_GEMM_ALL,
+    .qterm = {PN_TERM_NORM2, PN_TERM_NONE},
+    .kterm = {PN_TERM_NORM2, PN_TERM_NONE},
+    .params = PN_PBIT(PN_P_gamma),
+    .fwd32 = pn_epi_laplacian_fwd_f32, .vjp32 = pn_epi_laplacian_vjp_f32,
+    .fwd64 = pn_epi_laplacian_fwd_f64, .vjp64 = pn_epi_laplacian_vjp_f64};
+
+pn_status pn_score_plan_laplacian(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
+    (void)op, (void)o;
+    *p = laplacian_tmpl;
+    return PN_OK;
 }
 
 #endif

@@ -1,4 +1,4 @@
-/* hyperdist.c — the hyperbolic-distance score (Gulcehre et al., Eq. 2): s = −β·d_H(q, k) − c,
+/* hyperdist.h — the hyperbolic-distance score (Gulcehre et al., Eq. 2): s = −β·d_H(q, k) − c,
  * β 1, c 0, in one of three models (opts.model):
  *
  *   hyperboloid  d = arcosh(−⟨q,k⟩_M), ⟨q,k⟩_M = q₋·k₋ − q_d·k_d, the time-like coordinate
@@ -16,69 +16,7 @@
  * q_d·k_d + |q₋·k₋| on the hyperboloid, (‖q₋‖²+‖k₋‖²)/(2q_d k_d) in the half-space,
  * 2κ(‖q‖²+‖k‖²)/((1−κ‖q‖²)(1−κ‖k‖²)) in the ball) — as the Laplacian's norm does. ‖q−k‖² from
  * the GEMM expansion is clamped at 0 (gradient 0 there). */
-#ifndef PN_EPI_PASS
-#include "attention.h"
-#include "fastmath.h"
-#include "static_switch.h"
-
-#define PN_EPI_FILE "hyperdist.c"
-#include "epilogue_twice.h"
-
-/* aux[0] = 1/√κ (Poincaré) */
-static void poincare_prepare(pn_score_params *p) { p->aux[0] = 1.0 / sqrt(p->curvature); }
-
-static const pn_score_plan hyperboloid_tmpl = {
-    .gemm = PN_GEMM_HEAD,
-    .qterm = {PN_TERM_NONE, PN_TERM_LAST},
-    .kterm = {PN_TERM_NONE, PN_TERM_LAST},
-    .req = PN_REQ_LAST_POS,
-    .params = PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C),
-    .fwd32 = pn_epi_hyperboloid_fwd_f32, .vjp32 = pn_epi_hyperboloid_vjp_f32,
-    .fwd64 = pn_epi_hyperboloid_fwd_f64, .vjp64 = pn_epi_hyperboloid_vjp_f64};
-static const pn_score_plan halfspace_tmpl = {
-    .gemm = PN_GEMM_HEAD,
-    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
-    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
-    .req = PN_REQ_LAST_POS,
-    .params = PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C),
-    .fwd32 = pn_epi_halfspace_fwd_f32, .vjp32 = pn_epi_halfspace_vjp_f32,
-    .fwd64 = pn_epi_halfspace_fwd_f64, .vjp64 = pn_epi_halfspace_vjp_f64};
-static const pn_score_plan poincare_tmpl = {
-    .gemm = PN_GEMM_ALL,
-    .qterm = {PN_TERM_NORM2, PN_TERM_NONE},
-    .kterm = {PN_TERM_NORM2, PN_TERM_NONE},
-    .req = PN_REQ_BALL,
-    .params = PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C) | PN_PBIT(PN_P_CURV),
-    .positive = PN_PBIT(PN_P_CURV),
-    .prepare = poincare_prepare,
-    .fwd32 = pn_epi_poincare_fwd_f32, .vjp32 = pn_epi_poincare_vjp_f32,
-    .fwd64 = pn_epi_poincare_fwd_f64, .vjp64 = pn_epi_poincare_vjp_f64};
-
-static pn_status hyperbolic_plan(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
-    switch (o->model) {
-    case PN_MODEL_HYPERBOLOID:
-        *p = hyperboloid_tmpl;
-        return PN_OK;
-    case PN_MODEL_HALFSPACE:
-        *p = halfspace_tmpl;
-        return PN_OK;
-    case PN_MODEL_POINCARE:
-        *p = poincare_tmpl;
-        return PN_OK;
-    default:
-        return pn_error(PN_ERR_ARG, "%s: unknown model code %d for score 'hyperbolic' (valid: hyperboloid, "
-                        "halfspace, poincare)", op, o->model);
-    }
-}
-
-const pn_score_desc pn_score_hyperbolic = {
-    .name = "hyperbolic",
-    .defaults = {.scale = NAN, .gamma = NAN, .r = NAN, .beta = 1.0, .c = 0.0, .curvature = 1.0, .slope = NAN},
-    .plan = hyperbolic_plan,
-};
-
-#else /* typed part: real, EPI() */
-
+#ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 /* d arcosh(X)/dX, or 0 (the subgradient at the kink q = k) while X − 1 is within the rounding
  * noise PN_EPI_EPS·S of the terms that produced it (S: their magnitude). */
 PN_INLINE real EPI(dacosh)(real X, real S) {
@@ -91,7 +29,7 @@ PN_INLINE real EPI(dacosh)(real X, real S) {
 /* ---- hyperboloid ------------------------------------------------------------------------- */
 PN_VEC PN_HIDDEN void EPI(hyperboloid_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real beta = (real)p->beta, c = (real)p->c;
+    const real beta = (real)p->v[PN_P_beta], c = (real)p->v[PN_P_c];
     for (int64_t i = 0; i < rows; i++) {
         const real *g = G + i * ld, qh = q1[i];
         real *o = s + i * ld;
@@ -105,7 +43,7 @@ PN_VEC PN_HIDDEN void EPI(hyperboloid_fwd)(const pn_score_params *p, int64_t row
 PN_INLINE void EPI(hyperboloid_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real beta = (real)p->beta;
+    const real beta = (real)p->v[PN_P_beta];
     double sb_all = 0, sc_all = 0;
     for (int64_t i = 0; i < rows; i++) {
         const real *gg = G + i * ld, *dsi = ds + i * ld, qh = q1[i];
@@ -132,8 +70,8 @@ PN_INLINE void EPI(hyperboloid_vjp_body)(const pn_score_params *p, int64_t rows,
         sc_all += sc;
     }
     if (want) {
-        dparam[PN_P_BETA] += sb_all;
-        dparam[PN_P_C] += sc_all;
+        dparam[PN_P_beta] += sb_all;
+        dparam[PN_P_c] += sc_all;
     }
 }
 
@@ -141,7 +79,7 @@ PN_INLINE void EPI(hyperboloid_vjp_body)(const pn_score_params *p, int64_t rows,
 PN_VEC PN_HIDDEN void EPI(hyperboloid_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C)), want,
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c)), want,
                    EPI(hyperboloid_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
@@ -153,7 +91,7 @@ PN_INLINE void EPI(recip)(int64_t n, const real *x, real *out) {
 
 PN_VEC PN_HIDDEN void EPI(halfspace_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real beta = (real)p->beta, c = (real)p->c;
+    const real beta = (real)p->v[PN_P_beta], c = (real)p->v[PN_P_c];
     real ik[PN_EPI_CHUNK];
     for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
         const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
@@ -176,7 +114,7 @@ PN_VEC PN_HIDDEN void EPI(halfspace_fwd)(const pn_score_params *p, int64_t rows,
 PN_INLINE void EPI(halfspace_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real beta = (real)p->beta;
+    const real beta = (real)p->v[PN_P_beta];
     real ik[PN_EPI_CHUNK];
     double sb_all = 0, sc_all = 0;
     for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
@@ -221,8 +159,8 @@ PN_INLINE void EPI(halfspace_vjp_body)(const pn_score_params *p, int64_t rows, i
         }
     }
     if (want) {
-        dparam[PN_P_BETA] += sb_all;
-        dparam[PN_P_C] += sc_all;
+        dparam[PN_P_beta] += sb_all;
+        dparam[PN_P_c] += sc_all;
     }
 }
 
@@ -230,7 +168,7 @@ PN_INLINE void EPI(halfspace_vjp_body)(const pn_score_params *p, int64_t rows, i
 PN_VEC PN_HIDDEN void EPI(halfspace_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C)), want,
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c)), want,
                    EPI(halfspace_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
 }
 
@@ -242,7 +180,7 @@ PN_INLINE void EPI(ball_keys)(int64_t n, const real *k0, real kap, real *iw) {
 
 PN_VEC PN_HIDDEN void EPI(poincare_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real beta = (real)p->beta, c = (real)p->c, kap = (real)p->curvature, isk = (real)p->aux[0];
+    const real beta = (real)p->v[PN_P_beta], c = (real)p->v[PN_P_c], kap = (real)p->v[PN_P_curvature], isk = (real)p->aux[0];
     real iw[PN_EPI_CHUNK];
     for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
         const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
@@ -265,7 +203,7 @@ PN_VEC PN_HIDDEN void EPI(poincare_fwd)(const pn_score_params *p, int64_t rows, 
 PN_INLINE void EPI(poincare_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real beta = (real)p->beta, kap = (real)p->curvature, isk = (real)p->aux[0];
+    const real beta = (real)p->v[PN_P_beta], kap = (real)p->v[PN_P_curvature], isk = (real)p->aux[0];
     real iw[PN_EPI_CHUNK];
     double sb_all = 0, sc_all = 0, sk_all = 0;
     for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
@@ -309,9 +247,9 @@ PN_INLINE void EPI(poincare_vjp_body)(const pn_score_params *p, int64_t rows, in
         }
     }
     if (want) {
-        dparam[PN_P_BETA] += sb_all;
-        dparam[PN_P_C] += sc_all;
-        dparam[PN_P_CURV] += sk_all;
+        dparam[PN_P_beta] += sb_all;
+        dparam[PN_P_c] += sc_all;
+        dparam[PN_P_curvature] += sk_all;
     }
 }
 
@@ -319,8 +257,59 @@ PN_INLINE void EPI(poincare_vjp_body)(const pn_score_params *p, int64_t rows, in
 PN_VEC PN_HIDDEN void EPI(poincare_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
         const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
         double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_BETA) | PN_PBIT(PN_P_C) | PN_PBIT(PN_P_CURV)), want,
+    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c) | PN_PBIT(PN_P_curvature)), want,
                    EPI(poincare_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
+}
+
+#else /* the plan (epi_impl.h, once, after both precisions) */
+
+/* aux[0] = 1/√κ (Poincaré) */
+static void poincare_prepare(pn_score_params *p) { p->aux[0] = 1.0 / sqrt(p->v[PN_P_curvature]); }
+
+static const pn_score_plan hyperboloid_tmpl = {
+    .note = " (hyperboloid)",
+    .gemm = PN_GEMM_HEAD,
+    .qterm = {PN_TERM_NONE, PN_TERM_LAST},
+    .kterm = {PN_TERM_NONE, PN_TERM_LAST},
+    .req = PN_REQ_LAST_POS,
+    .params = PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c),
+    .fwd32 = pn_epi_hyperboloid_fwd_f32, .vjp32 = pn_epi_hyperboloid_vjp_f32,
+    .fwd64 = pn_epi_hyperboloid_fwd_f64, .vjp64 = pn_epi_hyperboloid_vjp_f64};
+static const pn_score_plan halfspace_tmpl = {
+    .note = " (halfspace)",
+    .gemm = PN_GEMM_HEAD,
+    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .req = PN_REQ_LAST_POS,
+    .params = PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c),
+    .fwd32 = pn_epi_halfspace_fwd_f32, .vjp32 = pn_epi_halfspace_vjp_f32,
+    .fwd64 = pn_epi_halfspace_fwd_f64, .vjp64 = pn_epi_halfspace_vjp_f64};
+static const pn_score_plan poincare_tmpl = {
+    .note = " (poincare)",
+    .gemm = PN_GEMM_ALL,
+    .qterm = {PN_TERM_NORM2, PN_TERM_NONE},
+    .kterm = {PN_TERM_NORM2, PN_TERM_NONE},
+    .req = PN_REQ_BALL,
+    .params = PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c) | PN_PBIT(PN_P_curvature),
+    .prepare = poincare_prepare,
+    .fwd32 = pn_epi_poincare_fwd_f32, .vjp32 = pn_epi_poincare_vjp_f32,
+    .fwd64 = pn_epi_poincare_fwd_f64, .vjp64 = pn_epi_poincare_vjp_f64};
+
+pn_status pn_score_plan_hyperbolic(const char *op, const pn_attn_opts *o, pn_score_plan *p) {
+    switch (o->model) {
+    case PN_MODEL_HYPERBOLOID:
+        *p = hyperboloid_tmpl;
+        return PN_OK;
+    case PN_MODEL_HALFSPACE:
+        *p = halfspace_tmpl;
+        return PN_OK;
+    case PN_MODEL_POINCARE:
+        *p = poincare_tmpl;
+        return PN_OK;
+    default:
+        return pn_error(PN_ERR_ARG, "%s: unknown model code %d for score 'hyperbolic' (valid: hyperboloid, "
+                        "halfspace, poincare)", op, o->model);
+    }
 }
 
 #endif
