@@ -90,3 +90,43 @@ describe('attention registry', function()
     assert_error(function() pn.attention_variants({ everything = true }) end, 'attention_variants', 'everything', 'all')
   end)
 end)
+
+describe('attention layers derive their parameters from the registry', function()
+  local all = pn.attention_variants({ all = true })
+
+  it('MultiheadAttention: learn_<param> is a per-head parameter that gets a gradient, for every score', function()
+    pn.manual_seed(3)
+    local x = pn.randn({ 2, 4, 8 }, { dtype = 'f32' }) * 0.3
+    local checked = 0
+    for _, name in ipairs(all) do
+      local d = all[name]
+      if not d.graph_only then
+        for _, p in ipairs(d.params) do
+          local m = pn.nn.MultiheadAttention(8, 2, { score = name, ['learn_' .. p.name] = true })
+          assert.same({ 2 }, m[p.name]:shape(), name .. '.' .. p.name)
+          local ok, err = pcall(function() m(x):sum():backward() end)
+          if ok then
+            assert.is_not_nil(m[p.name].grad, name .. '.' .. p.name .. ' got no gradient')
+            checked = checked + 1
+          else -- a parameter of another model of the score (curvature: poincare only)
+            assert.is_truthy(tostring(err):find('has no parameter ' .. p.name, 1, true), tostring(err))
+          end
+        end
+      end
+    end
+    assert.is_true(checked > 0)
+  end)
+
+  it('MultiheadAttention and GATConv reject learn_ for a parameter the score lacks, listing the valid ones', function()
+    for _, name in ipairs(all) do
+      local d = all[name]
+      local valid = 'learn_' .. d.params[1].name
+      if not d.graph_only then
+        assert_error(function() pn.nn.MultiheadAttention(8, 2, { score = name, learn_nonesuch = true }) end,
+          'MultiheadAttention', 'learn_nonesuch', name, valid)
+      end
+      assert_error(function() pn.nn.GATConv(5, 4, { score = name, learn_nonesuch = true }) end,
+        'GATConv', 'learn_nonesuch', name, valid)
+    end
+  end)
+end)

@@ -1,15 +1,17 @@
 -- penumbra.nn.attention — MultiheadAttention over any registry score (DESIGN §3.1).
 --
 -- MultiheadAttention(d_model, heads, {score='dot', map=nil|'psi'|'xi'|'pseudopolar'|'exp0',
---   normalize='softmax', causal=false, dropout=0, bias=true, learn_gamma=false,
---   learn_r=false, gamma=, r=, beta=, c=, model=, curvature=, qk_dim=d_model/heads})
+--   normalize='softmax', causal=false, dropout=0, bias=true, model=, squared=, alibi=,
+--   qk_dim=d_model/heads, <param>=, learn_<param>=false})
 -- forward(x_q, x_kv [, {mask=, bias=}]) with x (B, N, d_model) → (B, Nq, d_model).
--- Learnable γ / r are per-head parameters (H) handed to the fused kernel as tensors.
+-- The score's parameters and its default map come from its registry description
+-- (pn.attention_variant(score)): <param> = a number for each of them (gamma, r, beta, …), and
+-- learn_<param> = true makes it a per-head parameter (H), initialised to <param> or the
+-- default, handed to the fused kernel as a tensor.
 return function(nn, pn)
   local MHA = nn.class('MultiheadAttention')
   nn.MultiheadAttention = MHA
-
-  local DEFAULT_MAP = { umbral = 'psi', penumbral = 'xi', hyperbolic = 'pseudopolar' }
+  local score_params = require 'penumbra.nn.score_params'
 
   function MHA:init(d, heads, o)
     o = o or {}
@@ -19,14 +21,14 @@ return function(nn, pn)
     self.dk = o.qk_dim or self.dv
     self.o = o
     self.score = o.score or 'dot'
-    self.map = o.map or DEFAULT_MAP[self.score] or 'none'
+    self.desc = pn.attention_variant(self.score)
+    self.map = o.map or self.desc.map
     local bias = o.bias ~= false
     self:add('q_proj', nn.Linear(d, heads * self.dk, { bias = bias }))
     self:add('k_proj', nn.Linear(d, heads * self.dk, { bias = bias }))
     self:add('v_proj', nn.Linear(d, d, { bias = bias }))
     self:add('out_proj', nn.Linear(d, d, { bias = bias }))
-    if o.learn_gamma then self:param('gamma', pn.full({ heads }, o.gamma or 1)) end
-    if o.learn_r then self:param('r', pn.full({ heads }, o.r or (self.score == 'umbral' and 0.1 or 1))) end
+    self.learned = score_params.learnable(self, 'MultiheadAttention', self.desc, o, heads, self.dk, pn)
   end
 
   function MHA:heads_of(t, width)
@@ -51,9 +53,8 @@ return function(nn, pn)
     local v = self:heads_of(self.v_proj(xkv), self.dv)
     local o = self.o
     local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
-                   bias = extra.bias, beta = o.beta, c = o.c, model = o.model, curvature = o.curvature,
-                   scale = o.scale, squared = o.squared, alibi = o.alibi,
-                   gamma = self.gamma or o.gamma, r = self.r or o.r }
+                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
+    score_params.fill(opts, self.desc, o, self, self.learned)
     local out = pn.attention(q, k, v, opts)            -- (B, H, Nq, dv)
     local s = out:shape()
     out = out:transpose(2, 3):reshape(s[1], s[3], self.d)

@@ -3,19 +3,22 @@
 --
 -- GATConv(in, out, {heads=8, concat=true, score='gat', map=nil, qk_dim=out, shared_qk=false,
 --                   dropout=0.6, attn_dropout=0.6, proj_dropout=0, residual=false, bias=true,
---                   gamma=1, r=nil, slope=0.2})
+--                   <param>=, learn_<param>=false})
 --   x (N, in), g = pn.graph(...) → (N, heads·out) when concat, else (N, out) (mean of heads).
 -- For `gat` the score is LeakyReLU(a_l·Wh_i + a_r·Wh_j) on the value projection Wh, as in
 -- the paper. For distance scores, q and k are separate projections of width qk_dim per head
 -- (or, with shared_qk, both the value projection Wh itself, as GAT scores Wh), mapped onto the
 -- manifold the score lives on (`map`, default by score: umbral → psi, penumbral → xi with
--- h = r, hyperbolic → pseudopolar, others none). dropout acts on the layer's input,
+-- h = r, hyperbolic → pseudopolar, others none: the description's map). The score's parameters
+-- come from its registry description (pn.attention_variant(score).params): <param> = a number
+-- (gamma, r, slope, …; nil: the default), learn_<param> = true a per-head parameter of the
+-- layer (nn/score_params.lua). dropout acts on the layer's input,
 -- attn_dropout on the attention weights, proj_dropout on the projected values Wh after the
 -- scores are taken (the GAT authors' code drops all three).
 return function(nn, pn)
   local class = nn.class
 
-  local DEFAULT_MAP = { umbral = 'psi', penumbral = 'xi', hyperbolic = 'pseudopolar' }
+  local score_params = require 'penumbra.nn.score_params'
 
   local GATConv = class('GATConv')
   nn.GATConv = GATConv
@@ -30,10 +33,10 @@ return function(nn, pn)
     self.attn_dropout = o.attn_dropout or o.dropout or 0.6
     self.proj_dropout = o.proj_dropout or 0
     self.shared_qk = o.shared_qk and self.score ~= 'gat' or false
-    self.slope = o.slope or 0.2
-    self.gamma, self.r = o.gamma, o.r
+    self.o = o
+    self.desc = pn.attention_variant(self.score)
     self.map = o.map
-    if self.map == nil then self.map = DEFAULT_MAP[self.score] or 'none' end
+    if self.map == nil then self.map = self.desc.map end
     local H = self.heads
     if self.score == 'gat' then
       self:add('proj', nn.Linear(fin, H * fout, { bias = false, sparse_input = o.sparse_input }))
@@ -45,6 +48,7 @@ return function(nn, pn)
       local width = self.shared_qk and H * fout or H * (fout + 2 * self.qk_dim)
       self:add('proj', nn.Linear(fin, width, { bias = false, sparse_input = o.sparse_input }))
     end
+    self.learned = score_params.learnable(self, 'GATConv', self.desc, o, H, self.qk_dim or fout, pn)
     if o.residual then
       self:add('res', (fin == (self.concat and H * fout or fout)) and nn.Identity()
         or nn.Linear(fin, self.concat and H * fout or fout, { bias = false }))
@@ -57,7 +61,7 @@ return function(nn, pn)
     local N = t:shape()[1]
     t = t:view(N, self.heads, -1)
     if self.map == 'psi' then return pn.maps.psi(t)
-    elseif self.map == 'xi' then return pn.maps.xi(t, { h = self.r or 1 })
+    elseif self.map == 'xi' then return pn.maps.xi(t, { h = self.o.r or 1 })
     elseif self.map == 'pseudopolar' then return pn.maps.pseudopolar(t)
     elseif self.map == 'none' then return t end
     error("GATConv: unknown map '" .. tostring(self.map) .. "' (psi, xi, pseudopolar, none)", 2)
@@ -65,13 +69,8 @@ return function(nn, pn)
 
   -- the score and its parameters, as pn.graph_attention takes them
   function GATConv:score_options()
-    local opts = { score = self.score }
-    if self.score == 'gat' then
-      opts.a_l, opts.a_r, opts.slope = self.a_l, self.a_r, self.slope
-    else
-      if self.gamma then opts.gamma = self.gamma end
-      if self.r then opts.r = self.r end
-    end
+    local opts = score_params.fill({ score = self.score }, self.desc, self.o, self, self.learned)
+    if self.score == 'gat' then opts.a_l, opts.a_r = self.a_l, self.a_r end
     return opts
   end
 
@@ -117,8 +116,12 @@ return function(nn, pn)
     o = o or {}
     local hidden, heads = o.hidden or 8, o.heads or 8
     local common = { score = o.score, map = o.map, dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout,
-                     gamma = o.gamma, r = o.r, qk_dim = o.qk_dim, residual = o.residual,
-                     proj_dropout = o.proj_dropout, shared_qk = o.shared_qk }
+                     qk_dim = o.qk_dim, residual = o.residual, proj_dropout = o.proj_dropout,
+                     shared_qk = o.shared_qk }
+    -- the score's parameters and learn_ flags (its registry description), for both layers
+    for _, p in ipairs(pn.attention_variant(o.score or 'gat').params) do
+      common[p.name], common['learn_' .. p.name] = o[p.name], o['learn_' .. p.name]
+    end
     local l1, l2 = {}, {}
     for k, v in pairs(common) do l1[k], l2[k] = v, v end
     l1.heads, l1.concat = heads, true
