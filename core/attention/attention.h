@@ -182,8 +182,8 @@ void pn_attn_param_inputs(const pn_attn_opts *o, pn_tensor **ins, int *n, int sl
  * (the CPU kernel reads them where it runs; the checks of pn_attn_setup_init saw only their
  * shapes). Errors name op: a parameter that must be > 0 or is not finite. */
 pn_status pn_attn_setup_resolve(const char *op, const pn_attn_opts *o, int64_t D, pn_attn_setup *st);
-/* Gradient for parameter tensor t (0-dim, (1) or (H)) from per-head sums g[H]. New reference. */
-pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H);
+/* out (a parameter's shape: 0-dim, (1) or (H); the CPU kernel's) += the per-head sums g[H] */
+void pn_attn_param_grad_into(pn_tensor *out, const double *g, int64_t H);
 /* Retain every tensor in o (for a saved copy) / release them. */
 void pn_attn_opts_retain(pn_attn_opts *o);
 void pn_attn_opts_release(pn_attn_opts *o);

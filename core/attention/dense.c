@@ -30,6 +30,7 @@
  *  - pn_attention_weights returns the normalised α_ij (softmax rows sum to one; sigmoid
  *    gives σ(s), sigmoid_normalized σ/Σσ), without Lorentz factors, and is not recorded. */
 #include "attention.h"
+#include "../backend.h"
 #include "fastmath.h"
 
 #include <cblas.h>
@@ -219,19 +220,18 @@ static pn_status bcast4(const pn_attn_call *c, const char *arg, const pn_tensor 
     return PN_OK;
 }
 
-/* Checks q, k, v (v may be NULL: weights) and o, fills c (setup, contiguous inputs, masks,
- * terms). On error c is freed. */
-static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, pn_tensor *k, pn_tensor *v,
-                                 const pn_attn_opts *o) {
+/* Checks q, k, v (v may be NULL: weights) and o. run = 0 (the front end): the checks only,
+ * c is freed. run = 1 (the CPU kernel): also fills c (setup, contiguous inputs, masks, terms,
+ * parameters). On error c is freed. */
+static pn_status dense_call_init(pn_attn_call *c, const char *op, const pn_tensor *q_, const pn_tensor *k_,
+                                 const pn_tensor *v_, const pn_attn_opts *o, int run) {
+    pn_tensor *q = (pn_tensor *)q_, *k = (pn_tensor *)k_, *v = (pn_tensor *)v_; /* read, never written */
     memset(c, 0, sizeof *c);
     c->op = op;
     if (!q || !k || (!v && strcmp(op, "attention_weights") != 0))
         return pn_error(PN_ERR_ARG, "%s: %s is nil", op, !q ? "q" : (!k ? "k" : "v"));
     if (!o) return pn_error(PN_ERR_ARG, "%s: options are nil (fill them with pn_attn_opts_init)", op);
-    PN_TRY(pn_check_cpu(op, "q", q));
-    PN_TRY(pn_check_cpu(op, "k", k));
     PN_TRY(pn_check_float(op, "q", q));
-    if (v) PN_TRY(pn_check_cpu(op, "v", v));
     if (k->dt != q->dt || (v && v->dt != q->dt))
         return pn_error(PN_ERR_DTYPE, "%s: q %s %s, k %s %s%s%s%s%s must have the same float dtype", op,
                         pn_dtype_name(q->dt), pn_shape_str(q), pn_dtype_name(k->dt), pn_shape_str(k), v ? ", v " : "",
@@ -273,7 +273,7 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, 
                          pn_shape_str(o->mask), pn_dtype_name(o->mask->dt));
             goto fail;
         }
-        if ((s = pn_check_cpu(op, "mask", o->mask)) || (s = bcast4(c, "mask", o->mask, q, c->ms))) goto fail;
+        if ((s = bcast4(c, "mask", o->mask, q, c->ms))) goto fail;
         c->mask = (const uint8_t *)pn_ptr(o->mask);
     }
     if (o->bias) {
@@ -282,7 +282,7 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, 
                          pn_dtype_name(o->bias->dt), pn_dtype_name(q->dt));
             goto fail;
         }
-        if ((s = pn_check_cpu(op, "bias", o->bias)) || (s = bcast4(c, "bias", o->bias, q, c->bs))) goto fail;
+        if ((s = bcast4(c, "bias", o->bias, q, c->bs))) goto fail;
         c->bias = pn_ptr(o->bias);
     }
     if (o->alibi) {
@@ -295,6 +295,10 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, pn_tensor *q, 
             goto fail;
         }
         for (int64_t h = 0; h < c->H; h++) c->alibi[h] = pow(2.0, -8.0 * (double)(h + 1) / (double)c->H);
+    }
+    if (!run) {
+        pn_attn_call_free(c);
+        return PN_OK;
     }
     pn_tensor *ins[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {
@@ -335,32 +339,45 @@ static void dense_saved_free(void *p) {
 
 static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
 
+/* The front end's device step: every tensor of the call on one device, and its kernels. */
+static pn_status dense_device(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                              const pn_attn_opts *o, int *dev, const pn_kernels **kt) {
+    const pn_tensor *ts[4 + PN_NPARAM] = {q, k, v, o ? o->mask : NULL};
+    const char *names[4 + PN_NPARAM] = {"q", "k", "v", "mask"};
+    int n = 4;
+    if (o) {
+        ts[n] = o->bias, names[n++] = "bias";
+        for (int p = 0; p < PN_NPARAM; p++)
+            if (o->param_t[p]) ts[n] = o->param_t[p], names[n++] = pn_attention_param_name(p);
+    }
+    PN_TRY(pn_common_device(op, n, ts, names, dev));
+    return pn_backend_for(op, *dev, kt);
+}
+
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o) {
     const char *op = "attention";
     pn_attn_call c;
-    if (dense_call_init(&c, op, q, k, v, o)) return NULL;
+    if (dense_call_init(&c, op, q, k, v, o, 0)) return NULL;
+    int dev;
+    const pn_kernels *kt;
+    if (dense_device(op, q, k, v, o, &dev, &kt)) return NULL;
+    const int nd = q->nd;
+    const int64_t BH = (nd == 4 ? q->sizes[0] * q->sizes[1] : (nd == 3 ? q->sizes[0] : 1)), Nq = q->sizes[nd - 2];
     int64_t oshape[PN_MAX_DIMS];
-    memcpy(oshape, q->sizes, sizeof(int64_t) * (size_t)q->nd);
-    oshape[q->nd - 1] = c.Dv;
-    pn_tensor *out = pn_empty(q->nd, oshape, q->dt, PN_CPU);
-    int64_t sshape[2] = {c.BH, c.Nq};
-    pn_tensor *stat = out ? pn_empty(2, sshape, q->dt, PN_CPU) : NULL;
-    if (!stat) goto fail;
-    if (pn_numel(out) > 0 || c.BH * c.Nq > 0) {
-        pn_status s;
-        BLAS_SERIAL_BEGIN;
-        s = c.dt == PN_F32 ? forward_f32(&c, VP(out), VP(stat)) : forward_f64(&c, VP(out), VP(stat));
-        BLAS_SERIAL_END;
-        if (s) goto fail;
-    }
+    memcpy(oshape, q->sizes, sizeof(int64_t) * (size_t)nd);
+    oshape[nd - 1] = v->sizes[nd - 1];
+    pn_tensor *out = pn_empty(nd, oshape, q->dt, dev);
+    int64_t sshape[2] = {BH, Nq};
+    pn_tensor *stat = out ? pn_empty(2, sshape, q->dt, dev) : NULL;
+    if (!stat || PN_KCALL(op, kt, attention_dense_fwd, q, k, v, o, out, stat)) goto fail;
     /* autograd inputs: q, k, v, bias, then the parameter tensors given (slots in sv->slot) */
     pn_tensor *ins[4 + PN_NPARAM] = {q, k, v, o->bias};
     int nin = 4, slot[PN_NPARAM];
     pn_attn_param_inputs(o, ins, &nin, slot);
     if (pn_ag_needed(nin, ins)) {
         dense_saved *sv = calloc(1, sizeof *sv);
-        pn_node *nd = sv ? pn_ag_record(out, op, dense_bw, nin, ins) : NULL;
-        if (!nd) {
+        pn_node *nd_ = sv ? pn_ag_record(out, op, dense_bw, nin, ins) : NULL;
+        if (!nd_) {
             free(sv);
             if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", op);
             goto fail;
@@ -374,43 +391,104 @@ pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_
         sv->out = pn_detach(out);
         sv->stat = stat;
         stat = NULL;
-        nd->extra = sv;
-        nd->free_extra = dense_saved_free;
+        nd_->extra = sv;
+        nd_->free_extra = dense_saved_free;
         if (!sv->q || !sv->k || !sv->v || !sv->out) goto fail;
     }
     pn_release(stat);
-    pn_attn_call_free(&c);
     return out;
 fail:
     pn_release(out);
     pn_release(stat);
-    pn_attn_call_free(&c);
     return NULL;
+}
+
+pn_status pn_cpu_attention_dense_fwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                     const pn_attn_opts *o, pn_tensor *out, pn_tensor *stat) {
+    pn_attn_call c;
+    PN_TRY(dense_call_init(&c, "attention", q, k, v, o, 1));
+    pn_status s = PN_OK;
+    if (pn_numel(out) > 0 || c.BH * c.Nq > 0) {
+        BLAS_SERIAL_BEGIN;
+        s = c.dt == PN_F32 ? forward_f32(&c, VP(out), VP(stat)) : forward_f64(&c, VP(out), VP(stat));
+        BLAS_SERIAL_END;
+    }
+    pn_attn_call_free(&c);
+    return s;
 }
 
 pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o) {
     const char *op = "attention_weights";
     pn_attn_call c;
-    if (dense_call_init(&c, op, q, k, NULL, o)) return NULL;
+    if (dense_call_init(&c, op, q, k, NULL, o, 0)) return NULL;
+    int dev;
+    const pn_kernels *kt;
+    if (dense_device(op, q, k, NULL, o, &dev, &kt)) return NULL;
     int64_t wshape[PN_MAX_DIMS];
     memcpy(wshape, q->sizes, sizeof(int64_t) * (size_t)q->nd);
-    wshape[q->nd - 1] = c.Nk;
-    pn_tensor *w = pn_empty(q->nd, wshape, q->dt, PN_CPU);
-    if (w && pn_numel(w) > 0) {
-        pn_status s;
-        BLAS_SERIAL_BEGIN;
-        s = c.dt == PN_F32 ? weights_f32(&c, VP(w)) : weights_f64(&c, VP(w));
-        BLAS_SERIAL_END;
-        if (s) {
-            pn_release(w);
-            w = NULL;
-        }
+    wshape[q->nd - 1] = k->sizes[k->nd - 2];
+    pn_tensor *w = pn_empty(q->nd, wshape, q->dt, dev);
+    if (w && PN_KCALL(op, kt, attention_dense_weights, q, k, o, w)) {
+        pn_release(w);
+        w = NULL;
     }
-    pn_attn_call_free(&c);
     return w;
 }
 
+pn_status pn_cpu_attention_dense_weights(const pn_tensor *q, const pn_tensor *k, const pn_attn_opts *o,
+                                         pn_tensor *w) {
+    pn_attn_call c;
+    PN_TRY(dense_call_init(&c, "attention_weights", q, k, NULL, o, 1));
+    pn_status s = PN_OK;
+    if (pn_numel(w) > 0) {
+        BLAS_SERIAL_BEGIN;
+        s = c.dt == PN_F32 ? weights_f32(&c, VP(w)) : weights_f64(&c, VP(w));
+        BLAS_SERIAL_END;
+    }
+    pn_attn_call_free(&c);
+    return s;
+}
+
 /* ---- backward ------------------------------------------------------------------------------- */
+/* The front end allocates the gradients it will hand back (zeros, on the inputs' device) and
+ * calls the kernel, which adds into them. */
+static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
+    dense_saved *sv = n->extra;
+    const char *op = "attention";
+    int dev;
+    const pn_kernels *kt;
+    PN_TRY(dense_device(op, sv->q, sv->k, sv->v, &sv->o, &dev, &kt));
+    const int dt = sv->q->dt;
+    pn_status st = PN_OK;
+    pn_tensor *dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, dev);
+    pn_tensor *dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, dev);
+    pn_tensor *dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, dev);
+    pn_tensor *gb = NULL, *dparam[PN_ATTN_MAX_PARAMS] = {NULL};
+    bool oom = !dq || !dk || !dv;
+    if (sv->o.bias && pn_ag_input_needs(n, 3)) oom |= !(gb = pn_zeros(sv->o.bias->nd, sv->o.bias->sizes, dt, dev));
+    for (int p = 0; p < PN_NPARAM; p++) {
+        const pn_tensor *t = sv->o.param_t[p];
+        if (t && sv->slot[p] >= 0 && pn_ag_input_needs(n, sv->slot[p]))
+            oom |= !(dparam[p] = pn_zeros(t->nd, t->sizes, t->dt, dev));
+    }
+    if (oom) st = PN_ERR_OOM;
+    if (!st) st = PN_KCALL(op, kt, attention_dense_bwd, sv->q, sv->k, sv->v, &sv->o, sv->out, sv->stat, gout, dq, dk, dv, gb, dparam);
+    if (!st) {
+        if (pn_ag_input_needs(n, 0)) gin[0] = dq, dq = NULL;
+        if (pn_ag_input_needs(n, 1)) gin[1] = dk, dk = NULL;
+        if (pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
+        if (gb) gin[3] = gb, gb = NULL;
+        for (int p = 0; p < PN_NPARAM; p++)
+            if (dparam[p]) gin[sv->slot[p]] = dparam[p], dparam[p] = NULL;
+    }
+    pn_release(dq);
+    pn_release(dk);
+    pn_release(dv);
+    pn_release(gb);
+    for (int p = 0; p < PN_NPARAM; p++) pn_release(dparam[p]);
+    return st;
+}
+
 typedef struct {
     void *dk[PN_MAX_SPLITS], *dv[PN_MAX_SPLITS], *dkt[PN_MAX_SPLITS][2], *dg[PN_MAX_SPLITS];
     double *dqt[2], *dparam;
@@ -448,11 +526,15 @@ static void add_into(int dt, void *a, const void *b, int64_t n) {
     }
 }
 
-static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
-    dense_saved *sv = n->extra;
+/* dq, dk, dv (the inputs' shapes), gb (the bias's shape, or NULL) and dparam[p] (parameter
+ * p's shape, or NULL) are zeros: the kernel adds the gradients into them. */
+pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                     const pn_attn_opts *o, const pn_tensor *out_, const pn_tensor *stat_,
+                                     const pn_tensor *gout, pn_tensor *dq, pn_tensor *dk, pn_tensor *dv, pn_tensor *gb,
+                                     pn_tensor *const *dparam) {
     const char *op = "attention";
     pn_attn_call c;
-    PN_TRY(dense_call_init(&c, op, sv->q, sv->k, sv->v, &sv->o));
+    PN_TRY(dense_call_init(&c, op, q, k, v, o, 1));
     const int dt = c.dt;
     const size_t es = esize(dt);
     const int64_t nqt = (c.Nq + PN_TQ - 1) / PN_TQ;
@@ -467,12 +549,8 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     pn_status st = PN_OK;
     bw_bufs bb;
     memset(&bb, 0, sizeof bb);
-    pn_tensor *gc = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *gb = NULL;
-    gc = pn_contig(gout);
-    dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, PN_CPU);
-    dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, PN_CPU);
-    dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, PN_CPU);
-    if (!gc || !dq || !dk || !dv) {
+    pn_tensor *gc = pn_contig((pn_tensor *)gout);
+    if (!gc) {
         st = PN_ERR_OOM;
         goto done;
     }
@@ -491,13 +569,12 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         if (pl->qterm[m] != PN_TERM_NONE) oom |= !(bb.dqt[m] = calloc((size_t)(c.BH * c.Nq + 1), sizeof(double)));
     oom |= !(bb.dparam = calloc((size_t)(c.BH * S * PN_NPARAM), sizeof(double)));
     /* the bias gradient: direct when no two items share a bias element, else one copy per thread */
-    bool want_gbias = sv->o.bias && pn_ag_input_needs(n, 3);
+    bool want_gbias = gb != NULL;
     bool per_thread = false;
     int64_t gbs[4] = {0, 0, 0, 0}, gb_numel = 0;
     if (want_gbias && !oom) {
-        gb = pn_zeros(sv->o.bias->nd, sv->o.bias->sizes, dt, PN_CPU);
-        if (!gb || bcast4(&c, "bias", gb, sv->q, gbs)) {
-            st = gb ? PN_ERR_SHAPE : PN_ERR_OOM;
+        if (bcast4(&c, "bias", gb, q, gbs)) {
+            st = PN_ERR_SHAPE;
             goto done;
         }
         gb_numel = pn_numel(gb);
@@ -514,7 +591,7 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
 #define FILL_BWD_ARGS(a)                                                                   \
     do {                                                                                   \
         memset(&(a), 0, sizeof(a));                                                        \
-        (a).dout = VP(gc), (a).out = VP(sv->out), (a).stat = VP(sv->stat), (a).dq = VP(dq); \
+        (a).dout = VP(gc), (a).out = VP(out_), (a).stat = VP(stat_), (a).dq = VP(dq); \
         for (int64_t s = 0; s < S; s++) {                                                  \
             (a).dk[s] = bb.dk[s], (a).dv[s] = bb.dv[s], (a).dg[s] = bb.dg[s];              \
             (a).dkt[s][0] = bb.dkt[s][0], (a).dkt[s][1] = bb.dkt[s][1];                    \
@@ -590,23 +667,12 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         goto done;
     }
 
-    if (pn_ag_input_needs(n, 0)) gin[0] = dq, dq = NULL;
-    if (pn_ag_input_needs(n, 1)) gin[1] = dk, dk = NULL;
-    if (pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
-    if (want_gbias) gin[3] = gb, gb = NULL;
-    for (int p = 0; p < PN_NPARAM; p++) {
-        pn_tensor *t = pn_attn_param_tensor(&sv->o, p);
-        const int i = sv->slot[p];
-        if (t && i >= 0 && pn_ag_input_needs(n, i) && !(gin[i] = pn_attn_param_grad(t, gp[p], c.H))) st = PN_ERR_OOM;
-    }
+    for (int p = 0; p < PN_NPARAM; p++)
+        if (dparam[p]) pn_attn_param_grad_into(dparam[p], gp[p], c.H);
     free(gp_heap);
 done:
     bw_bufs_free(&bb, S);
     pn_release(gc);
-    pn_release(dq);
-    pn_release(dk);
-    pn_release(dv);
-    pn_release(gb);
     pn_attn_call_free(&c);
     return st;
 }

@@ -19,6 +19,7 @@
  * CSR (edge ids grouped by source in increasing order, built by a counting sort) and sums
  * dK, dV and the key-term gradients in that fixed order. */
 #include "attention.h"
+#include "../backend.h"
 #include "fastmath.h"
 
 #include <omp.h>
@@ -71,16 +72,13 @@ static pn_tensor *head_major(pn_tensor *x) {
     return r;
 }
 
-/* (H, N, X) head-major buffer → node-major tensor of shape `like` (N, H, X) or (N, X) */
-static pn_tensor *node_major(int dt, const void *hm, int64_t H, int64_t N, int64_t X, const pn_tensor *like) {
-    pn_tensor *t = pn_empty(like->nd, like->sizes, dt, PN_CPU);
-    if (!t) return NULL;
+/* (H, N, X) head-major buffer → t, a contiguous node-major (N, H, X) or (N, X) tensor */
+static void node_major_into(int dt, const void *hm, int64_t H, int64_t N, int64_t X, pn_tensor *t) {
     size_t es = pn_elsize(dt);
     char *o = pn_ptr(t);
     const char *s = hm;
     for (int64_t i = 0; i < N; i++)
         for (int64_t h = 0; h < H; h++) memcpy(o + es * (size_t)((i * H + h) * X), s + es * (size_t)((h * N + i) * X), es * (size_t)X);
-    return t;
 }
 
 /* the graph as plain arrays: off (N+1), src (E), checked */
@@ -95,11 +93,10 @@ static void csr_free(csr *g) {
     g->off = g->src = NULL;
 }
 
-static pn_status csr_load(const char *OP, pn_tensor *offsets, pn_tensor *src, pn_tensor *q, int64_t N, csr *g) {
-    memset(g, 0, sizeof *g);
+/* the front end's checks of the CSR: dtypes and shapes (its contents are the kernel's) */
+static pn_status csr_check(const char *OP, const pn_tensor *offsets, const pn_tensor *src, const pn_tensor *q,
+                           int64_t N) {
     if (!offsets || !src) return pn_error(PN_ERR_ARG, "%s: %s is nil", OP, !offsets ? "offsets" : "src");
-    PN_TRY(pn_check_cpu(OP, "offsets", offsets));
-    PN_TRY(pn_check_cpu(OP, "src", src));
     if (!pn_is_index(offsets->dt) || !pn_is_index(src->dt))
         return pn_error(PN_ERR_DTYPE, "%s: offsets %s (%s) and src %s (%s) must be i32/i64", OP, pn_shape_str(offsets),
                         pn_dtype_name(offsets->dt), pn_shape_str(src), pn_dtype_name(src->dt));
@@ -107,6 +104,14 @@ static pn_status csr_load(const char *OP, pn_tensor *offsets, pn_tensor *src, pn
         return pn_error(PN_ERR_SHAPE, "%s: offsets %s does not fit q %s: a CSR over %lld nodes has %lld offsets", OP,
                         pn_shape_str(offsets), pn_shape_str(q), (long long)N, (long long)(N + 1));
     if (src->nd != 1) return pn_error(PN_ERR_SHAPE, "%s: src %s must be 1-D", OP, pn_shape_str(src));
+    return PN_OK;
+}
+
+/* the kernel's: the CSR read into g and its contents checked */
+static pn_status csr_load(const char *OP, const pn_tensor *offsets, const pn_tensor *src, const pn_tensor *q, int64_t N,
+                          csr *g) {
+    memset(g, 0, sizeof *g);
+    PN_TRY(csr_check(OP, offsets, src, q, N));
     g->N = N;
     g->E = src->sizes[0];
     g->off = malloc(sizeof(int64_t) * (size_t)(N + 1));
@@ -138,19 +143,19 @@ static pn_status csr_load(const char *OP, pn_tensor *offsets, pn_tensor *src, pn
     return s;
 }
 
-/* Checks q, k, v, the graph and o (errors name OP, the calling op, which shadows the file's);
- * fills c with head-major copies and the terms. */
-static pn_status graph_call_init(const char *OP, pn_attn_call *c, pn_tensor *q, pn_tensor *k, pn_tensor *v,
-                                 pn_tensor *offsets, pn_tensor *src, const pn_attn_opts *o, csr *g) {
+/* Checks q, k, v, the graph and o (errors name OP, the calling op, which shadows the file's).
+ * run = 0 (the front end): the checks only; c holds the setup (the caller frees it). run = 1 (the CPU kernel): also
+ * reads the CSR into g and fills c with head-major copies, the parameters and the terms. */
+static pn_status graph_call_init(const char *OP, pn_attn_call *c, const pn_tensor *q_, const pn_tensor *k_,
+                                 const pn_tensor *v_, const pn_tensor *offsets, const pn_tensor *src,
+                                 const pn_attn_opts *o, csr *g, int run) {
+    pn_tensor *q = (pn_tensor *)q_, *k = (pn_tensor *)k_, *v = (pn_tensor *)v_; /* read, never written */
     memset(c, 0, sizeof *c);
     memset(g, 0, sizeof *g);
     c->op = OP;
     c->graph = 1;
     if (!q || !k || !v) return pn_error(PN_ERR_ARG, "%s: %s is nil", OP, !q ? "q" : (!k ? "k" : "v"));
     if (!o) return pn_error(PN_ERR_ARG, "%s: options are nil (fill them with pn_attn_opts_init)", OP);
-    PN_TRY(pn_check_cpu(OP, "q", q));
-    PN_TRY(pn_check_cpu(OP, "k", k));
-    PN_TRY(pn_check_cpu(OP, "v", v));
     PN_TRY(pn_check_float(OP, "q", q));
     if (k->dt != q->dt || v->dt != q->dt)
         return pn_error(PN_ERR_DTYPE, "%s: q %s %s, k %s %s and v %s %s must have the same float dtype", OP,
@@ -182,7 +187,7 @@ static pn_status graph_call_init(const char *OP, pn_attn_call *c, pn_tensor *q, 
     c->D = q->sizes[q->nd - 1];
     c->Dv = v->sizes[v->nd - 1];
     if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", OP, pn_shape_str(q));
-    PN_TRY(csr_load(OP, offsets, src, q, N, g));
+    PN_TRY(run ? csr_load(OP, offsets, src, q, N, g) : csr_check(OP, offsets, src, q, N));
     pn_status s = pn_attn_setup_init(OP, o, q->dt, c->H, c->D, 1, &c->st);
     c->opts = o;
     if (s) {
@@ -203,16 +208,15 @@ static pn_status graph_call_init(const char *OP, pn_attn_call *c, pn_tensor *q, 
                        (a->nd == 1 && c->H == 1 && a->sizes[0] == c->D)))
                 s = pn_error(PN_ERR_SHAPE, "%s: %s %s must be (H, D) = (%lld, %lld) for q %s", OP, an[i],
                              pn_shape_str(a), (long long)c->H, (long long)c->D, pn_shape_str(q));
-            else if (!(c->own[3 + i] = pn_contig(a)))
+            else if (run && !(c->own[3 + i] = pn_contig(a)))
                 s = PN_ERR_OOM;
-            else if (pn_check_cpu(OP, an[i], a))
-                s = PN_ERR_DEVICE;
         }
-        if (!s) {
+        if (!s && run) {
             c->a_l = pn_ptr(c->own[3]);
             c->a_r = pn_ptr(c->own[4]);
         }
     }
+    if (!s && !run) return PN_OK; /* the caller frees c (it may read the plan first) */
     pn_tensor *ins[3] = {q, k, v};
     for (int i = 0; i < 3 && !s; i++)
         if (!(c->own[i] = head_major(ins[i]))) s = PN_ERR_OOM;
@@ -248,35 +252,45 @@ static void graph_saved_free(void *p) {
 
 static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
 
+/* The front end's device step: every tensor of the call on one device, and its kernels. */
+static pn_status graph_device(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                              const pn_tensor *offsets, const pn_tensor *src, const pn_attn_opts *o, int *dev,
+                              const pn_kernels **kt) {
+    const pn_tensor *ts[7 + PN_NPARAM] = {q, k, v, offsets, src, o->a_l, o->a_r};
+    const char *names[7 + PN_NPARAM] = {"q", "k", "v", "offsets", "src", "a_l", "a_r"};
+    int n = 7;
+    for (int p = 0; p < PN_NPARAM; p++)
+        if (o->param_t[p]) ts[n] = o->param_t[p], names[n++] = pn_attention_param_name(p);
+    PN_TRY(pn_common_device(op, n, ts, names, dev));
+    return pn_backend_for(op, *dev, kt);
+}
+
 pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src,
                               const pn_attn_opts *o) {
     pn_attn_call c;
     csr g;
-    if (graph_call_init(OP, &c, q, k, v, offsets, src, o, &g)) return NULL;
+    if (graph_call_init(OP, &c, q, k, v, offsets, src, o, &g, 0)) return NULL;
+    /* gat's projections a_l, a_r are inputs (PROJ terms) */
+    const bool proj = c.st.plan.qterm[0] == PN_TERM_PROJ || c.st.plan.qterm[1] == PN_TERM_PROJ;
+    pn_attn_call_free(&c);
+    int dev;
+    const pn_kernels *kt;
+    if (graph_device(OP, q, k, v, offsets, src, o, &dev, &kt)) return NULL;
+    const int64_t N = q->sizes[0], H = q->nd == 3 ? q->sizes[1] : 1, E = src->sizes[0], Dv = v->sizes[v->nd - 1];
     pn_tensor *out = NULL, *stat = NULL, *drop = NULL;
-    int64_t oshape[3] = {c.Nq, c.H, c.Dv};
-    if (q->nd == 2) oshape[1] = c.Dv;
-    out = pn_empty(q->nd, oshape, q->dt, PN_CPU);
-    stat = out ? pn_empty(2, (const int64_t[]){c.H, c.Nq}, q->dt, PN_CPU) : NULL;
+    int64_t oshape[3] = {N, H, Dv};
+    if (q->nd == 2) oshape[1] = Dv;
+    out = pn_empty(q->nd, oshape, q->dt, dev);
+    stat = out ? pn_empty(2, (const int64_t[]){H, N}, q->dt, dev) : NULL;
     if (!stat) goto fail;
-    if (o->train && o->dropout > 0 && g.E > 0) {
-        /* inverted dropout on the weights: m = (u >= p) / (1 − p), u ~ U[0,1) (Philox) */
-        drop = pn_rand(2, (const int64_t[]){g.E, c.H}, q->dt, PN_CPU);
-        if (!drop) goto fail;
-        const double p = o->dropout, keep = 1.0 / (1.0 - p);
-        char *pd = pn_ptr(drop);
-        for (int64_t i = 0; i < g.E * c.H; i++) pn_st(pd, q->dt, i, pn_ld(pd, q->dt, i) >= p ? keep : 0.0);
-    }
-    if (c.Nq > 0) {
-        pn_status s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL)
-                                     : gforward_f64(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL);
-        if (s) goto fail;
-    }
+    /* the dropout draws u ~ U[0,1) (Philox, on the device); the kernel turns them into the mask */
+    if (o->train && o->dropout > 0 && E > 0 && !(drop = pn_rand(2, (const int64_t[]){E, H}, q->dt, dev))) goto fail;
+    if (PN_KCALL(OP, kt, attention_graph_fwd, q, k, v, offsets, src, o, out, stat, drop)) goto fail;
     /* autograd inputs: q, k, v, the parameter tensors given (slots in sv->slot), a_l, a_r */
     pn_tensor *ins[3 + PN_NPARAM + 2] = {q, k, v};
     int nin = 3, slot[PN_NPARAM], a_slot = -1;
     pn_attn_param_inputs(o, ins, &nin, slot);
-    if (c.a_l) a_slot = nin, ins[nin++] = o->a_l, ins[nin++] = o->a_r;
+    if (proj) a_slot = nin, ins[nin++] = o->a_l, ins[nin++] = o->a_r;
     if (pn_ag_needed(nin, ins)) {
         graph_saved *sv = calloc(1, sizeof *sv);
         pn_node *nd = sv ? pn_ag_record(out, OP, graph_bw, nin, ins) : NULL;
@@ -301,16 +315,33 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
     }
     pn_release(stat);
     pn_release(drop);
-    pn_attn_call_free(&c);
-    csr_free(&g);
     return out;
 fail:
     pn_release(out);
     pn_release(stat);
     pn_release(drop);
+    return NULL;
+}
+
+/* drop (E, H) or NULL: uniform draws in, the inverted-dropout mask (u >= p) / (1 − p) out */
+pn_status pn_cpu_attention_graph_fwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                     const pn_tensor *offsets, const pn_tensor *src, const pn_attn_opts *o,
+                                     pn_tensor *out, pn_tensor *stat, pn_tensor *drop) {
+    pn_attn_call c;
+    csr g;
+    PN_TRY(graph_call_init(OP, &c, q, k, v, offsets, src, o, &g, 1));
+    if (drop) {
+        const double p = o->dropout, keep = 1.0 / (1.0 - p);
+        char *pd = pn_ptr(drop);
+        for (int64_t i = 0; i < g.E * c.H; i++) pn_st(pd, q->dt, i, pn_ld(pd, q->dt, i) >= p ? keep : 0.0);
+    }
+    pn_status s = PN_OK;
+    if (c.Nq > 0)
+        s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL)
+                           : gforward_f64(&c, g.off, g.src, g.maxdeg, drop ? VP(drop) : NULL, VP(out), VP(stat), NULL);
     pn_attn_call_free(&c);
     csr_free(&g);
-    return NULL;
+    return s;
 }
 
 /* Per-edge weights (E, H), or (E) for (N, D) inputs: row e is the weight node i gives src[e]
@@ -320,6 +351,7 @@ fail:
  * read q and k, so k stands in for the unused v. */
 pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *offsets, pn_tensor *src,
                                       const pn_attn_opts *o) {
+    const char *op = "graph_attention_weights";
     pn_attn_call c;
     csr g;
     pn_attn_opts os;
@@ -327,35 +359,93 @@ pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *off
         os = *o;
         os.aggregate = PN_AGG_SUM;
     }
-    if (graph_call_init("graph_attention_weights", &c, q, k, k, offsets, src, o ? &os : NULL, &g)) return NULL;
-    pn_tensor *w = q->nd == 3 ? pn_empty(2, (const int64_t[]){g.E, c.H}, q->dt, PN_CPU)
-                              : pn_empty(1, (const int64_t[]){g.E}, q->dt, PN_CPU);
-    if (w && c.Nq > 0) {
-        pn_status s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w))
-                                     : gforward_f64(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w));
-        if (s) {
-            pn_release(w);
-            w = NULL;
-        }
-    }
+    if (graph_call_init(op, &c, q, k, k, offsets, src, o ? &os : NULL, &g, 0)) return NULL;
     pn_attn_call_free(&c);
-    csr_free(&g);
+    int dev;
+    const pn_kernels *kt;
+    if (graph_device(op, q, k, k, offsets, src, &os, &dev, &kt)) return NULL;
+    const int64_t E = src->sizes[0];
+    pn_tensor *w = q->nd == 3 ? pn_empty(2, (const int64_t[]){E, q->sizes[1]}, q->dt, dev)
+                              : pn_empty(1, (const int64_t[]){E}, q->dt, dev);
+    if (w && PN_KCALL(op, kt, attention_graph_weights, q, k, offsets, src, &os, w)) {
+        pn_release(w);
+        w = NULL;
+    }
     return w;
 }
 
-/* ---- backward ---------------------------------------------------------------------------------------- */
-static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
-    graph_saved *sv = n->extra;
+pn_status pn_cpu_attention_graph_weights(const pn_tensor *q, const pn_tensor *k, const pn_tensor *offsets,
+                                         const pn_tensor *src, const pn_attn_opts *o, pn_tensor *w) {
     pn_attn_call c;
     csr g;
+    PN_TRY(graph_call_init("graph_attention_weights", &c, q, k, k, offsets, src, o, &g, 1));
+    pn_status s = PN_OK;
+    if (c.Nq > 0)
+        s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w))
+                           : gforward_f64(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w));
+    pn_attn_call_free(&c);
+    csr_free(&g);
+    return s;
+}
+
+/* ---- backward ---------------------------------------------------------------------------------------- */
+/* The front end allocates the gradients it hands back (zeros, on the inputs' device) and calls
+ * the kernel, which fills them. */
+static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
+    graph_saved *sv = n->extra;
     pn_attn_opts o = sv->o;
     o.train = 0; /* the saved mask is reused; nothing new is drawn */
-    PN_TRY(graph_call_init(OP, &c, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &g));
+    int dev;
+    const pn_kernels *kt;
+    PN_TRY(graph_device(OP, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &dev, &kt));
+    const int dt = sv->q->dt;
+    pn_tensor *dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, dev);
+    pn_tensor *dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, dev);
+    pn_tensor *dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, dev);
+    pn_tensor *da[2] = {NULL, NULL}, *dparam[PN_ATTN_MAX_PARAMS] = {NULL};
+    bool oom = !dq || !dk || !dv;
+    for (int i = 0; i < 2 && sv->a_slot >= 0; i++) {
+        const pn_tensor *a = i ? o.a_r : o.a_l;
+        if (pn_ag_input_needs(n, sv->a_slot + i)) oom |= !(da[i] = pn_zeros(a->nd, a->sizes, dt, dev));
+    }
+    for (int p = 0; p < PN_NPARAM; p++) {
+        const pn_tensor *t = o.param_t[p];
+        if (t && sv->slot[p] >= 0 && pn_ag_input_needs(n, sv->slot[p]))
+            oom |= !(dparam[p] = pn_zeros(t->nd, t->sizes, t->dt, dev));
+    }
+    pn_status st = oom ? PN_ERR_OOM : PN_OK;
+    if (!st)
+        st = PN_KCALL(OP, kt, attention_graph_bwd, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, sv->out, sv->stat,
+                      sv->drop, gout, dq, dk, dv, dparam, da[0], da[1]);
+    if (!st) {
+        if (pn_ag_input_needs(n, 0)) gin[0] = dq, dq = NULL;
+        if (pn_ag_input_needs(n, 1)) gin[1] = dk, dk = NULL;
+        if (pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
+        for (int p = 0; p < PN_NPARAM; p++)
+            if (dparam[p]) gin[sv->slot[p]] = dparam[p], dparam[p] = NULL;
+        for (int i = 0; i < 2; i++)
+            if (da[i]) gin[sv->a_slot + i] = da[i], da[i] = NULL;
+    }
+    pn_release(dq), pn_release(dk), pn_release(dv), pn_release(da[0]), pn_release(da[1]);
+    for (int p = 0; p < PN_NPARAM; p++) pn_release(dparam[p]);
+    return st;
+}
+
+/* dq, dk, dv (the inputs' node-major shapes), dparam[p] (parameter p's shape, or NULL) and
+ * da_l, da_r ((H, D), or NULL) are zeros: the kernel writes the gradients into them. */
+pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                     const pn_tensor *offsets, const pn_tensor *src, const pn_attn_opts *o,
+                                     const pn_tensor *out_, const pn_tensor *stat_, const pn_tensor *drop_,
+                                     const pn_tensor *gout, pn_tensor *dq_t, pn_tensor *dk_t, pn_tensor *dv_t,
+                                     pn_tensor *const *dparam_t, pn_tensor *da_l_t, pn_tensor *da_r_t) {
+    pn_attn_call c;
+    csr g;
+    PN_TRY(graph_call_init(OP, &c, q, k, v, offsets, src, o, &g, 1));
     const int dt = c.dt;
     const size_t es = pn_elsize(dt);
     const int64_t N = c.Nq, H = c.H, E = g.E, NH = N * H + 1, EH = E * H + 1;
     pn_status st = PN_OK;
-    pn_tensor *gc = pn_contig(gout);
+    pn_tensor *gc = pn_contig((pn_tensor *)gout);
     void *dq = calloc((size_t)(NH * c.D), es), *dk = calloc((size_t)(NH * c.D), es), *dv = calloc((size_t)(NH * c.Dv + 1), es);
     double *dqt[2] = {NULL, NULL}, *dkt[2] = {NULL, NULL}, *dg = NULL, *da_l = NULL, *da_r = NULL;
     double *dparam = calloc((size_t)(NH * PN_NPARAM), sizeof(double));
@@ -399,13 +489,13 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         free(fill);
     }
     if (dt == PN_F32) {
-        gbw_args_f32 a = {.dout = VP(gc), .out = VP(sv->out), .stat = VP(sv->stat), .drop = sv->drop ? VP(sv->drop) : NULL,
+        gbw_args_f32 a = {.dout = VP(gc), .out = VP(out_), .stat = VP(stat_), .drop = drop_ ? VP(drop_) : NULL,
                           .dq = dq, .dqt = {dqt[0], dqt[1]}, .dparam = dparam, .eG = eG, .ek = {ek[0], ek[1]}, .ew = ew,
                           .edg = edg};
         st = gbackward1_f32(&c, g.off, g.src, g.maxdeg, &a);
         if (!st) gbackward2_f32(&c, roff, rev, dst, &a, dk, dv, dkt, dg);
     } else {
-        gbw_args_f64 a = {.dout = VP(gc), .out = VP(sv->out), .stat = VP(sv->stat), .drop = sv->drop ? VP(sv->drop) : NULL,
+        gbw_args_f64 a = {.dout = VP(gc), .out = VP(out_), .stat = VP(stat_), .drop = drop_ ? VP(drop_) : NULL,
                           .dq = dq, .dqt = {dqt[0], dqt[1]}, .dparam = dparam, .eG = eG, .ek = {ek[0], ek[1]}, .ew = ew,
                           .edg = edg};
         st = gbackward1_f64(&c, g.off, g.src, g.maxdeg, &a);
@@ -426,25 +516,16 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         for (int64_t h = 0; h < H; h++)
             for (int p = 0; p < PN_NPARAM; p++) gpar[p * H + h] += dparam[(i * H + h) * PN_NPARAM + p];
 
-    if (pn_ag_input_needs(n, 0) && !(gin[0] = node_major(dt, dq, H, N, c.D, sv->q))) st = PN_ERR_OOM;
-    if (pn_ag_input_needs(n, 1) && !(gin[1] = node_major(dt, dk, H, N, c.D, sv->k))) st = PN_ERR_OOM;
-    if (pn_ag_input_needs(n, 2) && !(gin[2] = node_major(dt, dv, H, N, c.Dv, sv->v))) st = PN_ERR_OOM;
-    for (int p = 0; p < PN_NPARAM && !st; p++) {
-        pn_tensor *t = pn_attn_param_tensor(&sv->o, p);
-        const int i = sv->slot[p];
-        if (t && i >= 0 && pn_ag_input_needs(n, i) && !(gin[i] = pn_attn_param_grad(t, gpar + p * H, H))) st = PN_ERR_OOM;
-    }
-    for (int i = 0; i < 2 && !st && c.a_l; i++) {
-        pn_tensor *a = i ? sv->o.a_r : sv->o.a_l;
-        if (sv->a_slot < 0 || !pn_ag_input_needs(n, sv->a_slot + i)) continue;
-        pn_tensor *ga = pn_empty(a->nd, a->sizes, dt, PN_CPU);
-        if (!ga) {
-            st = PN_ERR_OOM;
-            break;
-        }
+    node_major_into(dt, dq, H, N, c.D, dq_t);
+    node_major_into(dt, dk, H, N, c.D, dk_t);
+    node_major_into(dt, dv, H, N, c.Dv, dv_t);
+    for (int p = 0; p < PN_NPARAM; p++)
+        if (dparam_t[p]) pn_attn_param_grad_into(dparam_t[p], gpar + p * H, H);
+    pn_tensor *da_t[2] = {da_l_t, da_r_t};
+    for (int i = 0; i < 2 && c.a_l; i++) {
+        if (!da_t[i]) continue;
         const double *src_ = i ? da_r : da_l;
-        for (int64_t x = 0; x < H * c.D; x++) pn_st(pn_ptr(ga), dt, x, src_[x]);
-        gin[sv->a_slot + i] = ga;
+        for (int64_t x = 0; x < H * c.D; x++) pn_st(pn_ptr(da_t[i]), dt, x, src_[x]);
     }
     free(gph);
 done:

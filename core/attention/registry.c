@@ -209,18 +209,15 @@ void pn_attn_setup_free(pn_attn_setup *st) {
     st->hp = NULL;
 }
 
-pn_tensor *pn_attn_param_grad(const pn_tensor *t, const double *g, int64_t H) {
-    pn_tensor *out = pn_zeros(t->nd, t->sizes, t->dt, t->dev);
-    if (!out) return NULL;
+void pn_attn_param_grad_into(pn_tensor *out, const double *g, int64_t H) {
     char *p = pn_ptr(out);
-    if (t->nd == 1 && t->sizes[0] == H && H > 1) {
-        for (int64_t h = 0; h < H; h++) pn_st(p, out->dt, h, g[h]);
+    if (out->nd == 1 && out->sizes[0] == H && H > 1) {
+        for (int64_t h = 0; h < H; h++) pn_st(p, out->dt, h * out->strides[0], pn_ld(p, out->dt, h * out->strides[0]) + g[h]);
     } else {
         double s = 0;
         for (int64_t h = 0; h < H; h++) s += g[h];
-        pn_st(p, out->dt, 0, s);
+        pn_st(p, out->dt, 0, pn_ld(p, out->dt, 0) + s);
     }
-    return out;
 }
 
 void pn_attn_opts_retain(pn_attn_opts *o) {
