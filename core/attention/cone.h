@@ -23,254 +23,177 @@
  *    and the weight 0.
  *  - ties in the max go to the LCA term first, then q_d, then k_d (a subgradient). */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
+
 /* ---- umbral ------------------------------------------------------------------------------ */
-PN_VEC PN_HIDDEN void EPI(umbral_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real gamma = (real)p->v[PN_P_gamma], inv = (real)p->aux[0];
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld, qq = q0[i], qh = q1[i];
-        real *o = s + i * ld;
-        for (int64_t j = 0; j < n; j++) {
-            real n2 = qq + k0[j];
-            real d2 = n2 - 2 * g[j];
-            real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
-            real z = d * inv + (qh + k1[j]) * (real)0.5;
-            real h = z >= qh ? z : qh;
-            h = h >= k1[j] ? h : k1[j];
-            o[j] = -gamma * h;
-        }
-    }
+/* inv = 1/(2 sinh r), dinv = its derivative in r (plan.prepare's aux) */
+typedef struct { real gamma, inv, dinv; } EPI(umbral_h);
+PN_HD static inline EPI(umbral_h) EPI(umbral_head)(const pn_score_params *p) {
+    EPI(umbral_h) h = {(real)p->v[PN_P_gamma], (real)p->aux[0], (real)p->aux[1]};
+    return h;
+}
+PN_EPI_NO_KEY(umbral)
+PN_EPI_NO_ROW(umbral)
+
+/* s = −γ·max(q_d, k_d, z), z = Δ/(2 sinh r) + (q_d + k_d)/2; terms ‖x₋‖² (q0, k0), x_d (q1, k1) */
+PN_HD static inline EPI(spair) EPI(umbral_pair)(const EPI(umbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                          real q0, real q1, real k0, real k1) {
+    real n2 = q0 + k0;
+    real d2 = n2 - 2 * G;
+    real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
+    real z = d * h->inv + (q1 + k1) * (real)0.5;
+    real hh = z >= q1 ? z : q1;
+    hh = hh >= k1 ? hh : k1;
+    EPI(spair) o = {-h->gamma * hh, 0, 0};
+    return o;
 }
 
-PN_INLINE void EPI(umbral_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real gamma = (real)p->v[PN_P_gamma], inv = (real)p->aux[0], dinv_dr = (real)p->aux[1];
-    double sgam_all = 0, sr_all = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const real *gg = G + i * ld, *dsi = ds + i * ld, qq = q0[i], qh = q1[i];
-        real *o = dG + i * ld;
-        real sq0 = 0, sq1 = 0, sgam = 0, sr = 0;
-        #pragma omp simd reduction(+ : sq0, sq1, sgam, sr)
-        for (int64_t j = 0; j < n; j++) {
-            real g = dsi[j];
-            real n2 = qq + k0[j];
-            real d2 = n2 - 2 * gg[j];
-            int pos = d2 > PN_EPI_EPS * n2;
-            real rd = pos ? pn_rsqrt(d2) : 0; /* 1/Δ, or 0 at the kink */
-            real d = d2 * rd;
-            real kh = k1[j];
-            real z = d * inv + (qh + kh) * (real)0.5;
-            int isz = z >= qh && z >= kh;
-            int isq = !isz && qh >= kh;
-            int isk = !isz && !isq;
-            real h = isz ? z : (isq ? qh : kh);
-            real gh = -gamma * g;        /* ∂L/∂height */
-            real gz = isz ? gh : 0;
-            real f = gz * inv * (real)0.5 * rd; /* ∂L/∂(Δ²) = ∂L/∂Δ / (2Δ) */
-            o[j] = -2 * f;
-            sq0 += f;
-            dk0[j] += f;
-            sq1 += (isq ? gh : 0) + gz * (real)0.5;
-            dk1[j] += (isk ? gh : 0) + gz * (real)0.5;
-            if (want) {
-                sgam += g != 0 ? -h * g : 0;
-                sr += gz * d * dinv_dr;
-            }
-        }
-        dq[2 * i] += sq0;
-        dq[2 * i + 1] += sq1;
-        sgam_all += sgam;
-        sr_all += sr;
-    }
+/* ties go to z, then q_d, then k_d (a subgradient); f = ∂L/∂(Δ²) = ∂L/∂Δ / (2Δ) */
+PN_HD static inline EPI(dpair) EPI(umbral_pair_vjp)(const EPI(umbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                              real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
+                                              int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    real g = ds;
+    real n2 = q0 + k0;
+    real d2 = n2 - 2 * G;
+    int pos = d2 > PN_EPI_EPS * n2;
+    real rd = pos ? pn_rsqrt(d2) : 0; /* 1/Δ, or 0 at the kink */
+    real dd = d2 * rd;
+    real qh = q1, kh = k1;
+    real z = dd * h->inv + (qh + kh) * (real)0.5;
+    int isz = z >= qh && z >= kh;
+    int isq = !isz && qh >= kh;
+    int isk = !isz && !isq;
+    real hh = isz ? z : (isq ? qh : kh);
+    real gh = -h->gamma * g; /* ∂L/∂height */
+    real gz = isz ? gh : 0;
+    real f = gz * h->inv * (real)0.5 * rd;
+    d.q0 = f;
+    d.k0 = f;
+    d.q1 = (isq ? gh : 0) + gz * (real)0.5;
+    d.k1 = (isk ? gh : 0) + gz * (real)0.5;
     if (want) {
-        dparam[PN_P_gamma] += sgam_all;
-        dparam[PN_P_r] += sr_all;
+        d.p0 = g != 0 ? -hh * g : 0;
+        d.p1 = gz * dd * h->dinv;
     }
+    d.g = -2 * f;
+    return d;
 }
 
-/* want: the learnable parameters need their gradients (else their maths is compiled out) */
-PN_VEC PN_HIDDEN void EPI(umbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r)), want,
-                   EPI(umbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
-}
+PN_EPI_BLOCKS(umbral, PN_T_Q0 | PN_T_Q1 | PN_T_K0 | PN_T_K1, 0, PN_P_gamma, PN_P_r, -1)
 
 /* ---- penumbral --------------------------------------------------------------------------- */
-/* Per key, once per block: B = √(r² − k_d²), 1/√(r² − k_d²) (clamped, see above), r² − k_d²
- * (the cone test is (Δ − A)² < r² − k_d²) and k_d². Both branches then end in one square
- * root: r² − mm² inside (then the max with the heights), x² + k_d² outside — the lane's
- * branch picks the radicand first. 1/√ of the radicands gives the roots and the divisions of
- * the derivative together.
- * The dense backward recomputes the scores (penumbral_fwd_save) before the VJP: that pass
- * stores the two reciprocal roots of every pair, 1/Δ and 1/√rad, and the VJP
- * (penumbral_vjp_saved) reads them instead of evaluating them again — the roots are most of
- * the score's arithmetic. Same numbers either way (bit for bit): the VJP redoes only the
- * cheap arithmetic around them, so its branch tests see exactly the forward's values. */
-PN_INLINE void EPI(penumbral_keys)(int64_t n, const real *k1, real r2, real *B, real *iB, real *B2, real *K2) {
-    for (int64_t j = 0; j < n; j++) {
-        real kh2 = k1[j] * k1[j];
-        real bk = r2 - kh2;
-        real ib = bk > 0 ? pn_rsqrt(bk) : 0;
-        B[j] = bk * ib;
-        iB[j] = bk > PN_EPI_EPS * r2 ? ib : 0; /* derivative clamped near the horosphere */
-        B2[j] = bk;
-        K2[j] = kh2;
-    }
+/* Per key, once per block (penumbral_key): B = √(r² − k_d²), 1/√(r² − k_d²) (clamped, see
+ * above), r² − k_d² (the cone test is (Δ − A)² < r² − k_d²) and k_d². Per row (penumbral_row):
+ * A = √(r² − q_d²), its clamped reciprocal, −∂A/∂q_d / 2 and q_d². Both branches then end in
+ * one square root: r² − mm² inside (then the max with the heights), x² + k_d² outside — the
+ * lane's branch picks the radicand first. 1/√ of the radicands gives the roots and the
+ * divisions of the derivative together.
+ * The dense backward recomputes the scores (fwd_save) before the VJP: that pass stores the two
+ * reciprocal roots of every pair, 1/Δ and 1/√rad (sv0, sv1), and the VJP (vjp_saved, keep)
+ * reads them instead of evaluating them again — the roots are most of the score's arithmetic.
+ * Same numbers either way (bit for bit): the VJP redoes only the cheap arithmetic around
+ * them, so its branch tests see exactly the forward's values. */
+typedef struct { real gamma, r, r2; int squared; } EPI(penumbral_h);
+PN_HD static inline EPI(penumbral_h) EPI(penumbral_head)(const pn_score_params *p) {
+    const real r = (real)p->v[PN_P_r];
+    EPI(penumbral_h) h = {(real)p->v[PN_P_gamma], r, r * r, p->squared};
+    return h;
+}
+/* {B, 1/B (0 near the horosphere), r² − k_d², k_d²} */
+PN_HD static inline EPI(x4) EPI(penumbral_key)(const EPI(penumbral_h) *h, real k0, real k1) {
+    real kh2 = k1 * k1;
+    real bk = h->r2 - kh2;
+    real ib = bk > 0 ? pn_rsqrt(bk) : 0;
+    EPI(x4) x = {bk * ib, bk > PN_EPI_EPS * h->r2 ? ib : 0, bk, kh2};
+    return x;
+}
+/* {A, 1/A (0 near the horosphere), −∂A/∂q_d / 2, q_d²} */
+PN_HD static inline EPI(x4) EPI(penumbral_row)(const EPI(penumbral_h) *h, real q0, real q1) {
+    const real qh2 = q1 * q1;
+    const real aq = h->r2 - qh2;
+    const real iAq = aq > 0 ? pn_rsqrt(aq) : 0;
+    const real iA = aq > PN_EPI_EPS * h->r2 ? iAq : 0;
+    EPI(x4) x = {aq * iAq, iA, (real)0.5 * q1 * iA, qh2};
+    return x;
 }
 
-/* keep: store into save (2, rows, ld): 1/Δ (0 at the kink) then 1/√rad (0 where rad ∉ (0, 3e38)) */
-PN_INLINE void EPI(penumbral_fwd_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s, real *save, const int keep) {
-    const real gamma = (real)p->v[PN_P_gamma], r = (real)p->v[PN_P_r], r2 = r * r;
-    const int squared = p->squared;
-    real B[PN_EPI_CHUNK], iB[PN_EPI_CHUNK], B2[PN_EPI_CHUNK], K2[PN_EPI_CHUNK];
-    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
-        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
-        const real *kk0 = k0 + j0, *kk1 = k1 + j0;
-        EPI(penumbral_keys)(nb, kk1, r2, B, iB, B2, K2);
-        for (int64_t i = 0; i < rows; i++) {
-            const real *g = G + i * ld + j0, qq = q0[i], qh = q1[i], qh2 = qh * qh;
-            real *o = s + i * ld + j0;
-            real *srd = keep ? save + i * ld + j0 : NULL, *sih = keep ? save + (rows + i) * ld + j0 : NULL;
-            const real aq = r2 - qh2;
-            const real A = aq > 0 ? aq * pn_rsqrt(aq) : 0;
-            /* simd: too many arrays for GCC's runtime alias checks; o may alias g (same j) */
-            #pragma omp simd
-            for (int64_t j = 0; j < nb; j++) {
-                real n2 = qq + kk0[j];
-                real d2 = n2 - 2 * g[j];
-                real rd = d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0;
-                real d = d2 * rd;
-                real kh = kk1[j];
-                real t = d - A;
-                int in = t * t < B2[j] || d <= A;
-                real mm = (A + B[j] - d) * (real)0.5;
-                /* outside (Eq. 6): x = (Δ² + q_d² − k_d²)/(2Δ); there Δ > A ≥ 0, so rd = 1/Δ */
-                real x = (real)0.5 * d + (real)0.5 * (qh2 - K2[j]) * rd;
-                real rad = in ? r2 - mm * mm : x * x + K2[j];
-                real ih = rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0;
-                real hh = rad > (real)3e38 ? rad : rad * ih; /* f32 overflow of x²: height +inf, weight 0 */
-                real h = hh;
-                h = in && qh > h ? qh : h; /* inside (Eq. 5): max(q_d, k_d, z) */
-                h = in && kh > h ? kh : h;
-                o[j] = squared ? -gamma * h * h : -gamma * h;
-                if (keep) {
-                    srd[j] = rd;
-                    sih[j] = ih;
-                }
-            }
-        }
-    }
+/* sv0 = 1/Δ (0 at the kink), sv1 = 1/√rad (0 where rad ∉ (0, 3e38)) */
+PN_HD static inline EPI(spair) EPI(penumbral_pair)(const EPI(penumbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                             real q0, real q1, real k0, real k1) {
+    const real A = r.a, qh2 = r.d, B = k.a, B2 = k.c, K2 = k.d;
+    real n2 = q0 + k0;
+    real d2 = n2 - 2 * G;
+    real rd = d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0;
+    real d = d2 * rd;
+    real t = d - A;
+    int in = t * t < B2 || d <= A;
+    real mm = (A + B - d) * (real)0.5;
+    /* outside (Eq. 6): x = (Δ² + q_d² − k_d²)/(2Δ); there Δ > A ≥ 0, so rd = 1/Δ */
+    real x = (real)0.5 * d + (real)0.5 * (qh2 - K2) * rd;
+    real rad = in ? h->r2 - mm * mm : x * x + K2;
+    real ih = rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0;
+    real hh = rad > (real)3e38 ? rad : rad * ih; /* f32 overflow of x²: height +inf, weight 0 */
+    real ht = hh;
+    ht = in && q1 > ht ? q1 : ht; /* inside (Eq. 5): max(q_d, k_d, z) */
+    ht = in && k1 > ht ? k1 : ht;
+    EPI(spair) o = {h->squared ? -h->gamma * ht * ht : -h->gamma * ht, rd, ih};
+    return o;
 }
 
-PN_VEC PN_HIDDEN void EPI(penumbral_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    EPI(penumbral_fwd_body)(p, rows, n, ld, G, q0, q1, k0, k1, s, NULL, 0);
-}
+/* keep: sv0, sv1 are penumbral_pair's (else recomputed) */
+PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h, const EPI(x4) r, const EPI(x4) k,
+                                                 real G, real q0, real q1, real k0, real k1, real ds, real sv0,
+                                                 real sv1, int keep, int want) {
+    EPI(dpair) dp = {0, 0, 0, 0, 0, 0, 0, 0};
+    const real A = r.a, iA = r.b, QA = r.c, qh2 = r.d, B = k.a, iB = k.b, B2 = k.c, K2 = k.d;
+    const real rr = h->r, r2 = h->r2, gamma = h->gamma;
+    real g = ds;
+    real n2 = q0 + k0;
+    real d2 = n2 - 2 * G;
+    real rd = keep ? sv0 : (d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0); /* 1/Δ, 0 at the kink */
+    real d = d2 * rd;
+    real qh = q1, kh = k1;
+    real t = d - A;
+    int in = t * t < B2 || d <= A;
+    real mm = (A + B - d) * (real)0.5;
+    real u = (real)0.5 * (qh2 - K2) * rd; /* (q_d² − k_d²)/(2Δ) */
+    real x = (real)0.5 * d + u;
+    real rad = in ? r2 - mm * mm : x * x + K2;
+    real ih = keep ? sv1 : (rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0); /* 1/z or 1/h */
+    real hh = rad * ih;
+    int isz = in && hh >= qh && hh >= kh;
+    int isq = in && !isz && qh >= kh;
+    int isk = in && !isz && !isq;
+    real ht = isq ? qh : (isk ? kh : hh);
 
-PN_VEC PN_HIDDEN void EPI(penumbral_fwd_save)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld,
-        const real *G, const real *q0, const real *q1, const real *k0, const real *k1, real *s, real *save) {
-    EPI(penumbral_fwd_body)(p, rows, n, ld, G, q0, q1, k0, k1, s, save, 1);
-}
+    real gh = h->squared ? -gamma * 2 * ht * g : -gamma * g; /* ∂L/∂height */
+    real w = gh * ih;                                        /* ∂L/∂rad · 2 */
+    /* inside, height = z = √(r² − mm²), mm = (A + B − Δ)/2:
+     *   ∂z/∂mm = −mm/z, ∂mm/∂A = ∂mm/∂B = ½, ∂mm/∂Δ = −½; gmm = ∂L/∂mm */
+    real gmm = isz ? -w * mm : 0;
+    /* outside, height = √(x² + k_d²), x = Δ/2 + u: gx = ∂L/∂x */
+    real gx = in ? 0 : w * x;
+    real gd = (real)0.5 * (gx - gmm) - gx * u * rd; /* ∂L/∂Δ */
+    real KB = (real)0.5 * kh * iB;                  /* −∂B/∂k_d / 2 */
+    real gq1 = (isq ? gh : 0) - gmm * QA + gx * qh * rd;
+    real gk1 = (isk ? gh : 0) - gmm * KB + (in ? 0 : w * kh) - gx * kh * rd;
 
-/* keep: read the roots from save, penumbral_fwd_save's (2, rows, ld) for the same block (else
- * recompute them) */
-PN_INLINE void EPI(penumbral_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam, const real *save, const int keep, const int want) {
-    const real gamma = (real)p->v[PN_P_gamma], r = (real)p->v[PN_P_r], r2 = r * r;
-    const int squared = p->squared;
-    real B[PN_EPI_CHUNK], iB[PN_EPI_CHUNK], B2[PN_EPI_CHUNK], K2[PN_EPI_CHUNK], KB[PN_EPI_CHUNK];
-    double sgam_all = 0, sr_all = 0;
-    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
-        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
-        const real *kk0 = k0 + j0, *kk1 = k1 + j0;
-        real *dkk0 = dk0 + j0, *dkk1 = dk1 + j0;
-        EPI(penumbral_keys)(nb, kk1, r2, B, iB, B2, K2);
-        for (int64_t j = 0; j < nb; j++) KB[j] = (real)0.5 * kk1[j] * iB[j]; /* −∂B/∂k_d / 2 */
-        for (int64_t i = 0; i < rows; i++) {
-            const real *gg = G + i * ld + j0, *dsi = ds + i * ld + j0, qq = q0[i], qh = q1[i], qh2 = qh * qh;
-            const real *srd = keep ? save + i * ld + j0 : NULL, *sih = keep ? save + (rows + i) * ld + j0 : NULL;
-            real *o = dG + i * ld + j0;
-            const real aq = r2 - qh2;
-            const real iAq = aq > 0 ? pn_rsqrt(aq) : 0;
-            const real A = aq * iAq;
-            const real iA = aq > PN_EPI_EPS * r2 ? iAq : 0; /* derivative clamped near the horosphere */
-            const real QA = (real)0.5 * qh * iA;            /* −∂A/∂q_d / 2 */
-            real sq0 = 0, sq1 = 0, sgam = 0, sr = 0;
-            #pragma omp simd reduction(+ : sq0, sq1, sgam, sr)
-            for (int64_t j = 0; j < nb; j++) {
-                real g = dsi[j];
-                real n2 = qq + kk0[j];
-                real d2 = n2 - 2 * gg[j];
-                real rd = keep ? srd[j] : (d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0); /* 1/Δ, 0 at the kink */
-                real d = d2 * rd;
-                real kh = kk1[j];
-                real t = d - A;
-                int in = t * t < B2[j] || d <= A;
-                real mm = (A + B[j] - d) * (real)0.5;
-                real u = (real)0.5 * (qh2 - K2[j]) * rd; /* (q_d² − k_d²)/(2Δ) */
-                real x = (real)0.5 * d + u;
-                real rad = in ? r2 - mm * mm : x * x + K2[j];
-                real ih = keep ? sih[j] : (rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0); /* 1/z or 1/h */
-                real hh = rad * ih;
-                int isz = in && hh >= qh && hh >= kh;
-                int isq = in && !isz && qh >= kh;
-                int isk = in && !isz && !isq;
-                real h = isq ? qh : (isk ? kh : hh);
-
-                real gh = squared ? -gamma * 2 * h * g : -gamma * g; /* ∂L/∂height */
-                real w = gh * ih;                                    /* ∂L/∂rad · 2 */
-                /* inside, height = z = √(r² − mm²), mm = (A + B − Δ)/2:
-                 *   ∂z/∂mm = −mm/z, ∂mm/∂A = ∂mm/∂B = ½, ∂mm/∂Δ = −½; gmm = ∂L/∂mm */
-                real gmm = isz ? -w * mm : 0;
-                /* outside, height = √(x² + k_d²), x = Δ/2 + u: gx = ∂L/∂x */
-                real gx = in ? 0 : w * x;
-                real gd = (real)0.5 * (gx - gmm) - gx * u * rd;         /* ∂L/∂Δ */
-                real gq1 = (isq ? gh : 0) - gmm * QA + gx * qh * rd;
-                real gk1 = (isk ? gh : 0) - gmm * KB[j] + (in ? 0 : w * kh) - gx * kh * rd;
-
-                real f = g != 0 ? (real)0.5 * gd * rd : 0; /* ∂L/∂(Δ²) */
-                o[j] = -2 * f;
-                sq0 += f;
-                dkk0[j] += f;
-                sq1 += g != 0 ? gq1 : 0;
-                dkk1[j] += g != 0 ? gk1 : 0;
-                if (want) {
-                    /* through r²: z (r/z), A (r/A) and B (r/B) */
-                    real ginr = (isz ? w * r : 0) + (real)0.5 * gmm * r * (iA + iB[j]);
-                    sr += g != 0 ? ginr : 0;
-                    sgam += g != 0 ? (squared ? -h * h * g : -h * g) : 0;
-                }
-            }
-            dq[2 * i] += sq0;
-            dq[2 * i + 1] += sq1;
-            sgam_all += sgam;
-            sr_all += sr;
-        }
-    }
+    real f = g != 0 ? (real)0.5 * gd * rd : 0; /* ∂L/∂(Δ²) */
+    dp.q0 = f;
+    dp.k0 = f;
+    dp.q1 = g != 0 ? gq1 : 0;
+    dp.k1 = g != 0 ? gk1 : 0;
     if (want) {
-        dparam[PN_P_gamma] += sgam_all;
-        dparam[PN_P_r] += sr_all;
+        /* through r²: z (r/z), A (r/A) and B (r/B) */
+        real ginr = (isz ? w * rr : 0) + (real)0.5 * gmm * rr * (iA + iB);
+        dp.p1 = g != 0 ? ginr : 0;
+        dp.p0 = g != 0 ? (h->squared ? -ht * ht * g : -ht * g) : 0;
     }
+    dp.g = -2 * f;
+    return dp;
 }
 
-/* want: the learnable parameters need their gradients (else their maths is compiled out) */
-PN_VEC PN_HIDDEN void EPI(penumbral_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r)), want,
-                   EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, NULL, 0, want));
-}
-
-PN_VEC PN_HIDDEN void EPI(penumbral_vjp_saved)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld,
-        const real *G, const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam, const real *save) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r)), want,
-                   EPI(penumbral_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, save, 1, want));
-}
+PN_EPI_BLOCKS(penumbral, PN_T_Q0 | PN_T_Q1 | PN_T_K0 | PN_T_K1, 1, PN_P_gamma, PN_P_r, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 

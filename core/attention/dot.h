@@ -1,40 +1,32 @@
 /* dot.h — the dot-product score (Vaswani et al.): s = scale·q·k, scale 1/√D by default.
  * GEMM over all coordinates, no row or column terms. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
-PN_VEC PN_HIDDEN void EPI(dot_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real sc = (real)p->v[PN_P_scale];
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld;
-        real *o = s + i * ld;
-        for (int64_t j = 0; j < n; j++) o[j] = sc * g[j];
-    }
+
+typedef struct { real sc; } EPI(dot_h);
+PN_HD static inline EPI(dot_h) EPI(dot_head)(const pn_score_params *p) {
+    EPI(dot_h) h = {(real)p->v[PN_P_scale]};
+    return h;
+}
+PN_EPI_NO_KEY(dot)
+PN_EPI_NO_ROW(dot)
+
+/* s = scale·G */
+PN_HD static inline EPI(spair) EPI(dot_pair)(const EPI(dot_h) *h, const EPI(x4) r, const EPI(x4) k, real G, real q0,
+                                       real q1, real k0, real k1) {
+    EPI(spair) o = {h->sc * G, 0, 0};
+    return o;
 }
 
-/* want: scale is learnable (its gradient Σ ds·q·k is then summed; else compiled out) */
-PN_INLINE void EPI(dot_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *ds, real *dG, double *dparam, const int want) {
-    const real sc = (real)p->v[PN_P_scale];
-    double ss_all = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = ds + i * ld, *gg = G + i * ld;
-        real *o = dG + i * ld;
-        real ss = 0;
-        #pragma omp simd reduction(+ : ss)
-        for (int64_t j = 0; j < n; j++) {
-            if (want) ss += g[j] * gg[j]; /* read G before dG (which may alias ds, not G) */
-            o[j] = sc * g[j];
-        }
-        ss_all += ss;
-    }
-    if (want) dparam[PN_P_scale] += ss_all;
+/* ∂s/∂G = scale, ∂s/∂scale = G */
+PN_HD static inline EPI(dpair) EPI(dot_pair_vjp)(const EPI(dot_h) *h, const EPI(x4) r, const EPI(x4) k, real G, real q0,
+                                           real q1, real k0, real k1, real ds, real sv0, real sv1, int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (want) d.p0 = ds * G;
+    d.g = h->sc * ds;
+    return d;
 }
 
-PN_VEC PN_HIDDEN void EPI(dot_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & PN_PBIT(PN_P_scale), want, EPI(dot_vjp_body)(p, rows, n, ld, G, ds, dG, dparam, want));
-}
+PN_EPI_BLOCKS(dot, 0, 0, PN_P_scale, -1, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 

@@ -3,50 +3,37 @@
  * only: no GEMM, the two projections are the PROJ row and column terms, so their
  * gradients (into q, k, a_l, a_r) come from the drivers' term backward. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
-PN_VEC PN_HIDDEN void EPI(gat_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real slope = (real)p->v[PN_P_slope];
-    for (int64_t i = 0; i < rows; i++) {
-        const real qq = q0[i];
-        real *o = s + i * ld;
-        for (int64_t j = 0; j < n; j++) {
-            real e = qq + k0[j];
-            o[j] = e > 0 ? e : slope * e;
-        }
-    }
+
+typedef struct { real slope; } EPI(gat_h);
+PN_HD static inline EPI(gat_h) EPI(gat_head)(const pn_score_params *p) {
+    EPI(gat_h) h = {(real)p->v[PN_P_slope]};
+    return h;
+}
+PN_EPI_NO_KEY(gat)
+PN_EPI_NO_ROW(gat)
+
+/* s = LeakyReLU(e), e = a_l·q + a_r·k (the PROJ terms q0, k0) */
+PN_HD static inline EPI(spair) EPI(gat_pair)(const EPI(gat_h) *h, const EPI(x4) r, const EPI(x4) k, real G, real q0,
+                                       real q1, real k0, real k1) {
+    real e = q0 + k0;
+    EPI(spair) o = {e > 0 ? e : h->slope * e, 0, 0};
+    return o;
 }
 
-/* want: slope is learnable (its gradient Σ ds·min(e, 0) is then summed; else compiled out) */
-PN_INLINE void EPI(gat_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld,
-        const real *q0, const real *k0, const real *ds, real *dG, double *dq, real *dk0, double *dparam,
-        const int want) {
-    const real slope = (real)p->v[PN_P_slope];
-    double sl_all = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const real qq = q0[i], *dsi = ds + i * ld;
-        real *o = dG + i * ld;
-        real sq = 0, sl = 0;
-        #pragma omp simd reduction(+ : sq, sl)
-        for (int64_t j = 0; j < n; j++) {
-            real e = qq + k0[j];
-            real f = e > 0 ? dsi[j] : slope * dsi[j];
-            if (want) sl += e > 0 ? 0 : dsi[j] * e;
-            o[j] = 0;
-            sq += f;
-            dk0[j] += f;
-        }
-        dq[2 * i] += sq;
-        sl_all += sl;
-    }
-    if (want) dparam[PN_P_slope] += sl_all;
+/* no GEMM (∂L/∂G = 0); both terms get ds·s'(e); ∂s/∂slope = min(e, 0) */
+PN_HD static inline EPI(dpair) EPI(gat_pair_vjp)(const EPI(gat_h) *h, const EPI(x4) r, const EPI(x4) k, real G, real q0,
+                                           real q1, real k0, real k1, real ds, real sv0, real sv1, int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    real e = q0 + k0;
+    real f = e > 0 ? ds : h->slope * ds;
+    d.q0 = f;
+    d.k0 = f;
+    if (want) d.p0 = e > 0 ? 0 : ds * e;
+    d.g = 0;
+    return d;
 }
 
-PN_VEC PN_HIDDEN void EPI(gat_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & PN_PBIT(PN_P_slope), want,
-                   EPI(gat_vjp_body)(p, rows, n, ld, q0, k0, ds, dG, dq, dk0, dparam, want));
-}
+PN_EPI_BLOCKS(gat, PN_T_Q0 | PN_T_K0, 0, PN_P_slope, -1, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 

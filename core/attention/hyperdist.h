@@ -17,249 +17,163 @@
  * 2κ(‖q‖²+‖k‖²)/((1−κ‖q‖²)(1−κ‖k‖²)) in the ball) — as the Laplacian's norm does. ‖q−k‖² from
  * the GEMM expansion is clamped at 0 (gradient 0 there). */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
+
 /* d arcosh(X)/dX, or 0 (the subgradient at the kink q = k) while X − 1 is within the rounding
  * noise PN_EPI_EPS·S of the terms that produced it (S: their magnitude). */
-PN_INLINE real EPI(dacosh)(real X, real S) {
+PN_HD static inline real EPI(dacosh)(real X, real S) {
     real t = X - 1;
     int live = t > PN_EPI_EPS * S;
     real tt = live ? t : 1;
     return live ? pn_rsqrt(tt * (X + 1)) : 0;
 }
 
-/* ---- hyperboloid ------------------------------------------------------------------------- */
-PN_VEC PN_HIDDEN void EPI(hyperboloid_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real beta = (real)p->v[PN_P_beta], c = (real)p->v[PN_P_c];
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld, qh = q1[i];
-        real *o = s + i * ld;
-        for (int64_t j = 0; j < n; j++) {
-            real X = qh * k1[j] - g[j]; /* −⟨q,k⟩_M */
-            o[j] = -beta * pn_acosh(X) - c;
-        }
-    }
+/* all three models: β, c (and κ, 1/√κ for the ball) */
+typedef struct { real beta, c, kap, isk; } EPI(hyp_h);
+PN_HD static inline EPI(hyp_h) EPI(hyp_head)(const pn_score_params *p) {
+    EPI(hyp_h) h = {(real)p->v[PN_P_beta], (real)p->v[PN_P_c], (real)p->v[PN_P_curvature], (real)p->aux[0]};
+    return h;
 }
 
-PN_INLINE void EPI(hyperboloid_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real beta = (real)p->v[PN_P_beta];
-    double sb_all = 0, sc_all = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const real *gg = G + i * ld, *dsi = ds + i * ld, qh = q1[i];
-        real *o = dG + i * ld;
-        real sq1 = 0, sb = 0, sc = 0;
-        #pragma omp simd reduction(+ : sq1, sb, sc)
-        for (int64_t j = 0; j < n; j++) {
-            real g = dsi[j];
-            real qk = qh * k1[j];
-            real X = qk - gg[j];
-            real d = pn_acosh(X);
-            real S = (qk > 0 ? qk : -qk) + (gg[j] > 0 ? gg[j] : -gg[j]);
-            real gX = g != 0 ? -beta * g * EPI(dacosh)(X, S) : 0; /* ∂L/∂X */
-            o[j] = -gX;
-            sq1 += gX * k1[j];
-            dk1[j] += gX * qh;
-            if (want) {
-                sb += g != 0 ? -d * g : 0;
-                sc += -g;
-            }
-        }
-        dq[2 * i + 1] += sq1;
-        sb_all += sb;
-        sc_all += sc;
-    }
+/* ---- hyperboloid: X = −⟨q,k⟩_M = q_d k_d − q₋·k₋ (terms q_d, k_d) -------------------------- */
+typedef EPI(hyp_h) EPI(hyperboloid_h);
+PN_HD static inline EPI(hyperboloid_h) EPI(hyperboloid_head)(const pn_score_params *p) { return EPI(hyp_head)(p); }
+PN_EPI_NO_KEY(hyperboloid)
+PN_EPI_NO_ROW(hyperboloid)
+
+PN_HD static inline EPI(spair) EPI(hyperboloid_pair)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                                     real q0, real q1, real k0, real k1) {
+    real X = q1 * k1 - G;
+    EPI(spair) o = {-h->beta * pn_acosh(X) - h->c, 0, 0};
+    return o;
+}
+
+PN_HD static inline EPI(dpair) EPI(hyperboloid_pair_vjp)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                                   real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
+                                                   int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    real g = ds;
+    real qk = q1 * k1;
+    real X = qk - G;
+    real S = (qk > 0 ? qk : -qk) + (G > 0 ? G : -G);
+    real gX = g != 0 ? -h->beta * g * EPI(dacosh)(X, S) : 0; /* ∂L/∂X */
+    d.q1 = gX * k1;
+    d.k1 = gX * q1;
     if (want) {
-        dparam[PN_P_beta] += sb_all;
-        dparam[PN_P_c] += sc_all;
+        d.p0 = g != 0 ? -pn_acosh(X) * g : 0;
+        d.p1 = -g;
     }
+    d.g = -gX;
+    return d;
 }
 
-/* want: the learnable parameters need their gradients (else their maths is compiled out) */
-PN_VEC PN_HIDDEN void EPI(hyperboloid_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c)), want,
-                   EPI(hyperboloid_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
+PN_EPI_BLOCKS(hyperboloid, PN_T_Q1 | PN_T_K1, 0, PN_P_beta, PN_P_c, -1)
+
+/* ---- half-space: X = 1 + (‖q₋−k₋‖² + (q_d−k_d)²)/(2 q_d k_d) (terms ‖x₋‖², x_d) ----------- */
+typedef EPI(hyp_h) EPI(halfspace_h);
+PN_HD static inline EPI(halfspace_h) EPI(halfspace_head)(const pn_score_params *p) { return EPI(hyp_head)(p); }
+/* {1/k_d} */
+PN_HD static inline EPI(x4) EPI(halfspace_key)(const EPI(hyp_h) *h, real k0, real k1) {
+    EPI(x4) x = {1 / k1, 0, 0, 0};
+    return x;
+}
+/* {1/(2q_d), 1/q_d} */
+PN_HD static inline EPI(x4) EPI(halfspace_row)(const EPI(hyp_h) *h, real q0, real q1) {
+    EPI(x4) x = {(real)0.5 / q1, 1 / q1, 0, 0};
+    return x;
 }
 
-/* ---- half-space ---------------------------------------------------------------------------- */
-/* per key, once per block: 1/k_d */
-PN_INLINE void EPI(recip)(int64_t n, const real *x, real *out) {
-    for (int64_t j = 0; j < n; j++) out[j] = 1 / x[j];
+PN_HD static inline EPI(spair) EPI(halfspace_pair)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                             real q0, real q1, real k0, real k1) {
+    real d2 = q0 + k0 - 2 * G;
+    d2 = d2 > 0 ? d2 : 0;
+    real dh = q1 - k1;
+    real X = 1 + (d2 + dh * dh) * r.a * k.a;
+    EPI(spair) o = {-h->beta * pn_acosh(X) - h->c, 0, 0};
+    return o;
 }
 
-PN_VEC PN_HIDDEN void EPI(halfspace_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real beta = (real)p->v[PN_P_beta], c = (real)p->v[PN_P_c];
-    real ik[PN_EPI_CHUNK];
-    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
-        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
-        const real *kk0 = k0 + j0, *kk1 = k1 + j0;
-        EPI(recip)(nb, kk1, ik);
-        for (int64_t i = 0; i < rows; i++) {
-            const real *g = G + i * ld + j0, qq = q0[i], qh = q1[i], hq = (real)0.5 / qh;
-            real *o = s + i * ld + j0;
-            for (int64_t j = 0; j < nb; j++) {
-                real d2 = qq + kk0[j] - 2 * g[j];
-                d2 = d2 > 0 ? d2 : 0;
-                real dh = qh - kk1[j];
-                real X = 1 + (d2 + dh * dh) * hq * ik[j];
-                o[j] = -beta * pn_acosh(X) - c;
-            }
-        }
-    }
-}
-
-PN_INLINE void EPI(halfspace_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real beta = (real)p->v[PN_P_beta];
-    real ik[PN_EPI_CHUNK];
-    double sb_all = 0, sc_all = 0;
-    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
-        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
-        const real *kk0 = k0 + j0, *kk1 = k1 + j0;
-        real *dkk0 = dk0 + j0, *dkk1 = dk1 + j0;
-        EPI(recip)(nb, kk1, ik);
-        for (int64_t i = 0; i < rows; i++) {
-            const real *gg = G + i * ld + j0, *dsi = ds + i * ld + j0, qq = q0[i], qh = q1[i];
-            const real iq = 1 / qh;
-            real *o = dG + i * ld + j0;
-            real sq0 = 0, sq1 = 0, sb = 0, sc = 0;
-            #pragma omp simd reduction(+ : sq0, sq1, sb, sc)
-            for (int64_t j = 0; j < nb; j++) {
-                real g = dsi[j];
-                real kh = kk1[j];
-                real d2 = qq + kk0[j] - 2 * gg[j];
-                int pos = d2 > 0;
-                d2 = pos ? d2 : 0;
-                real dh = qh - kh;
-                real den = (real)0.5 * iq * ik[j]; /* 1/(2 q_d k_d) */
-                real Xm1 = (d2 + dh * dh) * den;
-                real X = 1 + Xm1;
-                real d = pn_acosh(X);
-                real gX = g != 0 ? -beta * g * EPI(dacosh)(X, (qq + kk0[j]) * den) : 0;
-                real f = pos ? gX * den : 0; /* ∂L/∂(‖q₋−k₋‖²) */
-                o[j] = -2 * f;
-                sq0 += f;
-                dkk0[j] += f;
-                real cross = dh * iq * ik[j]; /* (q_d − k_d)/(q_d k_d) */
-                sq1 += gX * (cross - Xm1 * iq);
-                dkk1[j] += gX * (-cross - Xm1 * ik[j]);
-                if (want) {
-                    sb += g != 0 ? -d * g : 0;
-                    sc += -g;
-                }
-            }
-            dq[2 * i] += sq0;
-            dq[2 * i + 1] += sq1;
-            sb_all += sb;
-            sc_all += sc;
-        }
-    }
+PN_HD static inline EPI(dpair) EPI(halfspace_pair_vjp)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                                 real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
+                                                 int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    const real iq = r.b, ik = k.a;
+    real g = ds;
+    real d2 = q0 + k0 - 2 * G;
+    int pos = d2 > 0;
+    d2 = pos ? d2 : 0;
+    real dh = q1 - k1;
+    real den = (real)0.5 * iq * ik; /* 1/(2 q_d k_d) */
+    real Xm1 = (d2 + dh * dh) * den;
+    real X = 1 + Xm1;
+    real gX = g != 0 ? -h->beta * g * EPI(dacosh)(X, (q0 + k0) * den) : 0;
+    real f = pos ? gX * den : 0; /* ∂L/∂(‖q₋−k₋‖²) */
+    d.q0 = f;
+    d.k0 = f;
+    real cross = dh * iq * ik; /* (q_d − k_d)/(q_d k_d) */
+    d.q1 = gX * (cross - Xm1 * iq);
+    d.k1 = gX * (-cross - Xm1 * ik);
     if (want) {
-        dparam[PN_P_beta] += sb_all;
-        dparam[PN_P_c] += sc_all;
+        d.p0 = g != 0 ? -pn_acosh(X) * g : 0;
+        d.p1 = -g;
     }
+    d.g = -2 * f;
+    return d;
 }
 
-/* want: the learnable parameters need their gradients (else their maths is compiled out) */
-PN_VEC PN_HIDDEN void EPI(halfspace_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c)), want,
-                   EPI(halfspace_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
+PN_EPI_BLOCKS(halfspace, PN_T_Q0 | PN_T_Q1 | PN_T_K0 | PN_T_K1, 1, PN_P_beta, PN_P_c, -1)
+
+/* ---- Poincaré ball: X = 1 + 2κ‖q−k‖²/((1−κ‖q‖²)(1−κ‖k‖²)), d = arcosh(X)/√κ (terms ‖x‖²) --- */
+typedef EPI(hyp_h) EPI(poincare_h);
+PN_HD static inline EPI(poincare_h) EPI(poincare_head)(const pn_score_params *p) { return EPI(hyp_head)(p); }
+/* {1/(1 − κ‖k‖²)} */
+PN_HD static inline EPI(x4) EPI(poincare_key)(const EPI(hyp_h) *h, real k0, real k1) {
+    EPI(x4) x = {1 / (1 - h->kap * k0), 0, 0, 0};
+    return x;
+}
+/* {2κ/(1 − κ‖q‖²), 1/(1 − κ‖q‖²)} */
+PN_HD static inline EPI(x4) EPI(poincare_row)(const EPI(hyp_h) *h, real q0, real q1) {
+    EPI(x4) x = {2 * h->kap / (1 - h->kap * q0), 1 / (1 - h->kap * q0), 0, 0};
+    return x;
 }
 
-/* ---- Poincaré ball ------------------------------------------------------------------------- */
-/* per key, once per block: 1/(1 − κ‖k‖²) */
-PN_INLINE void EPI(ball_keys)(int64_t n, const real *k0, real kap, real *iw) {
-    for (int64_t j = 0; j < n; j++) iw[j] = 1 / (1 - kap * k0[j]);
+PN_HD static inline EPI(spair) EPI(poincare_pair)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                            real q0, real q1, real k0, real k1) {
+    real d2 = q0 + k0 - 2 * G;
+    d2 = d2 > 0 ? d2 : 0;
+    real X = 1 + r.a * d2 * k.a;
+    EPI(spair) o = {-h->beta * h->isk * pn_acosh(X) - h->c, 0, 0};
+    return o;
 }
 
-PN_VEC PN_HIDDEN void EPI(poincare_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real beta = (real)p->v[PN_P_beta], c = (real)p->v[PN_P_c], kap = (real)p->v[PN_P_curvature], isk = (real)p->aux[0];
-    real iw[PN_EPI_CHUNK];
-    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
-        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
-        const real *kk0 = k0 + j0;
-        EPI(ball_keys)(nb, kk0, kap, iw);
-        for (int64_t i = 0; i < rows; i++) {
-            const real *g = G + i * ld + j0, qq = q0[i];
-            const real c2 = 2 * kap / (1 - kap * qq);
-            real *o = s + i * ld + j0;
-            for (int64_t j = 0; j < nb; j++) {
-                real d2 = qq + kk0[j] - 2 * g[j];
-                d2 = d2 > 0 ? d2 : 0;
-                real X = 1 + c2 * d2 * iw[j];
-                o[j] = -beta * isk * pn_acosh(X) - c;
-            }
-        }
-    }
-}
-
-PN_INLINE void EPI(poincare_vjp_body)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam, const int want) {
-    const real beta = (real)p->v[PN_P_beta], kap = (real)p->v[PN_P_curvature], isk = (real)p->aux[0];
-    real iw[PN_EPI_CHUNK];
-    double sb_all = 0, sc_all = 0, sk_all = 0;
-    for (int64_t j0 = 0; j0 < n; j0 += PN_EPI_CHUNK) {
-        const int64_t nb = n - j0 < PN_EPI_CHUNK ? n - j0 : PN_EPI_CHUNK;
-        const real *kk0 = k0 + j0;
-        real *dkk0 = dk0 + j0;
-        EPI(ball_keys)(nb, kk0, kap, iw);
-        for (int64_t i = 0; i < rows; i++) {
-            const real *gg = G + i * ld + j0, *dsi = ds + i * ld + j0, qq = q0[i];
-            const real iu = 1 / (1 - kap * qq);
-            real *o = dG + i * ld + j0;
-            real sq0 = 0, sb = 0, sc = 0, sk = 0;
-            #pragma omp simd reduction(+ : sq0, sb, sc, sk)
-            for (int64_t j = 0; j < nb; j++) {
-                real g = dsi[j];
-                real d2 = qq + kk0[j] - 2 * gg[j];
-                int pos = d2 > 0;
-                d2 = pos ? d2 : 0;
-                real iuw = iu * iw[j];
-                real Xm1 = 2 * kap * d2 * iuw;
-                real X = 1 + Xm1;
-                real a = pn_acosh(X);
-                real dist = isk * a;
-                real gX = g != 0 ? -beta * g * isk * EPI(dacosh)(X, 2 * kap * (qq + kk0[j]) * iuw) : 0; /* ∂L/∂X */
-                real f = pos ? gX * 2 * kap * iuw : 0; /* through ‖q−k‖² */
-                o[j] = -2 * f;
-                sq0 += f + gX * Xm1 * kap * iu;
-                dkk0[j] += f + gX * Xm1 * kap * iw[j];
-                /* ∂X/∂κ = (X−1)(1/κ + ‖q‖²/u + ‖k‖²/w); ∂d/∂κ = −arcosh(X)/(2κ^(3/2)) + … */
-                real gk = gX * Xm1 * (1 / kap + qq * iu + kk0[j] * iw[j]);
-                if (want) {
-                    sk += g != 0 ? gk + beta * g * dist / (2 * kap) : 0;
-                    sb += g != 0 ? -dist * g : 0;
-                    sc += -g;
-                }
-            }
-            dq[2 * i] += sq0;
-            sb_all += sb;
-            sc_all += sc;
-            sk_all += sk;
-        }
-    }
+PN_HD static inline EPI(dpair) EPI(poincare_pair_vjp)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                                real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
+                                                int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    const real kap = h->kap, isk = h->isk, beta = h->beta, iu = r.b, iw = k.a;
+    real g = ds;
+    real d2 = q0 + k0 - 2 * G;
+    int pos = d2 > 0;
+    d2 = pos ? d2 : 0;
+    real iuw = iu * iw;
+    real Xm1 = 2 * kap * d2 * iuw;
+    real X = 1 + Xm1;
+    real gX = g != 0 ? -beta * g * isk * EPI(dacosh)(X, 2 * kap * (q0 + k0) * iuw) : 0; /* ∂L/∂X */
+    real f = pos ? gX * 2 * kap * iuw : 0; /* through ‖q−k‖² */
+    d.q0 = f + gX * Xm1 * kap * iu;
+    d.k0 = f + gX * Xm1 * kap * iw;
     if (want) {
-        dparam[PN_P_beta] += sb_all;
-        dparam[PN_P_c] += sc_all;
-        dparam[PN_P_curvature] += sk_all;
+        real dist = isk * pn_acosh(X);
+        /* ∂X/∂κ = (X−1)(1/κ + ‖q‖²/u + ‖k‖²/w); ∂d/∂κ = −arcosh(X)/(2κ^(3/2)) + … */
+        real gk = gX * Xm1 * (1 / kap + q0 * iu + k0 * iw);
+        d.p0 = g != 0 ? -dist * g : 0;
+        d.p1 = -g;
+        d.p2 = g != 0 ? gk + beta * g * dist / (2 * kap) : 0;
     }
+    d.g = -2 * f;
+    return d;
 }
 
-/* want: the learnable parameters need their gradients (else their maths is compiled out) */
-PN_VEC PN_HIDDEN void EPI(poincare_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    PN_BOOL_SWITCH(p->learn & (PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c) | PN_PBIT(PN_P_curvature)), want,
-                   EPI(poincare_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, want));
-}
+PN_EPI_BLOCKS(poincare, PN_T_Q0 | PN_T_K0, 1, PN_P_beta, PN_P_c, PN_P_curvature)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 

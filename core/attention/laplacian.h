@@ -5,48 +5,43 @@
  * the rounding noise of the expansion) the distance is taken as 0 and its subgradient as 0,
  * so values and gradients stay finite there. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
-PN_VEC PN_HIDDEN void EPI(laplacian_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real gamma = (real)p->v[PN_P_gamma];
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld, qq = q0[i];
-        real *o = s + i * ld;
-        for (int64_t j = 0; j < n; j++) {
-            real n2 = qq + k0[j];
-            real d2 = n2 - 2 * g[j];
-            real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
-            o[j] = -gamma * d;
-        }
-    }
+
+typedef struct { real gamma; } EPI(laplacian_h);
+PN_HD static inline EPI(laplacian_h) EPI(laplacian_head)(const pn_score_params *p) {
+    EPI(laplacian_h) h = {(real)p->v[PN_P_gamma]};
+    return h;
+}
+PN_EPI_NO_KEY(laplacian)
+PN_EPI_NO_ROW(laplacian)
+
+/* s = −γΔ, Δ² = ‖q‖² + ‖k‖² − 2G (q0, k0), 0 below the relative floor */
+PN_HD static inline EPI(spair) EPI(laplacian_pair)(const EPI(laplacian_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                             real q0, real q1, real k0, real k1) {
+    real n2 = q0 + k0;
+    real d2 = n2 - 2 * G;
+    real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
+    EPI(spair) o = {-h->gamma * d, 0, 0};
+    return o;
 }
 
-PN_VEC PN_HIDDEN void EPI(laplacian_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    const real gamma = (real)p->v[PN_P_gamma];
-    double sg_all = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld, *dsi = ds + i * ld, qq = q0[i];
-        real *o = dG + i * ld;
-        real sq = 0, sg = 0;
-        #pragma omp simd reduction(+ : sq, sg)
-        for (int64_t j = 0; j < n; j++) {
-            real n2 = qq + k0[j];
-            real d2 = n2 - 2 * g[j];
-            real gj = dsi[j];
-            int live = d2 > PN_EPI_EPS * n2 && gj != 0;
-            real rd = live ? pn_rsqrt(d2) : 0; /* 1/Δ */
-            real f = -gamma * gj * (real)0.5 * rd; /* ds·∂s/∂(Δ²) */
-            sg += -d2 * rd * gj;
-            o[j] = -2 * f;
-            sq += f;
-            dk0[j] += f;
-        }
-        dq[2 * i] += sq;
-        sg_all += sg;
-    }
-    dparam[PN_P_gamma] += sg_all;
+/* f = ds·∂s/∂(Δ²) = −γ·ds/(2Δ) reaches G (−2f) and both norms (f); ∂s/∂γ = −Δ */
+PN_HD static inline EPI(dpair) EPI(laplacian_pair_vjp)(const EPI(laplacian_h) *h, const EPI(x4) r, const EPI(x4) k,
+                                                 real G, real q0, real q1, real k0, real k1, real ds, real sv0,
+                                                 real sv1, int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    real n2 = q0 + k0;
+    real d2 = n2 - 2 * G;
+    int live = d2 > PN_EPI_EPS * n2 && ds != 0;
+    real rd = live ? pn_rsqrt(d2) : 0; /* 1/Δ */
+    real f = -h->gamma * ds * (real)0.5 * rd;
+    d.q0 = f;
+    d.k0 = f;
+    if (want) d.p0 = -d2 * rd * ds;
+    d.g = -2 * f;
+    return d;
 }
+
+PN_EPI_BLOCKS(laplacian, PN_T_Q0 | PN_T_K0, 0, PN_P_gamma, -1, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 

@@ -10,49 +10,34 @@
  * loop over the pairs. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 
-/* s for one pair: G = q·k, n2q = ‖q‖², n2k = ‖k‖² */
-PN_HD static inline real EPI(sqdist_pair)(real tau, real G, real n2q, real n2k) { return -tau * (n2q + n2k - 2 * G); }
+typedef struct { real tau; } EPI(sqdist_h);
+PN_HD static inline EPI(sqdist_h) EPI(sqdist_head)(const pn_score_params *p) {
+    EPI(sqdist_h) h = {(real)p->v[PN_P_tau]};
+    return h;
+}
+PN_EPI_NO_KEY(sqdist)
+PN_EPI_NO_ROW(sqdist)
 
-/* the pair's vector-Jacobian product for ds = ∂L/∂s: returns ∂L/∂G; *dn2 = ∂L/∂‖q‖² = ∂L/∂‖k‖²,
- * *dtau = ∂L/∂τ */
-PN_HD static inline real EPI(sqdist_pair_vjp)(real tau, real G, real n2q, real n2k, real ds, real *dn2, real *dtau) {
-    *dn2 = -tau * ds;
-    *dtau = -(n2q + n2k - 2 * G) * ds;
-    return 2 * tau * ds;
+/* s = −τ(‖q‖² + ‖k‖² − 2G) */
+PN_HD static inline EPI(spair) EPI(sqdist_pair)(const EPI(sqdist_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                          real q0, real q1, real k0, real k1) {
+    EPI(spair) o = {-h->tau * (q0 + k0 - 2 * G), 0, 0};
+    return o;
 }
 
-PN_VEC PN_HIDDEN void EPI(sqdist_fwd)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, real *s) {
-    const real tau = (real)p->v[PN_P_tau];
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld, qq = q0[i];
-        real *o = s + i * ld;
-        for (int64_t j = 0; j < n; j++) o[j] = EPI(sqdist_pair)(tau, g[j], qq, k0[j]);
-    }
+/* ∂s/∂G = 2τ, ∂s/∂‖q‖² = ∂s/∂‖k‖² = −τ, ∂s/∂τ = −‖q−k‖² */
+PN_HD static inline EPI(dpair) EPI(sqdist_pair_vjp)(const EPI(sqdist_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
+                                              real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
+                                              int keep, int want) {
+    EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
+    d.q0 = -h->tau * ds;
+    d.k0 = -h->tau * ds;
+    if (want) d.p0 = -(q0 + k0 - 2 * G) * ds;
+    d.g = 2 * h->tau * ds;
+    return d;
 }
 
-PN_VEC PN_HIDDEN void EPI(sqdist_vjp)(const pn_score_params *p, int64_t rows, int64_t n, int64_t ld, const real *G,
-        const real *q0, const real *q1, const real *k0, const real *k1, const real *ds, real *dG,
-        double *dq, real *dk0, real *dk1, double *dparam) {
-    const real tau = (real)p->v[PN_P_tau];
-    double st_all = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const real *g = G + i * ld, *dsi = ds + i * ld, qq = q0[i];
-        real *o = dG + i * ld;
-        real sq = 0, st = 0;
-        #pragma omp simd reduction(+ : sq, st)
-        for (int64_t j = 0; j < n; j++) {
-            real dn2, dtau;
-            o[j] = EPI(sqdist_pair_vjp)(tau, g[j], qq, k0[j], dsi[j], &dn2, &dtau);
-            sq += dn2;
-            dk0[j] += dn2;
-            st += dtau;
-        }
-        dq[2 * i] += sq;
-        st_all += st;
-    }
-    dparam[PN_P_tau] += st_all;
-}
+PN_EPI_BLOCKS(sqdist, PN_T_Q0 | PN_T_K0, 0, PN_P_tau, -1, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 
