@@ -257,6 +257,8 @@ for _, L in ipairs(ELEM) do
       assert_error_matching(function() return pn[L.name](pn.ones({ 2 }, { dtype = 'i32' }), pn.ones({ 2 })) end,
         L.cname, 'i32')
       assert_error_matching(function() return pn[L.name](x, x, { reduction = 'max' }) end, L.cname, 'reduction')
+      assert_error_matching(function() return pn[L.name](x, x, { reduce = 'sum' }) end, L.cname,
+        "unknown option 'reduce' (valid: reduction)")
     end)
   end)
 end

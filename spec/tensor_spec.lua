@@ -86,6 +86,83 @@ describe('tensor creation', function()
   end)
 end)
 
+describe('creators like x', function()
+  local backends = require 'spec.helpers.backends'
+  local LIKE = { 'empty_like', 'zeros_like', 'ones_like', 'rand_like', 'randn_like', 'full_like' }
+  local function call(name, x, o)
+    if name == 'full_like' then return pn.full_like(x, 2.5, o) end
+    return pn[name](x, o)
+  end
+
+  it("keep x's shape, dtype and device on every backend, and take overrides", function()
+    for _, be in ipairs(backends.list()) do
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        local x = pn.ones({ 2, 3 }, { dtype = dt, device = be.device, requires_grad = true })
+        for _, name in ipairs(LIKE) do
+          local y = call(name, x)
+          assert.same({ 2, 3 }, y:shape(), name)
+          assert.equal(dt, y:dtype(), name)
+          assert.equal(be.device, y:device(), name)
+          assert.is_false(y.requires_grad, name .. ' must not inherit requires_grad')
+          local z = call(name, x, { dtype = dt == 'f32' and 'f64' or 'f32', shape = { 4 }, requires_grad = true })
+          assert.same({ 4 }, z:shape(), name)
+          assert.equal(dt == 'f32' and 'f64' or 'f32', z:dtype(), name)
+          assert.equal(be.device, z:device(), name)
+          assert.is_true(z.requires_grad, name)
+        end
+      end
+    end
+  end)
+
+  it('fill the values their plain creators fill', function()
+    local x = pn.tensor({ { 9, 9 }, { 9, 9 } }, { dtype = 'f64' })
+    assert.same({ 0, 0, 0, 0 }, flat(pn.zeros_like(x)))
+    assert.same({ 1, 1, 1, 1 }, flat(pn.ones_like(x)))
+    assert.same({ 2.5, 2.5, 2.5, 2.5 }, flat(pn.full_like(x, 2.5)))
+    pn.manual_seed(5)
+    local a = flat(pn.randn_like(x))
+    pn.manual_seed(5)
+    assert.same(flat(pn.randn({ 2, 2 }, { dtype = 'f64' })), a)
+    pn.manual_seed(6)
+    local u = flat(pn.rand_like(x))
+    pn.manual_seed(6)
+    assert.same(flat(pn.rand({ 2, 2 }, { dtype = 'f64' })), u)
+  end)
+
+  it('pass a requested device through (an unavailable one is an error naming it)', function()
+    if pn.cuda_available() then
+      assert.equal('cuda', pn.zeros_like(pn.zeros({ 2 }), { device = 'cuda' }):device())
+    else
+      assert.is_false(pcall(pn.zeros_like, pn.zeros({ 2 }), { device = 'cuda' }))
+    end
+    assert_error_matching(function() pn.zeros_like(pn.zeros({ 2 }), { device = 'tpu' }) end, "unknown device 'tpu'")
+  end)
+
+  it('reject a non-tensor x, a bad value and unknown option keys, listing the valid keys', function()
+    assert_error_matching(function() pn.zeros_like({ 1, 2 }) end, 'zeros_like: x must be a tensor')
+    assert_error_matching(function() pn.full_like(pn.zeros({ 2 }), 'a') end, 'full_like: value must be a number')
+    assert_error_matching(function() pn.ones_like(pn.zeros({ 2 }), { dtpye = 'f64' }) end,
+      "ones_like: unknown option 'dtpye' %(valid: device, dtype, requires_grad, shape%)")
+  end)
+
+  it('as every other creator does', function()
+    local bad = { dtpye = 'f64' }
+    local calls = {
+      zeros = function() return pn.zeros({ 2 }, bad) end, ones = function() return pn.ones(2, bad) end,
+      empty = function() return pn.empty({ 2 }, bad) end, rand = function() return pn.rand({ 2 }, bad) end,
+      randn = function() return pn.randn({ 2 }, bad) end, full = function() return pn.full({ 2 }, 1, bad) end,
+      arange = function() return pn.arange(3, bad) end, tensor = function() return pn.tensor({ 1 }, bad) end,
+    }
+    for name, fn in pairs(calls) do
+      assert_error_matching(fn, name .. ": unknown option 'dtpye' %(valid: device, dtype, requires_grad%)")
+    end
+    -- the options table is only read: pn.tensor of a number must not write into it
+    local o = { dtype = 'f64' }
+    pn.tensor(3, o)
+    assert.same({ dtype = 'f64' }, o)
+  end)
+end)
+
 describe('views', function()
   local x
   before_each(function()

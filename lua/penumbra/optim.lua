@@ -38,7 +38,7 @@ function optim.SGD(params, o)
         local buf = s.bufs[i]
         local first = false
         if s.momentum ~= 0 and not buf then
-          buf = pn.zeros(p:shape(), { dtype = p:dtype() }); s.bufs[i] = buf; first = true
+          buf = pn.zeros_like(p); s.bufs[i] = buf; first = true
         end
         check(C.pn_sgd_step_(p, g, buf, s.lr, s.momentum, s.dampening, s.weight_decay, s.nesterov and 1 or 0,
           first and 1 or 0))
@@ -61,8 +61,8 @@ local function adam(name, decoupled, default_wd)
         local g = p.grad
         if g then
           if not s.m[i] then
-            s.m[i] = pn.zeros(p:shape(), { dtype = p:dtype() })
-            s.v[i] = pn.zeros(p:shape(), { dtype = p:dtype() })
+            s.m[i] = pn.zeros_like(p)
+            s.v[i] = pn.zeros_like(p)
             s.t[i] = 0
           end
           s.t[i] = s.t[i] + 1

@@ -47,9 +47,11 @@ local function as_tensor(x, like)
     return wrap(C.pn_full(0, nil, x, dt, like and like.dev or 0))
   end
   if type(x) == 'boolean' then
-    return wrap(C.pn_full(0, nil, x and 1 or 0, C.PN_U8, 0))
+    return wrap(C.pn_full(0, nil, x and 1 or 0, C.PN_U8, like and like.dev or 0))
   end
-  if type(x) == 'table' then return pn.tensor(x, like and { dtype = B.dtype_names[like.dt] } or nil) end
+  if type(x) == 'table' then
+    return pn.tensor(x, like and { dtype = B.dtype_names[like.dt], device = B.device_names[like.dev] } or nil)
+  end
   error('expected a tensor or a number, got ' .. type(x), 3)
 end
 pn._as_tensor = as_tensor
@@ -76,43 +78,87 @@ function pn._dims(d)
 end
 
 -- ---- creation ------------------------------------------------------------------------
-local function opts_of(o) return o or {} end
+-- Options tables are checked against the keys the function reads, so a typo
+-- ({dtpye='f64'}) is an error listing the valid keys instead of a silent f32 default.
+local function check_opts(op, o, valid, level)
+  if o == nil then return {} end
+  if type(o) ~= 'table' or is_tensor(o) then error(op .. ': options must be a table, got ' .. type(o), level + 1) end
+  for k in pairs(o) do
+    if not valid[k] then
+      local names = {}
+      for n in pairs(valid) do names[#names + 1] = n end
+      table.sort(names)
+      error(op .. ": unknown option '" .. tostring(k) .. "' (valid: " .. table.concat(names, ', ') .. ')', level + 1)
+    end
+  end
+  return o
+end
+pn._check_opts = check_opts
+
+local CREATE_KEYS = { dtype = true, device = true, requires_grad = true }
+-- the *_like creators default dtype, device and shape to x's; any of them may be overridden
+local LIKE_KEYS = { dtype = true, device = true, requires_grad = true, shape = true }
 
 local function finish(t, o)
   if o.requires_grad then check(C.pn_set_requires_grad(t, 1)) end
   return t
 end
 
-
+-- one body for every creator: kind is 'full' (value used) or a key of FILL
+local FILL = { empty = C.pn_empty, zeros = C.pn_zeros, rand = C.pn_rand, randn = C.pn_randn }
+local function make(op, kind, shape, value, o)
+  check_shape(op, shape)
+  local n, a = B.int64s(shape)
+  local dt, dev = B.dtype(o.dtype), B.device(o.device)
+  if kind == 'full' then return finish(wrap(C.pn_full(n, a, value, dt, dev)), o) end
+  return finish(wrap(FILL[kind](n, a, dt, dev)), o)
+end
 
 -- pn.empty / zeros / rand / randn: (shape table or numbers [, opts]) → tensor
-local function creator(op, cfn)
-  return function(...)
+for kind in pairs(FILL) do
+  pn[kind] = function(...)
     local shape, o = shape_args(...)
-    o = opts_of(o)
-    check_shape(op, shape)
-    local n, a = B.int64s(shape)
-    return finish(wrap(cfn(n, a, B.dtype(o.dtype), B.device(o.device))), o)
+    return make(kind, kind, shape, nil, check_opts(kind, o, CREATE_KEYS, 2))
   end
 end
-pn.empty = creator('empty', C.pn_empty)
-pn.zeros = creator('zeros', C.pn_zeros)
-pn.rand = creator('rand', C.pn_rand)
-pn.randn = creator('randn', C.pn_randn)
+
+local function full_value(op, value)
+  if type(value) ~= 'number' then error(op .. ': value must be a number, got ' .. type(value), 3) end
+  return value
+end
 
 function pn.full(shape, value, o)
-  o = opts_of(o)
   if type(shape) == 'number' then shape = { shape } end
-  check_shape('full', shape)
-  if type(value) ~= 'number' then error('full: value must be a number, got ' .. type(value), 2) end
-  local n, a = B.int64s(shape)
-  return finish(wrap(C.pn_full(n, a, value, B.dtype(o.dtype), B.device(o.device))), o)
+  return make('full', 'full', shape, full_value('full', value), check_opts('full', o, CREATE_KEYS, 2))
 end
 
 function pn.ones(...)
   local shape, o = shape_args(...)
-  return pn.full(shape, 1, o)
+  return make('ones', 'full', shape, 1, check_opts('ones', o, CREATE_KEYS, 2))
 end
+
+-- pn.zeros_like(x [, opts]) … pn.full_like(x, value [, opts]): a new tensor with x's shape,
+-- dtype AND device (a "like x" buffer on the GPU must stay there), not x's values, graph or
+-- requires_grad; opts {dtype=, device=, shape=, requires_grad=} override.
+local function like(op, kind, x, value, o)
+  if not is_tensor(x) then error(op .. ': x must be a tensor, got ' .. type(x), 3) end
+  o = check_opts(op, o, LIKE_KEYS, 3)
+  local shape = o.shape
+  if shape == nil then
+    shape = {}
+    for i = 0, x.nd - 1 do shape[i + 1] = tonumber(x.sizes[i]) end
+  elseif type(shape) ~= 'table' then
+    error(op .. ': shape must be a table of sizes, got ' .. type(shape), 3)
+  end
+  local co = { dtype = o.dtype or B.dtype_names[x.dt], device = o.device or B.device_names[x.dev],
+               requires_grad = o.requires_grad }
+  return make(op, kind, shape, value, co)
+end
+for kind in pairs(FILL) do
+  pn[kind .. '_like'] = function(x, o) return like(kind .. '_like', kind, x, nil, o) end
+end
+function pn.ones_like(x, o) return like('ones_like', 'full', x, 1, o) end
+function pn.full_like(x, value, o) return like('full_like', 'full', x, full_value('full_like', value), o) end
 
 -- pn.arange(n) | pn.arange(start, end [, step] [, opts])
 function pn.arange(a, b, c, o)
@@ -120,7 +166,7 @@ function pn.arange(a, b, c, o)
   if type(c) == 'table' then o, c = c, nil end
   local start, stop, step = 0, a, 1
   if b ~= nil then start, stop, step = a, b, c or 1 end
-  o = opts_of(o)
+  o = check_opts('arange', o, CREATE_KEYS, 2)
   local dt = o.dtype
   if dt == nil then
     local all_int = start % 1 == 0 and stop % 1 == 0 and step % 1 == 0
@@ -153,12 +199,13 @@ local function infer_nested(x, shape, depth)
 end
 
 function pn.tensor(x, o)
-  o = opts_of(o)
+  o = check_opts('tensor', o, CREATE_KEYS, 2)
   if is_tensor(x) then
     local t = pn.from_tensor_copy(x, o)
     return finish(t, o)
   end
-  if type(x) == 'number' or type(x) == 'boolean' then x = { x } ; o.scalar = true end
+  local scalar = false
+  if type(x) == 'number' or type(x) == 'boolean' then x = { x }; scalar = true end
   if type(x) ~= 'table' then error('tensor: expected a nested table of numbers, got ' .. type(x), 2) end
   local shape = {}
   infer_nested(x, shape, 1)
@@ -172,7 +219,7 @@ function pn.tensor(x, o)
     end
   end
   flatten(x)
-  if o.scalar then shape = {} end
+  if scalar then shape = {} end
   local buf = double_arr(k > 0 and k or 1)
   for i = 1, k do buf[i - 1] = flat[i] end
   local n, a = B.int64s(shape)
@@ -188,6 +235,7 @@ function pn.from_tensor_copy(x, o)
   local t = wrap(C.pn_clone(x))
   t = wrap(C.pn_detach(t))
   if o.dtype then t = wrap(C.pn_to_dtype(t, B.dtype(o.dtype))) end
+  if o.device then t = t:to(o.device) end
   return t
 end
 

@@ -19,13 +19,13 @@ local function fans(t)
 end
 
 function nn.init.uniform_(t, lo, hi)
-  local r = pn.rand(t:shape(), { dtype = t:dtype() })
+  local r = pn.rand_like(t)
   pn.no_grad(function() t:copy_(r * (hi - lo) + lo) end)
   return t
 end
 
 function nn.init.normal_(t, mean, std)
-  local r = pn.randn(t:shape(), { dtype = t:dtype() })
+  local r = pn.randn_like(t)
   pn.no_grad(function() t:copy_(r * (std or 1) + (mean or 0)) end)
   return t
 end

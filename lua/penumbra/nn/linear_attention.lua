@@ -205,7 +205,7 @@ return function(nn, pn)
           mu = self._mu and (self._mu + beta) or beta
           self._mu = mu
         else
-          mu = pn.full({ 1 }, self._pos, { dtype = x:dtype() })
+          mu = pn.full_like(x, self._pos, { shape = { 1 } })
         end
         local ro = { base = self.rope_base, rate = mu:reshape(mu:numel() == 1 and { 1 } or { b, H, 1 }) }
         q = pn.rope(q:reshape(b, H, 1, dh), ro):view(b, H, dh)

@@ -20,10 +20,10 @@ return function(pn, M, B)
   local C, wrap, dim = B.C, B.wrap, B.dim
   local is_tensor = pn.is_tensor
 
-  -- tensor or Lua list of 0-based indices -> index tensor
-  local function index(op, idx, what)
+  -- tensor or Lua list of 0-based indices -> index tensor (a list lands on x's device)
+  local function index(op, idx, what, x)
     if is_tensor(idx) then return idx end
-    if type(idx) == 'table' then return pn.tensor(idx, { dtype = 'i64' }) end
+    if type(idx) == 'table' then return pn.tensor(idx, { dtype = 'i64', device = x:device() }) end
     error(op .. ': ' .. what .. ' must be an index tensor (i32/i64) or a list of 0-based indices, got ' .. type(idx), 3)
   end
 
@@ -34,42 +34,42 @@ return function(pn, M, B)
 
   function pn.embedding(weight, idx)
     tensor('embedding', weight, 'weight')
-    return wrap(C.pn_embedding(weight, index('embedding', idx, 'idx')))
+    return wrap(C.pn_embedding(weight, index('embedding', idx, 'idx', weight)))
   end
 
   function M.index_select(x, d, idx)
-    return wrap(C.pn_index_select(tensor('index_select', x, 'x'), dim(d), index('index_select', idx, 'idx')))
+    return wrap(C.pn_index_select(tensor('index_select', x, 'x'), dim(d), index('index_select', idx, 'idx', x)))
   end
   pn.index_select = M.index_select
 
   function M.gather(x, d, idx)
-    return wrap(C.pn_gather(tensor('gather', x, 'x'), dim(d), index('gather', idx, 'idx')))
+    return wrap(C.pn_gather(tensor('gather', x, 'x'), dim(d), index('gather', idx, 'idx', x)))
   end
   pn.gather = M.gather
 
   function M.scatter_add(x, d, idx, src)
     tensor('scatter_add', x, 'x')
     tensor('scatter_add', src, 'src')
-    return wrap(C.pn_scatter_add(x, dim(d), index('scatter_add', idx, 'idx'), src))
+    return wrap(C.pn_scatter_add(x, dim(d), index('scatter_add', idx, 'idx', x), src))
   end
   pn.scatter_add = M.scatter_add
 
   function M.index_add(x, d, idx, src)
     tensor('index_add', x, 'x')
     tensor('index_add', src, 'src')
-    return wrap(C.pn_index_add(x, dim(d), index('index_add', idx, 'idx'), src))
+    return wrap(C.pn_index_add(x, dim(d), index('index_add', idx, 'idx', x), src))
   end
   pn.index_add = M.index_add
 
   function pn.segment_sum(x, offsets)
     tensor('segment_sum', x, 'x')
-    return wrap(C.pn_segment_sum(x, index('segment_sum', offsets, 'offsets')))
+    return wrap(C.pn_segment_sum(x, index('segment_sum', offsets, 'offsets', x)))
   end
   M.segment_sum = pn.segment_sum
 
   function pn.segment_softmax(x, offsets)
     tensor('segment_softmax', x, 'x')
-    return wrap(C.pn_segment_softmax(x, index('segment_softmax', offsets, 'offsets')))
+    return wrap(C.pn_segment_softmax(x, index('segment_softmax', offsets, 'offsets', x)))
   end
   M.segment_softmax = pn.segment_softmax
 end

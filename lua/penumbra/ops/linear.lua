@@ -37,9 +37,9 @@ return function(pn, M, B)
     return out
   end
 
-  -- m: a tensor (H) or a number for every head, in q's dtype
+  -- m: a tensor (H) or a number for every head, in q's dtype and on q's device
   local function heads_param(m, H, like)
-    if type(m) == 'number' then return pn.full({ H }, m, { dtype = like:dtype() }) end
+    if type(m) == 'number' then return pn.full_like(like, m, { shape = { H } }) end
     return m
   end
 
