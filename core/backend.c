@@ -50,3 +50,9 @@ pn_status pn_common_device(const char *op, int n, const pn_tensor *const *ts, co
     if (first < 0) *dev = PN_CPU;
     return PN_OK;
 }
+
+pn_status pn_kernels_for(const char *op, int n, const pn_tensor *const *ts, const char *const *names, int *dev,
+                         const pn_kernels **k) {
+    PN_TRY(pn_common_device(op, n, ts, names, dev));
+    return pn_backend_for(op, *dev, k);
+}

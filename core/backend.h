@@ -38,4 +38,8 @@ pn_status pn_kernel_missing(const char *op, const pn_kernels *k, const char *ker
  * the arguments (names[i]) and their shapes and devices. */
 pn_status pn_common_device(const char *op, int n, const pn_tensor *const *ts, const char *const *names, int *dev);
 
+/* The front end's device step in one call: every tensor of ts on one device (pn_common_device),
+ * *dev gets it and *k its kernel table (pn_backend_for). */
+pn_status pn_kernels_for(const char *op, int n, const pn_tensor *const *ts, const char *const *names, int *dev,
+                         const pn_kernels **k);
 #endif /* PN_BACKEND_H */

@@ -350,8 +350,7 @@ static pn_status dense_device(const char *op, const pn_tensor *q, const pn_tenso
         for (int p = 0; p < PN_NPARAM; p++)
             if (o->param_t[p]) ts[n] = o->param_t[p], names[n++] = pn_attention_param_name(p);
     }
-    PN_TRY(pn_common_device(op, n, ts, names, dev));
-    return pn_backend_for(op, *dev, kt);
+    return pn_kernels_for(op, n, ts, names, dev, kt);
 }
 
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o) {

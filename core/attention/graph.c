@@ -261,8 +261,7 @@ static pn_status graph_device(const char *op, const pn_tensor *q, const pn_tenso
     int n = 7;
     for (int p = 0; p < PN_NPARAM; p++)
         if (o->param_t[p]) ts[n] = o->param_t[p], names[n++] = pn_attention_param_name(p);
-    PN_TRY(pn_common_device(op, n, ts, names, dev));
-    return pn_backend_for(op, *dev, kt);
+    return pn_kernels_for(op, n, ts, names, dev, kt);
 }
 
 pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src,
