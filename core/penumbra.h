@@ -139,7 +139,7 @@ typedef enum { PN_EQ, PN_NE, PN_LT, PN_LE, PN_GT, PN_GE } pn_compare_op;
 pn_tensor *pn_compare(int op, pn_tensor *a, pn_tensor *b);  /* → u8 */
 pn_tensor *pn_where(pn_tensor *cond, pn_tensor *a, pn_tensor *b); /* cond u8, broadcast */
 
-/* ---- reductions (ops/reduce.c) -------------------------------------------------- */
+/* ---- reductions (ops/reduce.c; pn_sum_to_shape: autograd.c) ------------------ */
 typedef enum { PN_SUM, PN_MEAN, PN_MAX, PN_MIN, PN_LOGSUMEXP, PN_PROD } pn_reduce_op;
 /* ndims == 0 reduces over every dim */
 pn_tensor *pn_reduce(int op, pn_tensor *x, int ndims, const int64_t *dims, int keepdim);

@@ -6,8 +6,8 @@
  *
  * ‖q−k‖² = ‖q‖² + ‖k‖² − 2q·k (GEMM over all coordinates, NORM2 terms), a polynomial: no
  * clamp and no kink, so the gradients are exact everywhere. The per-pair functions are the
- * maths (PN_HD: a CUDA tile kernel can call them as they are); the block functions below only
- * loop over the pairs. */
+ * maths (PN_HD: a CUDA tile kernel can call them as they are); PN_EPI_BLOCKS instantiates
+ * the CPU block loop (block.h) over them. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 
 typedef struct { real tau; } EPI(sqdist_h);
