@@ -103,11 +103,9 @@ pn_node *pn_ag_record(pn_tensor *out, const char *name, pn_backward_fn bw, int n
     for (int i = 0; i < n; i++) {
         pn_tensor *t = ins[i];
         if (!t) continue;
-        if (i < 8) {
-            node->in_shape_nd[i] = t->nd;
-            memcpy(node->in_shape[i], t->sizes, sizeof t->sizes);
-            node->in_dtype[i] = t->dt;
-        }
+        edges[i].nd = t->nd;
+        memcpy(edges[i].shape, t->sizes, sizeof t->sizes);
+        edges[i].dtype = t->dt;
         if (t->fn) {
             edges[i].node = t->fn;
             node_retain(t->fn);
@@ -121,18 +119,20 @@ pn_node *pn_ag_record(pn_tensor *out, const char *name, pn_backward_fn bw, int n
     return node;
 }
 
-void pn_ag_save(pn_node *n, pn_tensor *t) {
+pn_status pn_ag_save(pn_node *n, pn_tensor *t) {
     for (int i = 0; i < PN_NODE_SAVED; i++) {
         if (!n->saved[i]) {
             n->saved[i] = t;
             pn_retain(t);
-            return;
+            return PN_OK;
         }
     }
+    return pn_error(PN_ERR_STATE, "%s: autograd node has no room for saved tensor %d (PN_NODE_SAVED = %d)",
+                    n->name, PN_NODE_SAVED + 1, PN_NODE_SAVED);
 }
 
 pn_tensor *pn_grad_to_input(pn_node *n, int i, pn_tensor *g) {
-    return pn_sum_to_shape(g, (int)n->in_shape_nd[i], n->in_shape[i]);
+    return pn_sum_to_shape(g, (int)n->in[i].nd, n->in[i].shape);
 }
 
 /* g summed over the dims in which it was broadcast from shape, by the sum_to kernel of g's

@@ -186,6 +186,9 @@ typedef pn_status (*pn_backward_fn)(pn_node *n, pn_tensor *gout, pn_tensor **gin
 typedef struct {
     pn_node *node;    /* producer of input i, retained (non-leaf) */
     pn_tensor *leaf;  /* input i itself when it is a leaf requiring grad, retained */
+    int32_t dtype;    /* input i's dtype, nd and shape (casts and broadcasting backwards need */
+    int32_t nd;       /* them): recorded for every input, however many (graph attention has */
+    int64_t shape[PN_MAX_DIMS]; /* 10, cat/stack a list of any length) */
 } pn_edge;
 
 struct pn_node {
@@ -196,9 +199,6 @@ struct pn_node {
     pn_tensor *saved[PN_NODE_SAVED];    /* retained; released after backward */
     double sc[PN_NODE_SCALARS];         /* scalar arguments of the forward */
     int64_t iv[PN_NODE_INTS];           /* integer arguments (dims, shapes, op codes) */
-    int32_t in_dtype[8];                /* dtype of the first inputs (casts need it) */
-    int64_t in_shape_nd[8];             /* shapes of the first 8 inputs, for broadcasting backwards */
-    int64_t in_shape[8][PN_MAX_DIMS];
     void *extra;                        /* op-owned data, freed with free_extra */
     void (*free_extra)(void *);
     int64_t refcount;                   /* output tensors + child nodes holding it */
@@ -214,7 +214,9 @@ bool pn_ag_needed(int n, pn_tensor *const *ins);
 /* Create the node for out (which must not have one yet) over inputs ins; records the
  * input shapes. Returns NULL with an error set on OOM (caller releases out). */
 pn_node *pn_ag_record(pn_tensor *out, const char *name, pn_backward_fn bw, int n, pn_tensor *const *ins);
-void pn_ag_save(pn_node *n, pn_tensor *t);   /* retains t into n->saved[next] */
+/* Retains t into n->saved[next]; an error naming the node's op when all PN_NODE_SAVED slots
+ * are taken (a programming error in the op, never silently dropped). */
+__attribute__((warn_unused_result)) pn_status pn_ag_save(pn_node *n, pn_tensor *t);
 static inline bool pn_ag_input_needs(const pn_node *n, int i) {
     return n->in[i].node != NULL || n->in[i].leaf != NULL;
 }

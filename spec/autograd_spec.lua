@@ -100,4 +100,21 @@ describe('autograd', function()
     assert.equal(nodes0, pn.live_nodes())
     assert.equal(t0, pn.live_tensors())
   end)
+  it('records every input of a node, however many (cat of 12, broadcasting after stack of 10)', function()
+    local ts, w = {}, {}
+    for i = 1, 12 do
+      ts[i] = pn.randn({i, 3}, {dtype = 'f64', requires_grad = true})
+      w[i] = pn.randn({i, 3}, {dtype = 'f64'})
+    end
+    ;(pn.cat(ts, 1) * pn.cat(w, 1)):sum():backward()
+    for i = 1, 12 do
+      assert.same({i, 3}, ts[i].grad:shape())
+      local g, e = ts[i].grad:totable(), w[i]:totable()
+      for r = 1, i do for c = 1, 3 do assert.equal(e[r][c], g[r][c]) end end
+    end
+    local ss = {}
+    for i = 1, 10 do ss[i] = pn.randn({2, 1}, {dtype = 'f64', requires_grad = true}) end
+    (pn.stack(ss, 1) * pn.full({10, 2, 4}, 1.5, {dtype = 'f64'})):sum():backward()
+    for i = 1, 10 do assert.same({{6}, {6}}, ss[i].grad:totable()) end
+  end)
 end)

@@ -198,8 +198,9 @@ pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tens
     if (pn_ag_needed(4, ins)) {
         pn_node *node = pn_ag_record(out, OP, cosine_bw, 4, ins);
         if (!node) goto fail;
-        pn_ag_save(node, qc), pn_ag_save(node, kc), pn_ag_save(node, vc), pn_ag_save(node, mc);
-        if (maskc) pn_ag_save(node, maskc);
+        if (pn_ag_save(node, qc) || pn_ag_save(node, kc) || pn_ag_save(node, vc) || pn_ag_save(node, mc) ||
+            (maskc && pn_ag_save(node, maskc)))
+            goto fail;
         node->iv[0] = causal != 0;
     }
     goto done;

@@ -232,7 +232,7 @@ pn_tensor *pn_sympow_embed(pn_tensor *x, int p) {
     if (pn_ag_needed(1, &x)) {
         pn_node *n = pn_ag_record(out, op, sympow_bw, 1, &x);
         if (!n) goto fail;
-        pn_ag_save(n, xc);
+        if (pn_ag_save(n, xc)) goto fail;
         n->extra = t;
         n->free_extra = free_table;
         t = NULL;
@@ -727,8 +727,7 @@ pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, i
     if (pn_ag_needed(4, ins)) {
         pn_node *n = pn_ag_record(out, OP, power_bw, 4, ins);
         if (!n) goto fail;
-        pn_ag_save(n, qc), pn_ag_save(n, kc), pn_ag_save(n, vc);
-        if (lgc) pn_ag_save(n, lgc);
+        if (pn_ag_save(n, qc) || pn_ag_save(n, kc) || pn_ag_save(n, vc) || (lgc && pn_ag_save(n, lgc))) goto fail;
         n->iv[0] = p, n->iv[1] = causal != 0, n->iv[2] = chunk;
         n->sc[0] = scale;
         n->extra = tab, n->free_extra = free_table;

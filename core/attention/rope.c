@@ -232,10 +232,12 @@ pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate)
         pn_node *n = pn_ag_record(out, OP, rope_bw, 3, ins);
         if (!n) goto fail;
         int slot = 0;
-        pn_ag_save(n, xc);
+        if (pn_ag_save(n, xc)) goto fail;
         n->iv[0] = n->iv[1] = -1;
-        if (theta) pn_ag_save(n, theta), n->iv[0] = ++slot;
-        if (rate) pn_ag_save(n, rate), n->iv[1] = ++slot;
+        if (theta && pn_ag_save(n, theta)) goto fail;
+        if (theta) n->iv[0] = ++slot;
+        if (rate && pn_ag_save(n, rate)) goto fail;
+        if (rate) n->iv[1] = ++slot;
         n->sc[0] = base;
     }
     pn_release(xc);

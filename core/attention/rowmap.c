@@ -242,8 +242,10 @@ pn_tensor *pn_rowmap_apply(const pn_rowmap *mp, pn_tensor *x, pn_tensor *y) {
         keep->bad_fmt = NULL; /* the caller's buffer; backward never reports */
         node->extra = keep;
         node->free_extra = free_extra;
-        pn_ag_save(node, x);
-        if (y) pn_ag_save(node, y);
+        if (pn_ag_save(node, x) || (y && pn_ag_save(node, y))) {
+            pn_release(out);
+            return NULL;
+        }
     }
     return out;
 }

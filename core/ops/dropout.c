@@ -119,7 +119,11 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
             return NULL;
         }
         nd->sc[0] = scale;
-        pn_ag_save(nd, m);
+        if (pn_ag_save(nd, m)) {
+            pn_release(m);
+            pn_release(y);
+            return NULL;
+        }
     }
     pn_release(m);
     return y;

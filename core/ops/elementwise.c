@@ -307,9 +307,9 @@ pn_tensor *pn_binary(int op, pn_tensor *a, pn_tensor *b) {
             return NULL;
         }
         n->iv[0] = op;
-        if (op != PN_ADD && op != PN_SUB) {
-            pn_ag_save(n, a);
-            pn_ag_save(n, b);
+        if (op != PN_ADD && op != PN_SUB && (pn_ag_save(n, a) || pn_ag_save(n, b))) {
+            pn_release(out);
+            return NULL;
         }
     }
     return out;
@@ -477,10 +477,14 @@ pn_tensor *pn_unary(int op, pn_tensor *x, double a, double b) {
         n->iv[0] = kop;
         n->sc[0] = a;
         n->sc[1] = b;
-        if (unary_needs_x(kop)) pn_ag_save(n, x);
+        pn_status st = unary_needs_x(kop) ? pn_ag_save(n, x) : PN_OK;
         if (y) {
-            pn_ag_save(n, y);
+            if (!st) st = pn_ag_save(n, y);
             pn_release(y);
+        }
+        if (st) {
+            pn_release(out);
+            return NULL;
         }
     }
     return out;
@@ -605,7 +609,10 @@ pn_tensor *pn_where(pn_tensor *cond, pn_tensor *a, pn_tensor *b) {
             pn_release(out);
             return NULL;
         }
-        pn_ag_save(n, cond);
+        if (pn_ag_save(n, cond)) {
+            pn_release(out);
+            return NULL;
+        }
     }
     return out;
 }

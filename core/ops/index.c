@@ -64,8 +64,10 @@ static pn_tensor *record(pn_tensor *out, const char *name, pn_backward_fn bw, in
         pn_release(out);
         return NULL;
     }
-    if (s0) pn_ag_save(node, s0);
-    if (s1) pn_ag_save(node, s1);
+    if ((s0 && pn_ag_save(node, s0)) || (s1 && pn_ag_save(node, s1))) {
+        pn_release(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -150,8 +152,8 @@ static void scatter_add_kernel(pn_tensor *dst, int dim, const pn_tensor *idx, co
 /* saved: idx (contiguous). dW (V, D) = Σ over positions p of g[p] into row idx[p]. */
 static pn_status embedding_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *idx = n->saved[0];
-    int64_t V = n->in_shape[0][0], D = n->in_shape[0][1];
-    pn_tensor *gw = pn_zeros(2, n->in_shape[0], g->dt, PN_CPU);
+    int64_t V = n->in[0].shape[0], D = n->in[0].shape[1];
+    pn_tensor *gw = pn_zeros(2, n->in[0].shape, g->dt, PN_CPU);
     pn_tensor *gc = gw ? pn_contig(g) : NULL;
     if (!gc) {
         pn_release(gw);
@@ -208,8 +210,8 @@ static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *i
 
 /* iv[0] = dim; saved: idx. dx = zeros with g added into rows idx along dim. */
 static pn_status index_select_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    int d = (int)n->iv[0], nd = (int)n->in_shape_nd[0];
-    const int64_t *xs = n->in_shape[0];
+    int d = (int)n->iv[0], nd = (int)n->in[0].nd;
+    const int64_t *xs = n->in[0].shape;
     pn_tensor *idx = n->saved[0];
     pn_tensor *gx = pn_zeros(nd, xs, g->dt, PN_CPU);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
@@ -325,7 +327,7 @@ static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *
 
 /* iv[0] = dim; saved: idx. dx = zeros(x) scatter-added with g. */
 static pn_status gather_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    pn_tensor *gx = pn_zeros((int)n->in_shape_nd[0], n->in_shape[0], g->dt, PN_CPU);
+    pn_tensor *gx = pn_zeros((int)n->in[0].nd, n->in[0].shape, g->dt, PN_CPU);
     if (!gx) return PN_ERR_OOM;
     scatter_add_kernel(gx, (int)n->iv[0], n->saved[0], g);
     gin[0] = gx;
@@ -383,8 +385,8 @@ static pn_status scatter_add_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     if (!pn_ag_input_needs(n, 2)) return PN_OK;
     pn_tensor *gs = pn_gather(g, d, idx);
     if (!gs) return PN_ERR_OOM;
-    int nd = (int)n->in_shape_nd[2];
-    const int64_t *ss = n->in_shape[2];
+    int nd = (int)n->in[2].nd;
+    const int64_t *ss = n->in[2].shape;
     if (pn_shape_numel(nd, ss) == pn_numel(gs)) {
         gin[2] = gs;
         return PN_OK;
@@ -465,7 +467,7 @@ static pn_tensor *segment_args(const char *op, pn_tensor *x, pn_tensor *offsets)
 static pn_status segment_sum_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const int64_t *o = (const int64_t *)pn_ptr(n->saved[0]);
     int64_t S = n->saved[0]->sizes[0] - 1;
-    pn_tensor *gx = pn_empty((int)n->in_shape_nd[0], n->in_shape[0], g->dt, PN_CPU);
+    pn_tensor *gx = pn_empty((int)n->in[0].nd, n->in[0].shape, g->dt, PN_CPU);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
     if (!gc) {
         pn_release(gx);

@@ -91,8 +91,9 @@ static pn_status save_all(pn_node *n, int ns, pn_tensor *const *ts) {
     for (int i = 0; i < ns; i++) {
         pn_tensor *d = pn_detach(ts[i]);
         if (!d) return PN_ERR_OOM;
-        pn_ag_save(n, d);
+        pn_status st = pn_ag_save(n, d);
         pn_release(d);
+        if (st) return st;
     }
     return PN_OK;
 }
@@ -226,7 +227,7 @@ fail:
 /* saved: [0] target; the gradient is -scale at (i, target_i), 0 elsewhere */
 static pn_status nll_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *target = n->saved[0];
-    pn_tensor *gx = pn_zeros((int)n->in_shape_nd[0], n->in_shape[0], n->in_dtype[0], PN_CPU);
+    pn_tensor *gx = pn_zeros((int)n->in[0].nd, n->in[0].shape, n->in[0].dtype, PN_CPU);
     if (!gx) return PN_ERR_OOM;
     int64_t N = gx->sizes[0], C = gx->sizes[1];
     for (int64_t i = 0; i < N; i++) {

@@ -284,8 +284,10 @@ pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
             pn_release(out);
             return NULL;
         }
-        pn_ag_save(node, a);
-        pn_ag_save(node, b);
+        if (pn_ag_save(node, a) || pn_ag_save(node, b)) {
+            pn_release(out);
+            return NULL;
+        }
     }
     return out;
 }

@@ -156,11 +156,12 @@ pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, doubl
         }
         n->iv[0] = weight != NULL;
         n->iv[1] = bias != NULL;
-        pn_ag_save(n, xd);
-        pn_ag_save(n, stats);
-        if (wd) pn_ag_save(n, wd);
+        pn_status st = pn_ag_save(n, xd);
+        if (!st) st = pn_ag_save(n, stats);
+        if (!st && wd) st = pn_ag_save(n, wd);
         pn_release(xd);
         pn_release(wd);
+        if (st) goto fail;
     }
     pn_release(xc);
     pn_release(wc);

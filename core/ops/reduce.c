@@ -428,14 +428,14 @@ static pn_status run_reduce(int k, double p, pn_tensor *x, const rplan *pl, pn_t
 /* The recorded reduction mask (iv[2]) as a list of dims. */
 static int mask_dims(const pn_node *n, int64_t *dims) {
     int k = 0;
-    for (int d = 0; d < (int)n->in_shape_nd[0]; d++)
+    for (int d = 0; d < (int)n->in[0].nd; d++)
         if (n->iv[2] >> d & 1) dims[k++] = d;
     return k;
 }
 
 /* View of t (output-shaped) in the keepdim shape: size-1 dims re-inserted. New reference. */
 static pn_tensor *keep_view(const pn_node *n, pn_tensor *t) {
-    int nd = (int)n->in_shape_nd[0];
+    int nd = (int)n->in[0].nd;
     int64_t sh[PN_MAX_DIMS], st[PN_MAX_DIMS];
     for (int d = 0, j = 0; d < nd; d++) {
         bool red = n->iv[2] >> d & 1;
@@ -472,7 +472,7 @@ static void map3(pn_tensor *out, pn_tensor *a, pn_tensor *b, pn_tensor *c, map3_
 }
 
 static pn_tensor *input_like(const pn_node *n, int dt) {
-    return pn_empty((int)n->in_shape_nd[0], n->in_shape[0], dt, PN_CPU);
+    return pn_empty((int)n->in[0].nd, n->in[0].shape, dt, PN_CPU);
 }
 
 /* mask of extreme positions: (f(x) == out) — f = |.| for the inf-norm; NaN matches NaN */
@@ -523,7 +523,7 @@ static double f_prod_grad(double x, double gp, double zc, const double *prm) {
 
 static pn_status reduce_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     int k = (int)n->iv[0];
-    if (n->in_shape_nd[0] == 0) { /* a 0-dim input: every reduction is the identity */
+    if (n->in[0].nd == 0) { /* a 0-dim input: every reduction is the identity */
         gin[0] = pn_clone(g);
         return gin[0] ? PN_OK : PN_ERR_OOM;
     }
@@ -543,8 +543,8 @@ static pn_status reduce_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     if (k == K_SUM || k == K_MEAN) {
         s = pn_copy_(out, gk);
         int64_t R = 1;
-        for (int d = 0; d < (int)n->in_shape_nd[0]; d++)
-            if (n->iv[2] >> d & 1) R *= n->in_shape[0][d];
+        for (int d = 0; d < (int)n->in[0].nd; d++)
+            if (n->iv[2] >> d & 1) R *= n->in[0].shape[d];
         if (k == K_MEAN && R > 1) {
             int64_t len = pn_numel(out);
             if (out->dt == PN_F32) {
@@ -614,11 +614,11 @@ static pn_status record(pn_tensor *out, pn_tensor *x, const rplan *pl, int k, do
         return PN_ERR_OOM;
     }
     pn_contiguous_strides(x->nd, pl->keep_shape, ok->strides); /* out is contiguous */
-    pn_ag_save(n, xd);
-    pn_ag_save(n, ok);
+    pn_status st = pn_ag_save(n, xd);
+    if (!st) st = pn_ag_save(n, ok);
     pn_release(xd);
     pn_release(ok);
-    return PN_OK;
+    return st;
 }
 
 pn_tensor *pn_reduce(int op, pn_tensor *x, int ndims, const int64_t *dims, int keepdim) {

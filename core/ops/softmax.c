@@ -202,8 +202,12 @@ static pn_tensor *softmax_impl(const char *op, pn_tensor *x, int dim, bool logsm
         }
         n->iv[0] = d;
         n->iv[1] = logsm;
-        pn_ag_save(n, yv);
+        pn_status st = pn_ag_save(n, yv);
         pn_release(yv);
+        if (st) {
+            pn_release(y);
+            return NULL;
+        }
     }
     return y;
 }

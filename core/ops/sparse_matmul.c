@@ -165,7 +165,10 @@ pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b) {
         n->free_extra = csr_free_extra;
         n->iv[0] = M;
         n->iv[1] = K;
-        pn_ag_save(n, bc);
+        if (pn_ag_save(n, bc)) {
+            pn_release(out);
+            out = NULL;
+        }
     } else {
         csr_free(&c);
         if (pn_ag_needed(2, ins)) { /* recording failed */

@@ -17,7 +17,7 @@ static pn_tensor *make_view(pn_tensor *x, int nd, const int64_t *shape, const in
 
 /* ---- view / reshape ---------------------------------------------------------------------- */
 static pn_status reshape_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    gin[0] = pn_reshape(g, (int)n->in_shape_nd[0], n->in_shape[0]);
+    gin[0] = pn_reshape(g, (int)n->in[0].nd, n->in[0].shape);
     return gin[0] ? PN_OK : PN_ERR_SHAPE;
 }
 
@@ -104,7 +104,7 @@ pn_tensor *pn_reshape(pn_tensor *x, int nd, const int64_t *shape) {
 
 /* ---- permute / transpose ---------------------------------------------------------------------- */
 static pn_status permute_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    int nd = (int)n->in_shape_nd[0];
+    int nd = (int)n->in[0].nd;
     int64_t inv[PN_MAX_DIMS];
     for (int i = 0; i < nd; i++) inv[n->iv[i]] = i;
     gin[0] = pn_permute(g, nd, inv);
@@ -147,7 +147,7 @@ pn_tensor *pn_transpose(pn_tensor *x, int d0, int d1) {
 /* ---- narrow / select ----------------------------------------------------------------------------- */
 /* gradient of a slice: zeros of the input's shape with g written into the slice */
 static pn_status narrow_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    pn_tensor *z = pn_zeros((int)n->in_shape_nd[0], n->in_shape[0], g->dt, g->dev);
+    pn_tensor *z = pn_zeros((int)n->in[0].nd, n->in[0].shape, g->dt, g->dev);
     if (!z) return PN_ERR_OOM;
     pn_tensor *slice = pn_narrow(z, (int)n->iv[0], n->iv[1], n->iv[2]);
     pn_status s = slice ? pn_copy_(slice, g) : PN_ERR_SHAPE; /* g broadcasts over the selected dim */
@@ -287,7 +287,7 @@ pn_tensor *pn_contiguous(pn_tensor *x) {
 }
 
 static pn_status cast_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    gin[0] = pn_to_dtype(g, n->in_dtype[0]);
+    gin[0] = pn_to_dtype(g, n->in[0].dtype);
     return gin[0] ? PN_OK : PN_ERR_DTYPE;
 }
 
