@@ -75,7 +75,7 @@ local function ref_argext(is_max)
     for i = 2, #l do
       if (is_max and l[i] > b) or (not is_max and l[i] < b) then b, bi = l[i], i end
     end
-    return bi
+    return bi - 1 -- 0-based, like every index tensor
   end
 end
 
@@ -216,7 +216,7 @@ describe('reductions', function()
 end)
 
 describe('argmax / argmin', function()
-  it('return 1-based i64 indices matching a naive reference (every dim, keepdim, non-contiguous)', function()
+  it('return 0-based i64 indices matching a naive reference (every dim, keepdim, non-contiguous)', function()
     for _, dt in ipairs({ 'f32', 'f64', 'i64' }) do
       for kind, x in pairs(inputs(dt == 'i64' and 'f64' or dt, -50, 50)) do
         if dt == 'i64' then x = (x:contiguous()):to('i64') end
@@ -239,12 +239,22 @@ describe('argmax / argmin', function()
 
   it('ties give the first index; no dim gives the flat position; NaN wins', function()
     local x = pn.tensor({ { 1, 5, 5 }, { 2, 2, 0 } })
-    assert.same({ 2, 1 }, x:argmax(2):totable())
-    assert.same({ 1, 3 }, x:argmin(2):totable())
-    assert.equal(2, x:argmax():item())
-    assert.equal(6, x:argmin():item())
-    assert.equal(3, x:t():argmax():item()) -- x:t() is {{1,2},{5,2},{5,0}}: flat row-major position 3
-    assert.equal(2, pn.argmax(pn.tensor({ 1, 0 / 0, 3 })):item())
+    assert.same({ 1, 0 }, x:argmax(2):totable())
+    assert.same({ 0, 2 }, x:argmin(2):totable())
+    assert.equal(1, x:argmax():item())
+    assert.equal(5, x:argmin():item())
+    assert.equal(2, x:t():argmax():item()) -- x:t() is {{1,2},{5,2},{5,0}}: flat row-major position 2
+    assert.equal(1, pn.argmax(pn.tensor({ 1, 0 / 0, 3 })):item())
+  end)
+
+  it('give index tensors that gather, index_select and cross_entropy take as they are', function()
+    local x = pn.tensor({ { 0.1, 3, -1 }, { 7, 2, 2 }, { -4, -5, -3 } }, { dtype = 'f64' })
+    local am = x:argmax(2, true)
+    assert.same({ { 3 }, { 7 }, { -3 } }, x:gather(2, am):totable())
+    local sel = x:index_select(2, x:argmax(2)):totable() -- column argmax(row i) of every row
+    for i, m in ipairs({ 3, 7, -3 }) do assert.equal(m, sel[i][i]) end
+    local loss = pn.cross_entropy(x * 100, x:argmax(2))
+    assert.is_true(loss:item() < 1e-6)
   end)
 end)
 

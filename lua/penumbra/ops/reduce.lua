@@ -2,9 +2,10 @@
 --   t:sum([dims [, keepdim]])  t:mean  t:max  t:min  t:logsumexp  t:prod   (also pn.sum(t, ...) …)
 --     dims: nil (every dim), a number, or a list of dims; 1-based, negative counts from the end.
 --     max/min return the values only (use argmax/argmin for positions).
---   t:argmax([dim [, keepdim]])  t:argmin  → i64 tensor of 1-BASED indices along dim (Lua
---     convention: t:select(dim, i) / t:get(...) take them directly); with no dim, the 1-based
---     position in the flattened (row-major) tensor, as a 0-dim tensor. Ties: the first index.
+--   t:argmax([dim [, keepdim]])  t:argmin  → i64 tensor of 0-based indices along dim, like
+--     every index tensor (gather / index_select / cross_entropy targets take them directly;
+--     README "Indices and positions"); with no dim, the 0-based position in the flattened
+--     (row-major) tensor, as a 0-dim tensor. Ties: the first index; a NaN wins.
 --   t:norm([p=2 [, dims [, keepdim]]])  p: a positive number or math.huge / 'inf'
 return function(pn, M, B)
   local C, wrap, dim = B.C, B.wrap, B.dim
@@ -29,15 +30,11 @@ return function(pn, M, B)
     pn[name] = f
   end
 
-  -- C returns 0-based indices in a fresh contiguous i64 tensor: shift them in place.
   local function arg_extreme(name, cfn)
     return function(x, d, keepdim)
       check_tensor(name, x)
       local cd = d == nil and C.PN_ALL_DIMS or dim(d)
-      local r = wrap(cfn(x, cd, keepdim and 1 or 0))
-      local p = ffi.cast('int64_t *', C.pn_data_ptr(r))
-      for i = 0, tonumber(C.pn_numel(r)) - 1 do p[i] = p[i] + 1 end
-      return r
+      return wrap(cfn(x, cd, keepdim and 1 or 0))
     end
   end
   M.argmax = arg_extreme('argmax', C.pn_argmax)

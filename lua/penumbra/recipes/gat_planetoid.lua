@@ -12,8 +12,7 @@ local pn = require 'penumbra'
 local function accuracy(logits, y, idx)
   local pred = logits:index_select(1, idx):argmax(-1)
   local truth = y:index_select(1, idx)
-  -- argmax returns 1-based positions; class ids are 0-based
-  return (pred - 1):eq(truth):to('f64'):mean():item()
+  return pred:eq(truth):to('f64'):mean():item()
 end
 
 local R = {}
