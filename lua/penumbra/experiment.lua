@@ -32,30 +32,8 @@ pcall(ffi.cdef, 'int isatty(int fd);')
 local M = {}
 
 -- ---- config ---------------------------------------------------------------------------------
-local function json_value(v)
-  local t = type(v)
-  if t == 'string' then return string.format('%q', v):gsub('\\\n', '\\n') end
-  if t == 'number' then
-    if v ~= v or v == math.huge or v == -math.huge then return 'null' end
-    return (v % 1 == 0 and math.abs(v) < 2 ^ 53) and string.format('%d', v) or string.format('%.17g', v)
-  end
-  if t == 'boolean' then return tostring(v) end
-  if t == 'table' then
-    if #v > 0 then
-      local parts = {}
-      for i, x in ipairs(v) do parts[i] = json_value(x) end
-      return '[' .. table.concat(parts, ',') .. ']'
-    end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = k end
-    table.sort(keys)
-    local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = string.format('%q', tostring(k)) .. ':' .. json_value(v[k]) end
-    return '{' .. table.concat(parts, ',') .. '}'
-  end
-  return 'null'
-end
-M.json = json_value
+local json = require 'penumbra.json'
+M.json = json.encode -- kept: scripts and specs call pn.experiment.json
 
 -- cfg = defaults overridden by overrides (strings from the command line or typed values)
 function M.config(defaults, overrides)
@@ -233,7 +211,7 @@ function M.run(def, overrides)
   local f = pio.open(path, 'w')
   local run = setmetatable({ f = f, path = path, metrics = {}, cfg = cfg }, Run)
   run:set('experiment', def.name)
-  run:set('config', json_value(cfg))
+  run:set('config', json.encode(cfg))
   run:set('seed', seed)
   run:set('git_commit', shell('git -C "' .. (os.getenv('PENUMBRA_HOME') or '.') .. '" rev-parse HEAD'))
   run:set('host', shell('hostname'))

@@ -27,99 +27,8 @@ function M.allow_reading_open_files()
   pcall(function() ffi.C.setenv('HDF5_USE_FILE_LOCKING', 'FALSE', 0) end)
 end
 
--- ---- JSON (the config attribute) ------------------------------------------------------------
--- A small decoder: objects, arrays, strings, numbers, true/false/null. Lenient about the
--- Lua-style escapes (\ddd) that string.format('%q') may leave in experiment configs.
-function M.json_decode(s)
-  if type(s) ~= 'string' then error('json: expected a string, got ' .. type(s), 2) end
-  local pos = 1
-  local function fail(msg) error(string.format('json: %s at character %d of %q', msg, pos, s:sub(1, 80)), 0) end
-  local function ws() pos = s:find('[^ \t\r\n]', pos) or #s + 1 end
-  local value
-  local escapes = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' }
-  local function str()
-    pos = pos + 1
-    local out = {}
-    while true do
-      local c = s:sub(pos, pos)
-      if c == '' then fail('unterminated string') end
-      if c == '"' then pos = pos + 1; break end
-      if c == '\\' then
-        local e = s:sub(pos + 1, pos + 1)
-        if escapes[e] then out[#out + 1] = escapes[e]; pos = pos + 2
-        elseif e == 'u' then
-          local hex = s:sub(pos + 2, pos + 5)
-          local code = tonumber(hex, 16)
-          if not code then fail('bad \\u escape') end
-          if code < 0x80 then out[#out + 1] = string.char(code)
-          elseif code < 0x800 then out[#out + 1] = string.char(0xC0 + math.floor(code / 64), 0x80 + code % 64)
-          else out[#out + 1] = string.char(0xE0 + math.floor(code / 4096), 0x80 + math.floor(code / 64) % 64, 0x80 + code % 64) end
-          pos = pos + 6
-        elseif e:match('%d') then
-          local digits = s:match('^%d%d?%d?', pos + 1)
-          out[#out + 1] = string.char(tonumber(digits) % 256)
-          pos = pos + 1 + #digits
-        else fail('bad escape \\' .. e) end
-      else
-        out[#out + 1] = c
-        pos = pos + 1
-      end
-    end
-    return table.concat(out)
-  end
-  function value()
-    ws()
-    local c = s:sub(pos, pos)
-    if c == '{' then
-      local t = {}
-      pos = pos + 1
-      ws()
-      if s:sub(pos, pos) == '}' then pos = pos + 1; return t end
-      while true do
-        ws()
-        if s:sub(pos, pos) ~= '"' then fail('expected a key') end
-        local k = str()
-        ws()
-        if s:sub(pos, pos) ~= ':' then fail("expected ':'") end
-        pos = pos + 1
-        t[k] = value()
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == '}' then return t end
-        if d ~= ',' then fail("expected ',' or '}'") end
-      end
-    elseif c == '[' then
-      local t, n = {}, 0
-      pos = pos + 1
-      ws()
-      if s:sub(pos, pos) == ']' then pos = pos + 1; return t end
-      while true do
-        n = n + 1
-        t[n] = value()   -- null leaves a hole, later items keep their index
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == ']' then return t end
-        if d ~= ',' then fail("expected ',' or ']'") end
-      end
-    elseif c == '"' then return str()
-    elseif s:find('^true', pos) then pos = pos + 4; return true
-    elseif s:find('^false', pos) then pos = pos + 5; return false
-    elseif s:find('^null', pos) then pos = pos + 4; return nil
-    else
-      local num = s:match('^-?%d+%.?%d*', pos)
-      if not num then fail('unexpected ' .. (c == '' and 'end' or "'" .. c .. "'")) end
-      num = num .. (s:match('^[eE][-+]?%d+', pos + #num) or '')
-      pos = pos + #num
-      return tonumber(num)
-    end
-  end
-  local v = value()
-  ws()
-  if pos <= #s then fail('trailing text') end
-  return v
-end
+-- ---- JSON (the config attribute): lua-cjson through penumbra.json ---------------------------
+M.json_decode = require('penumbra.json').decode
 
 -- ---- one run file ----------------------------------------------------------------------------
 local Run = {}
@@ -371,7 +280,7 @@ function M.show(path)
       w('config')
       for _, k in ipairs(sorted_keys(r.config)) do
         local v = r.config[k]
-        if type(v) == 'table' then v = require('penumbra.experiment').json(v) end
+        if type(v) == 'table' then v = require('penumbra.json').encode(v) end
         w(string.format('  %-16s %s', k, fmt_value(v)))
       end
     elseif type(r.attrs.config) == 'string' then
