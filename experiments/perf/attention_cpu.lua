@@ -16,38 +16,15 @@
 -- fresh child process. PyTorch's N² score matrices do not fit this machine at N = 16384
 -- (8.6 GB each), so its peak is measured at the smaller torch_peak sizes and extrapolated ∝ N².
 local pn = require 'penumbra'
-local ffi = require 'ffi'
+local bk = require 'penumbra.benchkit'
 
 args = args or {}
-local function list(s, default)
-  local r = {}
-  for x in tostring(s or default):gmatch('[^,]+') do r[#r + 1] = tonumber(x) or x end
-  return r
-end
+local list, now, median = bk.list, bk.now, bk.median
 
 local B_, H, D = 1, 8, 64
 local SCORES = { 'dot', 'laplacian', 'umbral', 'penumbral', 'hyperbolic' }
 local PASSES = { 'fwd', 'fwd+bwd' }
 local here = (arg and arg[0] or 'experiments/perf/attention_cpu.lua'):match('^(.*)/[^/]*$') or '.'
-
-ffi.cdef [[
-  struct pn_att_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct pn_att_timespec *tp);
-]]
-local ts = ffi.new('struct pn_att_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n == 0 then return 0 / 0 end
-  if n % 2 == 1 then return s[(n + 1) / 2] end
-  return (s[n / 2] + s[n / 2 + 1]) / 2
-end
 
 -- same recipes as attention_cpu_torch.py
 local function inputs(score, N)
@@ -116,15 +93,10 @@ pn.set_num_threads(threads)
 local Ns = list(args.n, '1024,2048')
 local reps, rounds = tonumber(args.reps) or 5, tonumber(args.rounds) or 1
 local use_torch = args.torch ~= '0'
-local cpu = io.popen("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"):read('*l') or '?'
-local la = io.open('/proc/loadavg')
-print(string.format('penumbra fused attention vs PyTorch naive (CPU)   %s', os.date('!%Y-%m-%d %H:%M UTC')))
-print(string.format('cpu:%s   threads: %d (ours OpenMP, torch.set_num_threads)   load average: %s', cpu, threads,
-  la and la:read('*l') or '?'))
-if la then la:close() end
-print(string.format('B=%d H=%d D=%d f32; median of %d rounds × %d calls after warm-up; GFLOP/s: fwd 4·B·N²·H·D, bwd 2.5×',
-  B_, H, D, rounds, reps))
-print()
+bk.header('penumbra fused attention vs PyTorch naive (CPU)', {
+  string.format('threads: %d for both (ours OpenMP, torch.set_num_threads)', threads),
+  string.format('B=%d H=%d D=%d f32; median of %d rounds × %d calls after warm-up; GFLOP/s: fwd 4·B·N²·H·D, bwd 2.5×',
+    B_, H, D, rounds, reps) })
 
 -- ---- timings --------------------------------------------------------------------------------------
 local function torch_round(N)

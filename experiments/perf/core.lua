@@ -12,6 +12,7 @@
 local pn = require 'penumbra'
 local B = require 'penumbra_ffi'
 local ffi = require 'ffi'
+local bk = require 'penumbra.benchkit'
 
 args = args or {}
 local quick = args.quick == '1'
@@ -19,51 +20,16 @@ local quick = args.quick == '1'
 ffi.cdef [[
   void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha,
                    const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
-  int openblas_get_num_threads(void);
-  char *openblas_get_corename(void);
   char *openblas_get_config(void);
-  struct pn_bench_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct pn_bench_timespec *tp);
 ]]
 local CblasRowMajor, CblasNoTrans = 101, 111
 local blas = ffi.load('openblas')   -- the library libpenumbra links (already in the process)
 
-local ts = ffi.new('struct pn_bench_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n % 2 == 1 then return s[(n + 1) / 2] end
-  return (s[n / 2] + s[n / 2 + 1]) / 2
-end
+local now, median = bk.now, bk.median
 
 -- ---- header -------------------------------------------------------------------------------
 local threads = pn.num_threads()
-local blas_threads = blas.openblas_get_num_threads()
-local uname = io.popen('uname -n')
-print('penumbra core benchmark  (' .. os.date('!%Y-%m-%d %H:%M UTC') .. ', ' .. (uname:read('*l') or '?') .. ')')
-uname:close()
-print(string.format('OPENBLAS_CORETYPE=%s   OpenBLAS core: %s   config: %s',
-  os.getenv('OPENBLAS_CORETYPE') or '(unset)', ffi.string(blas.openblas_get_corename()),
-  ffi.string(blas.openblas_get_config())))
-local la = io.open('/proc/loadavg')
-print('load average: ' .. (la and la:read('*l') or '?') .. '   (other work on the machine skews every figure)')
-if la then la:close() end
-print(string.format('threads: OpenMP (pn.num_threads) = %d, OpenBLAS = %d, OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s',
-  threads, blas_threads, os.getenv('OMP_NUM_THREADS') or '(unset)', os.getenv('OPENBLAS_NUM_THREADS') or '(unset)'))
--- Two thread pools share the cores: OpenMP (our kernels) and OpenBLAS's pthreads. With
--- the default OpenMP wait policy idle OpenMP threads spin and starve the OpenBLAS threads
--- (and vice versa) whenever the machine is not otherwise idle; PyTorch has the same
--- mix. OMP_WAIT_POLICY=passive ./bench … avoids it; it applies to both sides.
-print('OMP_WAIT_POLICY=' .. (os.getenv('OMP_WAIT_POLICY') or '(unset: spinning waits)') ..
-  '   (passive is much faster for mixed OpenMP/OpenBLAS work on a busy machine)')
-print()
+bk.header('penumbra core benchmark', { 'OpenBLAS config: ' .. ffi.string(blas.openblas_get_config()) })
 
 -- ---- (1) GEMM ---------------------------------------------------------------------------------
 print('(1) f32 GEMM C = A·B, n×n, GFLOP/s (2n³ / median time)')

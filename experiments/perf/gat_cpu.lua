@@ -26,35 +26,12 @@
 -- round runs all our scores, then one PyTorch process for all of its scores. The target
 -- (ours ≤ 0.35× PyTorch per epoch) is marked for gat and dot.
 local pn = require 'penumbra'
-local ffi = require 'ffi'
 
 args = args or {}
 
-ffi.cdef [[
-  struct pn_gatb_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct pn_gatb_timespec *tp);
-  char *openblas_get_corename(void);
-  int openblas_get_num_threads(void);
-]]
-local ts = ffi.new('struct pn_gatb_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n == 0 then return 0 / 0 end
-  if n % 2 == 1 then return s[(n + 1) / 2] end
-  return (s[n / 2] + s[n / 2 + 1]) / 2
-end
-local function list(s, default)
-  local r = {}
-  for x in tostring(s or default):gmatch('[^,]+') do r[#r + 1] = x end
-  return r
-end
+local bk = require 'penumbra.benchkit'
+local now, median = bk.now, bk.median
+local list = bk.list
 
 local here = (arg and arg[0] or 'experiments/perf/gat_cpu.lua'):match('^(.*)/[^/]*$') or '.'
 local reps, warmup = tonumber(args.reps) or 5, tonumber(args.warmup) or 2
@@ -71,23 +48,8 @@ local CFG = { hidden = 8, heads = 8, out_heads = 1, dropout = 0.6, attn_dropout 
 local recipe = require 'penumbra.recipes.gat_planetoid'
 
 -- ---- header ------------------------------------------------------------------------------------
-local blas = ffi.load('openblas')
-local cpu = io.popen("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"):read('*l') or '?'
-local function loadavg()
-  local la = io.open('/proc/loadavg')
-  local l = la and la:read('*l') or '?'
-  if la then la:close() end
-  return l
-end
-local load = loadavg()
-print(string.format('GAT on Cora, one training epoch (fwd + bwd + Adam), penumbra vs PyTorch scatter (CPU)   %s',
-  os.date('!%Y-%m-%d %H:%M UTC')))
-print(string.format('cpu:%s   OPENBLAS_CORETYPE=%s (OpenBLAS core %s)   OMP_WAIT_POLICY=%s', cpu,
-  os.getenv('OPENBLAS_CORETYPE') or '(unset)', ffi.string(blas.openblas_get_corename()),
-  os.getenv('OMP_WAIT_POLICY') or '(unset)'))
-print(string.format('threads: ours OpenMP %d, OpenBLAS %d; torch.set_num_threads(%d)   load average: %s',
-  pn.num_threads(), blas.openblas_get_num_threads(), threads, load))
-
+bk.header('GAT on Cora, one training epoch (fwd + bwd + Adam), penumbra vs PyTorch scatter (CPU)', {
+  string.format('torch.set_num_threads(%d)', threads) })
 -- ---- data and models -------------------------------------------------------------------------------
 local d = pn.data.planetoid('cora')
 local N, F, Cn = d.num_nodes, d.num_features, d.num_classes
@@ -243,7 +205,7 @@ for _, score in ipairs(scores) do
     ms(r.t.fwd), ms(r.t.bwd), ms(r.t.step), ms(r.t.gc), ms(tp.fwd), ms(tp.bwd), ms(tp.step)))
 end
 print('(ms: median epoch, ours incl. its GC; fwd = forward + loss, step = Adam + zero_grad, gc = Lua full collect)')
-print('load average after the timings: ' .. loadavg() .. '   (other work on the machine skews every figure)')
+print('load average after the timings: ' .. bk.loadavg() .. '   (other work on the machine skews every figure)')
 
 if use_torch and do_check then
   print()

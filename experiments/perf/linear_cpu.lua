@@ -30,40 +30,11 @@ local reps = math.max(5, tonumber(args.reps) or 7)
 local use_torch = args.torch ~= '0'
 
 ffi.cdef [[
-  int openblas_get_num_threads(void);
-  char *openblas_get_corename(void);
-  struct pn_lin_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct pn_lin_timespec *tp);
   int malloc_trim(size_t pad);
   int mallopt(int param, int value);
 ]]
-local blas = ffi.load('openblas')
-local ts = ffi.new('struct pn_lin_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n % 2 == 1 then return s[(n + 1) / 2] end
-  return (s[n / 2] + s[n / 2 + 1]) / 2
-end
-
--- ms per call of fn: `warm` calls, then `n` timed ones appended to list (median of the list)
-local function time_calls(fn, n, list, warm)
-  for _ = 1, warm or 0 do fn() end
-  for _ = 1, n do
-    collectgarbage('collect')
-    local t0 = now()
-    fn()
-    list[#list + 1] = (now() - t0) * 1e3
-  end
-  return list
-end
+local bk = require 'penumbra.benchkit'
+local now, median, time_calls = bk.now, bk.median, bk.time_calls
 
 -- ---- memory: the resident-set high-water mark ----------------------------------------------------
 local function status_kb(key)
@@ -100,20 +71,8 @@ local MiB = 1024 * 1024
 
 -- ---- header ------------------------------------------------------------------------------------------
 local threads = pn.num_threads()
-print('penumbra linear attention benchmark (CPU)  (' .. os.date('!%Y-%m-%d %H:%M UTC') .. ', ' ..
-      (io.popen('uname -n'):read('*l') or '?') .. ')')
-print(string.format('OPENBLAS_CORETYPE=%s   OpenBLAS core: %s', os.getenv('OPENBLAS_CORETYPE') or '(unset)',
-  ffi.string(blas.openblas_get_corename())))
-print(string.format('threads: OpenMP (pn.num_threads) = %d, OpenBLAS = %d, OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s',
-  threads, blas.openblas_get_num_threads(), os.getenv('OMP_NUM_THREADS') or '(unset)',
-  os.getenv('OPENBLAS_NUM_THREADS') or '(unset)'))
-print('OMP_WAIT_POLICY=' .. (os.getenv('OMP_WAIT_POLICY') or '(unset)') ..
-  '   (passive helps both sides on a busy machine: idle OpenMP threads stop spinning)')
-local la = io.open('/proc/loadavg')
-print('load average: ' .. (la and la:read('*l') or '?') .. '   (other work on the machine skews every figure)')
-if la then la:close() end
-print(string.format('timing: wall clock, warm-up then the median of %d calls (rounds alternate ours and the peer)', reps))
-print()
+bk.header('penumbra linear attention benchmark (CPU)', {
+  string.format('timing: wall clock, warm-up then the median of %d calls (rounds alternate ours and the peer)', reps) })
 
 local H, D = 8, 64
 local function inputs(N, d, dtype)

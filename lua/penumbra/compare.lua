@@ -7,16 +7,7 @@ local pn = require 'penumbra'
 
 local M = {}
 
-local function mean_std(xs)
-  local n = #xs
-  if n == 0 then return 0 / 0, 0 / 0 end
-  local s = 0
-  for _, x in ipairs(xs) do s = s + x end
-  local m = s / n
-  local v = 0
-  for _, x in ipairs(xs) do v = v + (x - m) ^ 2 end
-  return m, n > 1 and math.sqrt(v / (n - 1)) or 0
-end
+local mean_std = require('penumbra.stats').mean_std
 M.mean_std = mean_std
 
 local function run_one(script, overrides)

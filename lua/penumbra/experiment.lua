@@ -103,16 +103,8 @@ local function fmt_time(s)
   return string.format('%dh%02dm', math.floor(s / 3600), math.floor((s % 3600) / 60))
 end
 
-local function now()
-  ffi.cdef[[ struct pn_timespec { long tv_sec; long tv_nsec; }; int clock_gettime(int, struct pn_timespec *); ]]
-  local ts = ffi.new('struct pn_timespec')
-  now = function()
-    ffi.C.clock_gettime(1, ts)
-    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-  end
-  return now()
-end
-M.now = function() return now() end
+local now = require('penumbra.stats').now
+M.now = now
 
 -- ---- the run file -----------------------------------------------------------------------------
 local Run = {}

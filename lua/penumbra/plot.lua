@@ -87,16 +87,7 @@ local function unique_titles(titles, files)
   return titles
 end
 
-local function mean_std(xs)
-  local n = #xs
-  if n == 0 then return 0 / 0, 0 / 0 end
-  local s = 0
-  for _, x in ipairs(xs) do s = s + x end
-  local m = s / n
-  local v = 0
-  for _, x in ipairs(xs) do v = v + (x - m) ^ 2 end
-  return m, n > 1 and math.sqrt(v / (n - 1)) or 0
-end
+local mean_std = require('penumbra.stats').mean_std
 P.mean_std = mean_std
 
 -- trailing moving average over k points (fewer at the start)
