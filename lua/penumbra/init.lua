@@ -13,11 +13,9 @@ function pn.num_threads() return B.C.pn_num_threads() end
 function pn.set_num_threads(n) B.C.pn_set_num_threads(n) end
 function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end
 
--- optional layers, present once their issue lands
+-- the layers above the tensors (a missing or renamed one is an error, not a silent nil)
 for _, name in ipairs({ 'io', 'nn', 'optim', 'data', 'experiment', 'plot' }) do
-  local ok, mod = pcall(require, 'penumbra.' .. name)
-  if ok then pn[name] = mod
-  elseif not tostring(mod):match("module 'penumbra." .. name .. "' not found") then error(mod, 0) end
+  pn[name] = require('penumbra.' .. name)
 end
 
 return pn

@@ -501,12 +501,7 @@ end
 -- Each file in lua/penumbra/ops/ adds its functions; listed here so load order is fixed.
 local OP_MODULES = { 'elementwise', 'reduce', 'matmul', 'nn', 'index', 'shape', 'loss', 'linear', 'maps', 'attention' }
 for _, name in ipairs(OP_MODULES) do
-  local ok, mod = pcall(require, 'penumbra.ops.' .. name)
-  if ok then
-    mod(pn, M, B)
-  elseif not tostring(mod):match("module 'penumbra.ops." .. name .. "' not found") then
-    error(mod, 0)
-  end
+  require('penumbra.ops.' .. name)(pn, M, B)
 end
 
 -- ---- the metatype (declared once, M complete) ---------------------------------------------------

@@ -1,7 +1,17 @@
--- penumbra.data — datasets. Files are looked up in $PENUMBRA_DATA, then <repo>/datasets,
--- then <repo>/../shared/datasets (DESIGN §5); a missing file is an error naming every path
--- tried and how to get the data.
+-- penumbra.data — datasets, found by name. Files are looked up in $PENUMBRA_DATA, then
+-- <repo>/datasets, then <repo>/../shared/datasets (DESIGN §5); a missing file is an error
+-- naming every path tried and how to get the data.
+--
+--   pn.data.load(name [, opts])     the dataset registered as name (a table; its loader's opts)
+--   pn.data.list()                  registered names, sorted
+--   pn.data.info(name)              { name, description, loader opts } of one
+--   pn.data.register(name, loader, {description=, options={…}})
+--                                   loader(opts) -> dataset; a name is registered once
+--   pn.data.planetoid(name, opts)   Cora / CiteSeer (registered as 'cora', 'citeseer')
+-- A recipe loads its data by name (cfg.dataset), so a new dataset is one register() call in
+-- its loader's file plus one line below; an unknown name lists the registered ones.
 local data = {}
+local registry = {}
 
 local function exists(path)
   local f = io.open(path, 'rb')
@@ -28,10 +38,44 @@ function data.find(file)
     tried[#tried + 1] = p
   end
   error('dataset file ' .. file .. ' not found; tried:\n  ' .. table.concat(tried, '\n  ') ..
-    '\nSet PENUMBRA_DATA to the folder that holds it; datasets/README.md says where the data comes from ' ..
-    'and how to convert it.', 2)
+    '\nSet PENUMBRA_DATA to the folder that holds it; ../shared/datasets/README.md says where the data ' ..
+    'comes from and its schema.', 2)
 end
 
+function data.register(name, loader, info)
+  if type(name) ~= 'string' or name == '' then error('data.register: name must be a non-empty string', 2) end
+  if type(loader) ~= 'function' then error("data.register('" .. name .. "'): loader must be a function", 2) end
+  if registry[name] then error("data.register: '" .. name .. "' is already registered", 2) end
+  info = info or {}
+  registry[name] = { name = name, loader = loader, description = info.description or '', options = info.options or {} }
+end
+
+function data.list()
+  local names = {}
+  for k in pairs(registry) do names[#names + 1] = k end
+  table.sort(names)
+  return names
+end
+
+local function entry(name, level)
+  local e = registry[name]
+  if not e then
+    error(string.format("data: unknown dataset '%s' (registered: %s)", tostring(name), table.concat(data.list(), ', ')),
+      level + 1)
+  end
+  return e
+end
+
+function data.info(name)
+  local e = entry(name, 2)
+  return { name = e.name, description = e.description, options = e.options }
+end
+
+function data.load(name, opts)
+  return entry(name, 2).loader(opts or {})
+end
+
+-- the loaders (each file registers its datasets)
 data.planetoid = require('penumbra.data.planetoid')(data)
 
 return data

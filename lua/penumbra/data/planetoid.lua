@@ -20,10 +20,15 @@ return function(data)
     return pn.tensor(idx, { dtype = 'i64' }), #idx
   end
 
-  return function(name, opts)
+  local OPTIONS = { normalize_features = 'row-normalise the features (default true)',
+                    self_loops = 'add a self loop to every node of d.graph (default true)' }
+  local function load(name, opts)
     opts = opts or {}
     if name ~= 'cora' and name ~= 'citeseer' then
       error("planetoid: unknown dataset '" .. tostring(name) .. "' (cora, citeseer)", 2)
+    end
+    for k in pairs(opts) do
+      if not OPTIONS[k] then error("planetoid: unknown option '" .. tostring(k) .. "' (normalize_features, self_loops)", 2) end
     end
     local path = data.find(name .. '.h5')
     local f = pio.open(path, 'r')
@@ -67,7 +72,13 @@ return function(data)
     d.train_idx = mask_indices(masks.train)
     d.val_idx = mask_indices(masks.val)
     d.test_idx = mask_indices(masks.test)
-    if pn.graph then d.graph = pn.graph(d.edges, n, { self_loops = opts.self_loops ~= false }) end
+    d.graph = pn.graph(d.edges, n, { self_loops = opts.self_loops ~= false })
     return d
   end
+
+  data.register('cora', function(opts) return load('cora', opts) end,
+    { description = 'Cora citation graph, Planetoid public split (2708 nodes, 7 classes)', options = OPTIONS })
+  data.register('citeseer', function(opts) return load('citeseer', opts) end,
+    { description = 'CiteSeer citation graph, Planetoid public split (3327 nodes, 6 classes)', options = OPTIONS })
+  return load
 end

@@ -121,9 +121,7 @@ nn.Identity = activation('Identity', function(x) return x end)
 
 -- attention layers (need pn.attention / pn.graph_attention)
 for _, name in ipairs({ 'attention', 'gat', 'linear_attention' }) do
-  local ok, mod = pcall(require, 'penumbra.nn.' .. name)
-  if ok then mod(nn, pn)
-  elseif not tostring(mod):match("module 'penumbra.nn." .. name .. "' not found") then error(mod, 0) end
+  require('penumbra.nn.' .. name)(nn, pn)
 end
 
 return nn
