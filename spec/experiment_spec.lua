@@ -145,3 +145,90 @@ describe('./bench compare', function()
     assert.truthy(text:find('| 0.500 | 0 |', 1, true))
   end)
 end)
+
+describe('experiment runner, step-based', function()
+  -- online data: every step draws a fresh batch of a fixed linear problem; evaluation every
+  -- `eval_every` steps and at the last one; two tracked metrics; an artefact per evaluation
+  local function stepper(overrides, extra)
+    local evals, batches = {}, {}
+    local def = {
+      name = 'toy_steps', recipe = 'spec.fixtures.toy_recipe',
+      config = { steps = 23, eval_every = 5, patience = 100, lr = 0.5, seed = 0 },
+      monitor = 'val_loss', mode = 'min', track = { val_acc = 'max', val_neg = 'min' },
+      setup = function(cfg)
+        local model = pn.nn.Linear(3, 1)
+        return { model = model, opt = pn.optim.SGD(model, { lr = cfg.lr }), w = pn.tensor({ { 1.5 }, { -2 }, { 0.5 } }) }
+      end,
+      model = function(s) return s.model end,
+      batch = function(s, _, step)
+        local x = pn.randn({ 32, 3 })
+        batches[#batches + 1] = step
+        return { x = x, y = x:matmul(s.w):gt(0):to('f32') }
+      end,
+      train = function(s, _, _, b)
+        s.opt:zero_grad()
+        local loss = pn.binary_cross_entropy_with_logits(s.model(b.x), b.y)
+        loss:backward()
+        s.opt:step()
+        return { loss = loss:item() }
+      end,
+      evaluate = function(s, _, split, step)
+        if split == 'val' then evals[#evals + 1] = step end
+        pn.manual_seed(99) -- the same held-out batch every time
+        local x = pn.randn({ 256, 3 })
+        local y = x:matmul(s.w):gt(0):to('f32')
+        return pn.no_grad(function()
+          local z = s.model(x)
+          local acc = z:gt(0):to('f32'):eq(y):to('f64'):mean():item()
+          return { loss = pn.binary_cross_entropy_with_logits(z, y):item(), acc = acc, neg = -acc }
+        end)
+      end,
+      on_eval = function(_, _, run, step, m)
+        run:write_text('samples/latest', string.format('step %d: acc %.3f\nnext line é', step, m.val_acc), { step = step })
+      end,
+    }
+    for k, v in pairs(extra or {}) do def[k] = v end
+    local r = pn.experiment.run(def, overrides)
+    return r, evals, batches
+  end
+
+  it('draws a batch per step, evaluates every k steps and at the end, tracks several metrics', function()
+    local r, evals, batches = stepper({ _quiet = true })
+    assert.equal('finished', r.status)
+    assert.equal(23, #batches)
+    assert.same({ 5, 10, 15, 20, 23 }, evals)
+    assert.equal(23, r.steps)
+    assert.is_nil(r.epochs)
+    assert.truthy(r.best_step == 5 or r.best_step == 10 or r.best_step == 15 or r.best_step == 20 or r.best_step == 23)
+    assert.truthy(r.best_val_acc and r.best_val_acc > 0.5)
+    assert.equal(-r.best_val_acc, r.best_val_neg) -- tracked independently, same optimum
+    assert.truthy(r.seconds_per_step > 0)
+    local f = pn.io.open(r.path, 'r')
+    assert.same({ 5, 10, 15, 20, 23 }, f:read('metrics/val_loss_step'):totable())
+    assert.equal(23, f:read('metrics/loss'):numel())
+    local a = f:attrs('/')
+    assert.equal('spec.fixtures.toy_recipe', a.recipe)
+    assert.equal('step', a.unit)
+    assert.equal(r.best_step, f:attrs('params').step)
+    f:close()
+    local run = require('penumbra.runs').open(r.path)
+    assert.equal('step 23: acc ' .. string.format('%.3f', r.val_acc) .. '\nnext line é', run:read_text('samples/latest'))
+    run:close()
+  end)
+
+  it('counts patience in evaluations', function()
+    -- val_loss cannot improve with lr = 0 after the first evaluation
+    local _, evals = stepper({ _quiet = true, lr = '0', patience = '2', steps = '100' })
+    assert.same({ 5, 10, 15 }, evals)
+  end)
+
+  it('rejects unknown definition keys and bad eval_every, naming the valid ones', function()
+    local ok, e = pcall(stepper, { _quiet = true }, { on_evaluate = function() end })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('unknown definition key(s) on_evaluate', 1, true), tostring(e))
+    assert.truthy(tostring(e):find('on_eval', 1, true))
+    ok, e = pcall(stepper, { _quiet = true, eval_every = '0' })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('eval_every must be a positive integer', 1, true), tostring(e))
+  end)
+end)

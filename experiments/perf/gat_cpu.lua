@@ -51,7 +51,7 @@ local recipe = require 'penumbra.recipes.gat_planetoid'
 bk.header('GAT on Cora, one training epoch (fwd + bwd + Adam), penumbra vs PyTorch scatter (CPU)', {
   string.format('torch.set_num_threads(%d)', threads) })
 -- ---- data and models -------------------------------------------------------------------------------
-local d = pn.data.planetoid('cora')
+local d = pn.data.load('cora')
 local N, F, Cn = d.num_nodes, d.num_features, d.num_classes
 print(string.format('cora: N=%d F=%d C=%d, %d edges with self loops, %d training nodes; %d warm-up + %d×%d timed epochs',
   N, F, Cn, d.graph.num_edges, d.train_idx:numel(), warmup, rounds, reps))
@@ -83,7 +83,7 @@ for _, score in ipairs(scores) do
   for k, v in pairs(CFG) do cfg[k] = v end
   cfg.score = score
   pn.manual_seed(seed) -- the same seed for every score: a model does not depend on the scores= list
-  local model = recipe.model(cfg, F, Cn)
+  local model = recipe.model(cfg, { num_features = F, num_classes = Cn })
   local named = model:named_parameters()
   for _, np in ipairs(named) do tensors[score .. '/param/' .. np[1]] = np[2]:detach():clone() end
   if do_check then -- eval mode (no dropout): logits and the gradients of the training loss

@@ -146,32 +146,90 @@ function Run:summary(t)
   end
 end
 
--- Write extra tensors (radii, attention maps) under a group.
+-- Write extra tensors (radii, attention maps) under a group; writing a name again replaces
+-- it (an artefact refreshed at every evaluation).
 function Run:write(name, t, attrs)
+  if self.f:exists(name) then self.f:delete(name) end
   self.f:write(name, t)
   for k, v in pairs(attrs or {}) do self.f:set_attr(name, k, v) end
 end
 
+-- Write text (translations, samples) as a u8 dataset of its UTF-8 bytes, attr encoding=utf-8
+-- (runs.lua reads it back as a string; `h5dump -A` shows the attrs).
+function Run:write_text(name, text, attrs)
+  if type(text) ~= 'string' then error('run:write_text: text must be a string, got ' .. type(text), 2) end
+  local t = pn.empty({ #text }, { dtype = 'u8' })
+  if #text > 0 then ffi.copy(t:data_ptr(), text, #text) end
+  local a = { encoding = 'utf-8' }
+  for k, v in pairs(attrs or {}) do a[k] = v end
+  self:write(name, t, a)
+end
+
 -- ---- the runner ---------------------------------------------------------------------------------
-local function summarise_line(name, epoch, m, best, elapsed, eta, monitor)
-  local parts = { string.format('%s epoch %d', name, epoch) }
+local function summarise_line(name, unit, step, m, best, elapsed, eta, monitor)
+  local parts = { string.format('%s %s %d', name, unit, step) }
   if m.loss then parts[#parts + 1] = string.format('loss %.4f', m.loss) end
   if m[monitor] then parts[#parts + 1] = string.format('%s %.4f', monitor, m[monitor]) end
-  parts[#parts + 1] = string.format('best %.4f', best)
+  if best == best and best ~= math.huge and best ~= -math.huge then parts[#parts + 1] = string.format('best %.4f', best) end
   parts[#parts + 1] = fmt_time(elapsed)
   if eta then parts[#parts + 1] = 'ETA ≤ ' .. fmt_time(eta) end
   return table.concat(parts, ' | ')
 end
 
+local DEF_KEYS = { name = true, config = true, setup = true, train = true, evaluate = true, model = true,
+                   monitor = true, mode = true, also = true, track = true, finish = true, batch = true,
+                   on_eval = true, eval_every = true, unit = true, recipe = true }
+
+local function check_def(def)
+  if type(def) ~= 'table' then error('experiment: expected a definition table, got ' .. type(def), 0) end
+  local bad = {}
+  for k in pairs(def) do if not DEF_KEYS[k] then bad[#bad + 1] = tostring(k) end end
+  if #bad > 0 then
+    local valid = {}
+    for k in pairs(DEF_KEYS) do valid[#valid + 1] = k end
+    table.sort(bad); table.sort(valid)
+    error('experiment: unknown definition key(s) ' .. table.concat(bad, ', ') .. '; valid keys: ' .. table.concat(valid, ', '), 0)
+  end
+  if type(def.name) ~= 'string' then error('experiment: name is required (a string)', 0) end
+  if type(def.train) ~= 'function' then error("experiment '" .. def.name .. "': train is required (a function)", 0) end
+  if type(def.setup) ~= 'function' then error("experiment '" .. def.name .. "': setup is required (a function)", 0) end
+  for _, k in ipairs({ 'evaluate', 'model', 'finish', 'batch', 'on_eval' }) do
+    if def[k] ~= nil and type(def[k]) ~= 'function' then
+      error("experiment '" .. def.name .. "': " .. k .. ' must be a function, got ' .. type(def[k]), 0)
+    end
+  end
+  for _, k in ipairs({ 'mode' }) do
+    if def[k] ~= nil and def[k] ~= 'max' and def[k] ~= 'min' then
+      error("experiment '" .. def.name .. "': " .. k .. " must be 'max' or 'min', got " .. tostring(def[k]), 0)
+    end
+  end
+end
+
+local function positive_int(name, what, v)
+  if type(v) ~= 'number' or v < 1 or v % 1 ~= 0 then
+    error(string.format("experiment '%s': %s must be a positive integer, got %s", name, what, tostring(v)), 0)
+  end
+  return v
+end
+
 function M.run(def, overrides)
-  assert(type(def.name) == 'string', 'experiment: name is required')
+  check_def(def)
   -- keys starting with '_' steer the runner (e.g. _quiet from ./bench compare), not the config
   local user, internal = {}, {}
   for k, v in pairs(overrides or {}) do
     if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
   end
   local cfg = M.config(def.config or {}, user)
-  -- Ctrl-C from here on only sets a flag (polled between epochs), so it cannot strike
+  -- the length of training: cfg.steps (step-based: online batches, NMT, link prediction) or
+  -- cfg.epochs (full-batch: one step is one epoch); evaluation every eval_every steps and at
+  -- the last one; patience counts evaluations without progress
+  local unit = def.unit or (cfg.steps ~= nil and 'step' or 'epoch')
+  if unit ~= 'step' and unit ~= 'epoch' then error("experiment '" .. def.name .. "': unit must be 'step' or 'epoch'", 0) end
+  local max_steps = positive_int(def.name, unit == 'step' and 'steps' or 'epochs',
+    (unit == 'step' and cfg.steps or cfg.epochs) or 100)
+  local eval_every = positive_int(def.name, 'eval_every', cfg.eval_every or def.eval_every or 1)
+  local patience = cfg.patience or math.huge
+  -- Ctrl-C from here on only sets a flag (polled between steps), so it cannot strike
   -- between creating the run file and the protected training loop
   local C = require('penumbra_ffi').C
   C.pn_interrupt_install()
@@ -182,11 +240,21 @@ function M.run(def, overrides)
   local monitor, mode = def.monitor or 'val_acc', def.mode or 'max'
   local function cmp(md) return md == 'max' and function(a, b) return a > b end or function(a, b) return a < b end end
   local better = cmp(mode)
+  local function sorted(t, extra)
+    local out = {}
+    for name, md in pairs(t or {}) do
+      if md ~= 'max' and md ~= 'min' then
+        error(string.format("experiment '%s': %s.%s must be 'max' or 'min', got %s", def.name, extra, name, tostring(md)), 0)
+      end
+      out[#out + 1] = { name = name, better = cmp(md), best = md == 'max' and -math.huge or math.huge }
+    end
+    table.sort(out, function(a, b) return a.name < b.name end)
+    return out
+  end
   -- secondary metrics (GAT: val_loss) that also count as progress for patience
-  local also = {}
-  for name, md in pairs(def.also or {}) do also[#also + 1] = { name = name, better = cmp(md),
-    best = md == 'max' and -math.huge or math.huge } end
-  table.sort(also, function(a, b) return a.name < b.name end)
+  local also = sorted(def.also, 'also')
+  -- further metrics whose best value (and step) the summary reports (BLEU, link AUC, …)
+  local track = sorted(def.track, 'track')
 
   -- the run file, before any training
   local runs_dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. def.name
@@ -203,8 +271,11 @@ function M.run(def, overrides)
   local f = pio.open(path, 'w')
   local run = setmetatable({ f = f, path = path, metrics = {}, cfg = cfg }, Run)
   run:set('experiment', def.name)
+  -- the module that can rebuild this run's model and data (the REPL loads it by name)
+  if def.recipe then run:set('recipe', def.recipe) end
   run:set('config', json.encode(cfg))
   run:set('seed', seed)
+  run:set('unit', unit)
   run:set('git_commit', shell('git -C "' .. (os.getenv('PENUMBRA_HOME') or '.') .. '" rev-parse HEAD'))
   run:set('host', shell('hostname'))
   run:set('start_time', utc_iso())
@@ -214,7 +285,7 @@ function M.run(def, overrides)
 
   local tty = is_tty() and not quiet
   local status, err_msg = 'running', nil
-  local best, best_epoch, epochs_run = (mode == 'max') and -math.huge or math.huge, 0, 0
+  local best, best_step, steps_run = (mode == 'max') and -math.huge or math.huge, 0, 0
   local state
   local t0 = now()
   local result = {}
@@ -222,60 +293,78 @@ function M.run(def, overrides)
   local ok, err = xpcall(function()
     state = def.setup(cfg, run)
     local model = def.model and def.model(state)
-    local max_epochs, patience = cfg.epochs or 100, cfg.patience or math.huge
-    local bad_epochs = 0
+    local bad_evals = 0
     local last_print = 0
-    for epoch = 1, max_epochs do
-      if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) before epoch ' .. epoch, 0) end
-      local m = def.train(state, cfg, epoch) or {}
+    for step = 1, max_steps do
+      if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) before ' .. unit .. ' ' .. step, 0) end
+      -- online data: a fresh batch (or graph) per step
+      local batch
+      if def.batch then batch = def.batch(state, cfg, step) end
+      local m = def.train(state, cfg, step, batch) or {}
       if m.loss and m.loss ~= m.loss then
         status = 'failed'
-        err_msg = string.format('loss became NaN at epoch %d; the last good checkpoint (epoch %d) is kept', epoch, best_epoch)
+        err_msg = string.format('loss became NaN at %s %d; the last good checkpoint (%s %d) is kept', unit, step, unit, best_step)
         error(err_msg, 0)
       end
-      local v = def.evaluate and def.evaluate(state, cfg, 'val') or {}
-      for kk, vv in pairs(v) do m['val_' .. kk] = vv end
-      m.epoch_time = nil
-      epochs_run = epoch
-      run:log(m, epoch)
-      local score = m[monitor]
-      if score == nil then error("experiment: monitor '" .. monitor .. "' was not produced by train/evaluate", 0) end
-      local progress, tie_better = false, false
-      for i, a in ipairs(also) do
-        local v = m[a.name]
-        if v ~= nil and a.better(v, a.best) then
-          a.best = v
-          progress = true
-          if i == 1 then tie_better = true end
+      steps_run = step
+      local evaluated = step % eval_every == 0 or step == max_steps
+      if evaluated and def.evaluate then
+        for kk, vv in pairs(def.evaluate(state, cfg, 'val', step) or {}) do m['val_' .. kk] = vv end
+      end
+      run:log(m, step)
+      local stop = false
+      if evaluated then
+        local score = m[monitor]
+        if score == nil then error("experiment: monitor '" .. monitor .. "' was not produced by train/evaluate", 0) end
+        local progress, tie_better = false, false
+        for i, a in ipairs(also) do
+          local v = m[a.name]
+          if v ~= nil and a.better(v, a.best) then
+            a.best = v
+            progress = true
+            if i == 1 then tie_better = true end
+          end
         end
+        for _, t in ipairs(track) do
+          local v = m[t.name]
+          if v ~= nil and t.better(v, t.best) then t.best, t.step = v, step end
+        end
+        if better(score, best) or (score == best and tie_better) then
+          best, best_step = score, step
+          progress = true
+          if model then run:checkpoint(model, { [unit] = step, step = step, [monitor] = score }) end
+        end
+        if progress then bad_evals = 0 else bad_evals = bad_evals + 1 end
+        -- artefacts of this evaluation (translations, attention maps, radii): the hook writes
+        -- them with run:write / run:write_text
+        if def.on_eval then def.on_eval(state, cfg, run, step, m) end
+        stop = bad_evals >= patience
       end
-      if better(score, best) or (score == best and tie_better) then
-        best, best_epoch = score, epoch
-        progress = true
-        if model then run:checkpoint(model, { epoch = epoch, [monitor] = score }) end
-      end
-      if progress then bad_epochs = 0 else bad_epochs = bad_epochs + 1 end
       run:flush()
       local elapsed = now() - t0
       if not quiet then
-        local eta = elapsed / epoch * math.min(max_epochs - epoch, patience - bad_epochs)
-        local line = summarise_line(def.name, epoch, m, best, elapsed, eta, monitor)
+        local eta = elapsed / step * math.min(max_steps - step, (patience - bad_evals) * eval_every)
+        local line = summarise_line(def.name, unit, step, m, best, elapsed, eta, monitor)
         if tty then
           io.stderr:write('\r\27[K' .. line)
           io.stderr:flush()
-        elseif elapsed - last_print >= 10 or epoch == 1 then
+        elseif elapsed - last_print >= 10 or step == 1 then
           io.stderr:write(line .. '\n')
           last_print = elapsed
         end
       end
-      if bad_epochs >= patience then break end
+      if stop then break end
     end
-    if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) after epoch ' .. epochs_run, 0) end
+    if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) after ' .. unit .. ' ' .. steps_run, 0) end
     if tty then io.stderr:write('\n') end
     -- restore the best checkpoint before the test evaluation
-    if model and best_epoch > 0 then model:load(path, 'params') end
-    result.best_epoch, result.epochs = best_epoch, epochs_run
+    if model and best_step > 0 then model:load(path, 'params') end
+    result['best_' .. unit] = best_step
+    result[unit .. 's'] = steps_run
     result['best_' .. monitor] = best
+    for _, t in ipairs(track) do
+      if t.step then result['best_' .. t.name], result['best_' .. t.name .. '_' .. unit] = t.best, t.step end
+    end
     if def.evaluate then
       local tm = def.evaluate(state, cfg, 'test') or {}
       for kk, vv in pairs(tm) do result['test_' .. kk] = vv end
@@ -296,7 +385,7 @@ function M.run(def, overrides)
   C.pn_interrupt_clear()
   local elapsed = now() - t0
   result.seconds = elapsed
-  result.seconds_per_epoch = epochs_run > 0 and elapsed / epochs_run or 0
+  result['seconds_per_' .. unit] = steps_run > 0 and elapsed / steps_run or 0
   result.status = status
   result.path = path
   pcall(function()

@@ -10,8 +10,8 @@
 --
 -- With a run file: `run` holds path, attrs, config (parsed JSON), summary, metrics and steps
 -- (name → tensor), attention / radii (tag → tensor, read on first use), model (rebuilt from
--- /params when the experiment is a known recipe, else nil and a note why), data (the dataset
--- when config.dataset is set). Helpers: help(), heatmap(), hist(), spark(), plot(), attend(),
+-- /params by the recipe module the run file names, else nil and a note why), data (the
+-- recipe's loader or the pn.data registry's config.dataset). Helpers: help(), heatmap(), hist(), spark(), plot(), attend(),
 -- show(), runs(), exit().
 local pn = require 'penumbra'
 local runs = require 'penumbra.runs'
@@ -124,31 +124,48 @@ function R.eval(src, env)
 end
 
 -- ---- the run ------------------------------------------------------------------------------------
--- Known recipes: how to rebuild a model from a run's config and checkpoint shapes.
-R.recipes = {
-  {
-    name = 'gat_planetoid',
-    match = function(run)
-      local c = run.config
-      return c.dataset ~= nil and c.score ~= nil and c.heads ~= nil and c.hidden ~= nil
-    end,
-    -- the recipe's own model(); features and classes from the
-    -- checkpoint: layer1's projection is (·, F), layer2's bias (C) (its output is the mean
-    -- over heads), else the projection's rows over out_heads (the additive gat score)
-    build = function(run)
-      local c = run.config
-      local F = run:read('params/layer1/proj/weight'):shape()[2]
-      local classes
-      local ok, b2 = pcall(run.read, run, 'params/layer2/bias')
-      if ok then classes = b2:shape()[1]
-      else classes = run:read('params/layer2/proj/weight'):shape()[1] / (c.out_heads or 1) end
-      local model = require('penumbra.recipes.gat_planetoid').model(c, F, classes)
-      model:load(run.path, 'params')
-      model:eval()
-      return model, string.format('GAT(%d → %d classes, score=%s) from /params', F, classes, tostring(c.score))
-    end,
-  },
-}
+-- The recipe that rebuilds a run's model: the module named by the run file's `recipe`
+-- attribute (the runner stores def.recipe). A recipe module exposes
+--   model(cfg, dims)   the model the config describes (dims: num_features, num_classes, …;
+--                      a dataset table has them)
+--   data(cfg)          optional: its data loader (default: pn.data.load(cfg.dataset))
+--   dims(run)          optional: dims read from the checkpoint's shapes, so a model can be
+--                      rebuilt without the dataset
+--   describe(cfg, dims) optional: one line for the notes
+-- Run files written before the attribute existed are all GAT on Planetoid; their configs are
+-- recognised by their keys.
+local LEGACY_RECIPE = 'penumbra.recipes.gat_planetoid'
+function R.recipe_of(run)
+  local name = run.attrs and run.attrs.recipe
+  if type(name) ~= 'string' or name == '' then
+    local c = run.config or {}
+    if c.dataset ~= nil and c.score ~= nil and c.heads ~= nil and c.hidden ~= nil then name = LEGACY_RECIPE end
+  end
+  if not name then return nil, "experiment '" .. tostring(run.experiment) .. "' names no recipe the REPL could rebuild it with" end
+  local ok, mod = pcall(require, name)
+  if not ok then return nil, "recipe module '" .. name .. "' cannot be loaded: " .. tostring(mod):gsub('\n.*', '') end
+  if type(mod) ~= 'table' or type(mod.model) ~= 'function' then
+    return nil, "recipe module '" .. name .. "' exposes no model(cfg, dims)"
+  end
+  return mod, name
+end
+
+local function load_data(recipe, cfg)
+  if recipe and recipe.data then return recipe.data(cfg) end
+  if type(cfg.dataset) ~= 'string' then return nil, 'config.dataset is not set' end
+  return pn.data.load(cfg.dataset)
+end
+
+local function rebuild(run, recipe, name)
+  local c = run.config
+  local dims = recipe.dims and recipe.dims(run) or run.data
+  if not dims then error('the dataset is not loaded and the recipe cannot read dims from the checkpoint', 0) end
+  local model = recipe.model(c, dims)
+  model:load(run.path, 'params')
+  model:eval()
+  local what = recipe.describe and recipe.describe(c, dims) or 'model'
+  return model, string.format('%s from /params (recipe %s)', what, name)
+end
 
 local Run = {}
 Run.__index = Run
@@ -191,37 +208,33 @@ function R.load_run(path, opts)
   notes[#notes + 1] = '  run.config, run.summary, run.metrics {' .. table.concat(names, ', ') .. '}'
   if #run.attention_tags > 0 then notes[#notes + 1] = '  run.attention {' .. table.concat(run.attention_tags, ', ') .. '}' end
   if #run.radii_tags > 0 then notes[#notes + 1] = '  run.radii {' .. table.concat(run.radii_tags, ', ') .. '}' end
+  local recipe, rname = R.recipe_of(run)
+  -- the data (first: a recipe may size its model from it)
+  if opts.data ~= false and (recipe or type(run.config.dataset) == 'string') then
+    local ok, d, why = pcall(load_data, recipe, run.config)
+    if ok and d then
+      run.data = d
+      notes[#notes + 1] = string.format('  run.data: %s (%d nodes, %d features, %d classes)', tostring(run.config.dataset),
+        d.num_nodes or -1, d.num_features or -1, d.num_classes or -1)
+    else
+      notes[#notes + 1] = '  run.data: nil (' .. tostring(ok and why or d):gsub('\n.*', '') .. ')'
+    end
+  end
   -- the model
   if opts.model ~= false then
     if not has_params then
       notes[#notes + 1] = '  run.model: nil (no /params checkpoint in the file)'
+    elseif not recipe then
+      notes[#notes + 1] = '  run.model: nil (' .. rname .. ')'
     else
-      local recipe
-      for _, rc in ipairs(R.recipes) do if rc.match(run) then recipe = rc; break end end
-      if not recipe then
-        notes[#notes + 1] = string.format("  run.model: nil (experiment '%s' is not a recipe the REPL knows how to rebuild)",
-          tostring(run.experiment))
+      local ok, model, desc = pcall(rebuild, run, recipe, rname)
+      if ok then
+        run.model = model
+        notes[#notes + 1] = '  run.model: ' .. desc
       else
-        local ok, model, desc = pcall(recipe.build, run)
-        if ok then
-          run.model = model
-          notes[#notes + 1] = '  run.model: ' .. desc
-        else
-          notes[#notes + 1] = '  run.model: nil (could not rebuild with recipe ' .. recipe.name .. ': '
-            .. tostring(model):gsub('\n.*', '') .. ')'
-        end
+        notes[#notes + 1] = '  run.model: nil (could not rebuild with recipe ' .. rname .. ': '
+          .. tostring(model):gsub('\n.*', '') .. ')'
       end
-    end
-  end
-  -- the data
-  if opts.data ~= false and type(run.config.dataset) == 'string' then
-    local ok, d = pcall(function() return pn.data.planetoid(run.config.dataset) end)
-    if ok then
-      run.data = d
-      notes[#notes + 1] = string.format('  run.data: %s (%d nodes, %d features, %d classes)', run.config.dataset,
-        d.num_nodes or -1, d.num_features or -1, d.num_classes or -1)
-    else
-      notes[#notes + 1] = '  run.data: nil (' .. tostring(d):gsub('\n.*', '') .. ')'
     end
   end
   return run, notes
@@ -236,8 +249,8 @@ penumbra REPL — LuaJIT with pn loaded. Expressions print their value (tensors 
     run.path run.attrs run.config run.summary
     run.metrics.loss       a tensor per logged metric (run.steps.<name>: its epochs)
     run.attention.<tag>    (H, Nq, Nk) maps   run.radii.<tag>  learned radii/heights
-    run.model              rebuilt from /params when the recipe is known (GAT on Planetoid)
-    run.data               the dataset (pn.data.planetoid) when config.dataset is set
+    run.model              rebuilt from /params by the run's recipe (attr `recipe`)
+    run.data               the dataset (the recipe's loader, or pn.data.load(config.dataset))
     run:read(name)         any dataset in the file   run:datasets()  their names
   heatmap(t | tag, {head=1, labels=, row_labels=, col_labels=, color='256'|'truecolor'|'ascii'})
                            draw a matrix, one head of an (H, Nq, Nk) tensor or run.attention[tag]

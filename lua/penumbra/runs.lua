@@ -70,6 +70,13 @@ end
 function Run:has(name) return self.f:exists(name) end
 function Run:read(name) return self.f:read(name) end
 function Run:attrs_of(name) return self.f:attrs(name) end
+-- text an experiment wrote with run:write_text (u8 bytes, attr encoding=utf-8)
+function Run:read_text(name)
+  local t = self.f:read(name)
+  if t:dtype() ~= 'u8' then error('runs: ' .. name .. ' is ' .. t:dtype() .. ', not text (u8)', 2) end
+  local n = t:numel()
+  return n > 0 and ffi.string(t:contiguous():data_ptr(), n) or ''
+end
 
 function Run:label()
   local name = self.experiment or basename(self.path):gsub('%.h5$', '')
@@ -158,7 +165,7 @@ M.sorted_keys = sorted_keys
 -- the summary's "best" entry: best_<monitor> first, then test_acc
 local function best_of(summary)
   for _, k in ipairs(sorted_keys(summary)) do
-    if k:match('^best_') and k ~= 'best_epoch' and type(summary[k]) == 'number' then return k, summary[k] end
+    if k:match('^best_') and not k:match('_epoch$') and not k:match('_step$') and type(summary[k]) == 'number' then return k, summary[k] end
   end
   return nil
 end

@@ -17,15 +17,31 @@ end
 
 local R = {}
 
--- The model a config describes (the REPL rebuilds checkpoints with this too).
-function R.model(cfg, num_features, num_classes)
-  return pn.nn.GAT(num_features, num_classes, {
+-- The model a config describes, for a dataset's dims (num_features, num_classes). The REPL
+-- rebuilds checkpoints with this too (the run file's `recipe` attribute names this module).
+function R.model(cfg, dims)
+  return pn.nn.GAT(dims.num_features, dims.num_classes, {
     score = cfg.score, hidden = cfg.hidden, heads = cfg.heads, out_heads = cfg.out_heads,
     dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, gamma = cfg.gamma,
     r = (cfg.r or 0) > 0 and cfg.r or nil, qk_dim = cfg.qk_dim,
     proj_dropout = cfg.proj_dropout, shared_qk = cfg.shared_qk,
     map = (cfg.map and cfg.map ~= 'default') and cfg.map or nil,
     sparse_input = true }) -- Planetoid features are 1% nonzero
+end
+
+function R.data(cfg) return pn.data.load(cfg.dataset) end
+
+-- dims from a checkpoint: layer1's projection is (·, F); layer2's bias (C) (its output is the
+-- mean over heads), else the projection's rows over out_heads (the additive gat score)
+function R.dims(run)
+  local F = run:read('params/layer1/proj/weight'):shape()[2]
+  local ok, b2 = pcall(run.read, run, 'params/layer2/bias')
+  local classes = ok and b2:shape()[1] or run:read('params/layer2/proj/weight'):shape()[1] / (run.config.out_heads or 1)
+  return { num_features = F, num_classes = classes }
+end
+
+function R.describe(cfg, dims)
+  return string.format('GAT(%d → %d classes, score=%s)', dims.num_features, dims.num_classes, tostring(cfg.score))
 end
 
 local function experiment(o)
@@ -41,12 +57,13 @@ local function experiment(o)
   }
   return pn.experiment{
     name = o.name or (o.dataset .. '_' .. o.score),
+    recipe = 'penumbra.recipes.gat_planetoid',
     config = config,
     monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' }, -- GAT: patience on acc or loss
     setup = function(cfg)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
-      local d = pn.data.planetoid(cfg.dataset)
-      local model = R.model(cfg, d.num_features, d.num_classes)
+      local d = R.data(cfg)
+      local model = R.model(cfg, d)
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
       return { d = d, model = model, opt = opt }
     end,
