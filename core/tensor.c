@@ -1,6 +1,6 @@
 /* tensor.c — tensor structs: lifetime, creation, dims/broadcast helpers, the
  * N-operand iterator, copies and casts, in-place updates, element access. */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdio.h>
 
@@ -221,16 +221,23 @@ pn_tensor *pn_contig(pn_tensor *x) {
     return pn_contig_copy(x);
 }
 
-pn_tensor *pn_zeros(int nd, const int64_t *shape, int dtype, int device) {
-    pn_tensor *t = new_tensor("zeros", nd, shape, dtype, device);
-    if (t) memset(t->storage->data, 0, t->storage->nbytes);
+/* a fresh tensor filled with v by its device's fill kernel */
+static pn_tensor *new_filled(const char *op, int nd, const int64_t *shape, double v, int dtype, int device) {
+    pn_tensor *t = new_tensor(op, nd, shape, dtype, device);
+    const pn_kernels *k;
+    if (t && (pn_backend_for(op, device, &k) || PN_KCALL(op, k, fill, t, v))) {
+        pn_release(t);
+        return NULL;
+    }
     return t;
 }
 
+pn_tensor *pn_zeros(int nd, const int64_t *shape, int dtype, int device) {
+    return new_filled("zeros", nd, shape, 0, dtype, device);
+}
+
 pn_tensor *pn_full(int nd, const int64_t *shape, double value, int dtype, int device) {
-    pn_tensor *t = new_tensor("full", nd, shape, dtype, device);
-    if (t) pn_fill_(t, value);
-    return t;
+    return new_filled("full", nd, shape, value, dtype, device);
 }
 
 pn_tensor *pn_arange(double start, double end, double step, int dtype, int device) {
@@ -240,10 +247,19 @@ pn_tensor *pn_arange(double start, double end, double step, int dtype, int devic
     double span = (end - start) / step;
     int64_t n = span > 0 ? (int64_t)ceil(span - 1e-12) : 0;
     pn_tensor *t = pn_empty(1, &n, dtype, device);
-    if (!t) return NULL;
-    void *p = pn_ptr(t);
-    for (int64_t i = 0; i < n; i++) pn_st(p, dtype, i, start + (double)i * step);
+    const pn_kernels *k;
+    if (t && (pn_backend_for("arange", device, &k) || PN_KCALL("arange", k, arange, t, start, step))) {
+        pn_release(t);
+        return NULL;
+    }
     return t;
+}
+
+pn_status pn_cpu_arange(pn_tensor *out, double start, double step) {
+    void *p = pn_ptr(out);
+    const int64_t n = pn_numel(out);
+    for (int64_t i = 0; i < n; i++) pn_st(p, out->dt, i, start + (double)i * step);
+    return PN_OK;
 }
 
 pn_tensor *pn_from_buffer(int nd, const int64_t *shape, int dtype, const void *data) {
@@ -261,7 +277,7 @@ void *pn_data_ptr(const pn_tensor *t) { return pn_ptr(t); }
 
 /* ---- copies ------------------------------------------------------------------------ */
 /* dst[...] = cast(src[...]) with src broadcast to dst's shape. No autograd. */
-static void copy_kernel(pn_tensor *dst, const pn_tensor *src) {
+pn_status pn_cpu_copy(pn_tensor *dst, const pn_tensor *src) {
     pn_iter it;
     pn_iter_init(&it, dst->nd, dst->sizes, 2, (pn_tensor *const[]){dst, (pn_tensor *)src}, NULL);
     char *d = pn_ptr(dst);
@@ -287,18 +303,21 @@ static void copy_kernel(pn_tensor *dst, const pn_tensor *src) {
                 pn_st(d, dt, off[0] + i * it.istride[0], pn_ld(s, st, off[1] + i * it.istride[1]));
         }
     }
+    return PN_OK;
 }
 
 pn_status pn_copy_(pn_tensor *dst, const pn_tensor *src) {
     if (!dst || !src) return pn_error(PN_ERR_ARG, "copy_: nil tensor");
-    int nd;
+    int nd, dev;
+    const pn_kernels *k;
+    PN_TRY(pn_kernels_for("copy_", 2, (const pn_tensor *const[]){dst, src}, (const char *const[]){"dst", "src"}, &dev,
+                          &k));
     int64_t shape[PN_MAX_DIMS];
     PN_TRY(pn_broadcast_shape("copy_", dst->nd, dst->sizes, src->nd, src->sizes, &nd, shape));
     if (nd != dst->nd || pn_shape_numel(nd, shape) != pn_numel(dst))
         return pn_error(PN_ERR_SHAPE, "copy_: src %s does not broadcast to dst %s", pn_shape_str(src),
                         pn_shape_str(dst));
-    copy_kernel(dst, src);
-    return PN_OK;
+    return PN_KCALL("copy_", k, copy, dst, src);
 }
 
 pn_status pn_to_buffer(const pn_tensor *t, void *dst, size_t nbytes) {
@@ -306,6 +325,7 @@ pn_status pn_to_buffer(const pn_tensor *t, void *dst, size_t nbytes) {
     if (nbytes < need)
         return pn_error(PN_ERR_ARG, "to_buffer: buffer of %zu bytes is too small for %s %s (%zu bytes)", nbytes,
                         pn_dtype_name(t->dt), pn_shape_str(t), need);
+    PN_TRY(pn_check_cpu("to_buffer", "t", t)); /* the one way out to host memory: :to('cpu') first */
     if (pn_is_contiguous(t)) {
         memcpy(dst, pn_ptr(t), need);
         return PN_OK;
@@ -317,13 +337,22 @@ pn_status pn_to_buffer(const pn_tensor *t, void *dst, size_t nbytes) {
     pn_tensor tmp = {.nd = t->nd, .dt = t->dt, .storage = &s, .refcount = 1};
     memcpy(tmp.sizes, t->sizes, sizeof tmp.sizes);
     memcpy(tmp.strides, st, sizeof st);
-    copy_kernel(&tmp, t);
-    return PN_OK;
+    return pn_cpu_copy(&tmp, t);
 }
 
 /* ---- in-place, no autograd ------------------------------------------------------------ */
 pn_status pn_fill_(pn_tensor *t, double v) {
     if (!t) return pn_error(PN_ERR_ARG, "fill_: nil tensor");
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for("fill_", t->dev, &k));
+    return PN_KCALL("fill_", k, fill, t, v);
+}
+
+pn_status pn_cpu_fill(pn_tensor *t, double v) {
+    if (v == 0 && pn_is_contiguous(t) && !signbit(v)) { /* all-zero bits for every dtype */
+        memset(pn_ptr(t), 0, (size_t)pn_numel(t) * pn_elsize(t->dt));
+        return PN_OK;
+    }
     pn_iter it;
     pn_iter_init(&it, t->nd, t->sizes, 1, &t, NULL);
     char *d = pn_ptr(t);
@@ -347,6 +376,13 @@ pn_status pn_axpy_(pn_tensor *y, double alpha, const pn_tensor *x) {
     if (!pn_same_shape(x, y) || x->dt != y->dt)
         return pn_error(PN_ERR_SHAPE, "axpy_: y %s %s and x %s %s must match", pn_dtype_name(y->dt), pn_shape_str(y),
                         pn_dtype_name(x->dt), pn_shape_str(x));
+    int dev;
+    const pn_kernels *k;
+    PN_TRY(pn_kernels_for("axpy_", 2, (const pn_tensor *const[]){y, x}, (const char *const[]){"y", "x"}, &dev, &k));
+    return PN_KCALL("axpy_", k, axpy, y, alpha, x);
+}
+
+pn_status pn_cpu_axpy(pn_tensor *y, double alpha, const pn_tensor *x) {
     pn_iter it;
     pn_iter_init(&it, y->nd, y->sizes, 2, (pn_tensor *const[]){y, (pn_tensor *)x}, NULL);
     char *d = pn_ptr(y);
@@ -376,6 +412,12 @@ pn_status pn_axpy_(pn_tensor *y, double alpha, const pn_tensor *x) {
 
 pn_status pn_scale_(pn_tensor *y, double alpha) {
     if (!y) return pn_error(PN_ERR_ARG, "scale_: nil tensor");
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for("scale_", y->dev, &k));
+    return PN_KCALL("scale_", k, scale, y, alpha);
+}
+
+pn_status pn_cpu_scale(pn_tensor *y, double alpha) {
     pn_iter it;
     pn_iter_init(&it, y->nd, y->sizes, 1, &y, NULL);
     char *d = pn_ptr(y);

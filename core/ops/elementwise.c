@@ -8,7 +8,7 @@
  * f32 and f64 kernels are the same source stamped twice (T = float, then T = double) with
  * <tgmath.h> picking expf/exp etc.; the op switch sits outside the loops so simple loops
  * vectorise. Integer dtypes go through a generic int64 path. */
-#include "../internal.h"
+#include "../backend.h"
 
 #include <tgmath.h>
 
@@ -252,9 +252,12 @@ static pn_tensor *binary_side_grad(pn_node *nd, int op, int side, pn_tensor *g) 
         return full;
     }
     full = pn_empty_like(g);
-    if (!full) return NULL;
-    op_ctx c = {op * 2 + side, g->dt};
-    run_over(full, 3, (pn_tensor *const[]){g, a, b}, binary_grad_row, &c);
+    const pn_kernels *k;
+    if (!full || pn_backend_for(binary_names[op], g->dev, &k) ||
+        PN_KCALL(binary_names[op], k, binary_grad, op * 2 + side, full, g, a, b)) {
+        pn_release(full);
+        return NULL;
+    }
     pn_tensor *r = pn_grad_to_input(nd, side, full);
     pn_release(full);
     return r;
@@ -270,11 +273,26 @@ static pn_status binary_bw(pn_node *nd, pn_tensor *g, pn_tensor **gin) {
     return PN_OK;
 }
 
-/* Checks shared by binary, compare and where: nil, device, same dtype; the broadcast shape. */
-static pn_status check_pair(const char *op, pn_tensor *a, pn_tensor *b, int *nd, int64_t *shape) {
+/* CPU kernels (kernels.def): out fresh and contiguous at the broadcast shape, the inputs
+ * broadcast to it with any strides */
+pn_status pn_cpu_binary(int op, pn_tensor *out, const pn_tensor *a, const pn_tensor *b) {
+    op_ctx c = {op, a->dt};
+    run_over(out, 2, (pn_tensor *const[]){(pn_tensor *)a, (pn_tensor *)b}, binary_row, &c);
+    return PN_OK;
+}
+
+pn_status pn_cpu_binary_grad(int code, pn_tensor *gfull, const pn_tensor *g, const pn_tensor *a, const pn_tensor *b) {
+    op_ctx c = {code, g->dt};
+    run_over(gfull, 3, (pn_tensor *const[]){(pn_tensor *)g, (pn_tensor *)a, (pn_tensor *)b}, binary_grad_row, &c);
+    return PN_OK;
+}
+
+/* Checks shared by binary, compare and where: nil, one device (its kernel table in *k), same
+ * dtype; the broadcast shape. */
+static pn_status check_pair(const char *op, pn_tensor *a, pn_tensor *b, int *nd, int64_t *shape, int *dev,
+                            const pn_kernels **k) {
     if (!a || !b) return pn_error(PN_ERR_ARG, "%s: %s is nil", op, !a ? "a" : "b");
-    if (a->dev != PN_CPU || b->dev != PN_CPU)
-        return pn_error(PN_ERR_DEVICE, "%s: a %s and b %s must be cpu tensors", op, pn_shape_str(a), pn_shape_str(b));
+    PN_TRY(pn_kernels_for(op, 2, (const pn_tensor *const[]){a, b}, (const char *const[]){"a", "b"}, dev, k));
     if (a->dt != b->dt)
         return pn_error(PN_ERR_DTYPE, "%s: a %s %s and b %s %s have different dtypes; convert one with :to()", op,
                         pn_dtype_name(a->dt), pn_shape_str(a), pn_dtype_name(b->dt), pn_shape_str(b));
@@ -289,16 +307,19 @@ static pn_status check_pair(const char *op, pn_tensor *a, pn_tensor *b, int *nd,
 pn_tensor *pn_binary(int op, pn_tensor *a, pn_tensor *b) {
     if (op < 0 || op >= PN_BINARY_COUNT) return pn_error_null(PN_ERR_ARG, "binary: unknown op %d", op);
     const char *name = binary_names[op];
-    int nd;
+    int nd, dev;
     int64_t shape[PN_MAX_DIMS];
-    if (check_pair(name, a, b, &nd, shape)) return NULL;
+    const pn_kernels *k;
+    if (check_pair(name, a, b, &nd, shape, &dev, &k)) return NULL;
     if (!pn_is_float(a->dt) && (op == PN_DIV || op == PN_POW))
         return pn_error_null(PN_ERR_DTYPE, "%s: a %s %s and b %s %s: integer dtypes are not supported; use f32/f64",
                              name, pn_dtype_name(a->dt), pn_shape_str(a), pn_dtype_name(b->dt), pn_shape_str(b));
-    pn_tensor *out = pn_empty(nd, shape, a->dt, PN_CPU);
+    pn_tensor *out = pn_empty(nd, shape, a->dt, dev);
     if (!out) return NULL;
-    op_ctx c = {op, a->dt};
-    run_over(out, 2, (pn_tensor *const[]){a, b}, binary_row, &c);
+    if (PN_KCALL(name, k, binary, op, out, a, b)) {
+        pn_release(out);
+        return NULL;
+    }
     pn_tensor *ins[2] = {a, b};
     if (pn_ag_needed(2, ins)) {
         pn_node *n = pn_ag_record(out, name, binary_bw, 2, ins);
@@ -442,14 +463,33 @@ static bool unary_needs_y(int op) {
 }
 
 static pn_status unary_bw(pn_node *nd, pn_tensor *g, pn_tensor **gin) {
-    int op = (int)nd->iv[0], k = 0;
-    pn_tensor *x = unary_needs_x(op) ? nd->saved[k++] : g; /* g stands in for what is not read */
-    pn_tensor *y = unary_needs_y(op) ? nd->saved[k++] : g;
+    int op = (int)nd->iv[0], s = 0;
+    pn_tensor *x = unary_needs_x(op) ? nd->saved[s++] : g; /* g stands in for what is not read */
+    pn_tensor *y = unary_needs_y(op) ? nd->saved[s++] : g;
     pn_tensor *gx = pn_empty_like(g);
     if (!gx) return PN_ERR_OOM;
-    unary_ctx c = {op, g->dt, nd->sc[0], nd->sc[1]};
-    run_over(gx, 3, (pn_tensor *const[]){g, x, y}, unary_grad_row, &c);
+    const pn_kernels *k;
+    pn_status st = pn_backend_for(nd->name, g->dev, &k);
+    if (!st) st = PN_KCALL(nd->name, k, unary_grad, op, gx, g, x, y, nd->sc[0], nd->sc[1]);
+    if (st) {
+        pn_release(gx);
+        return st;
+    }
     gin[0] = gx;
+    return PN_OK;
+}
+
+/* CPU kernels: out / gx fresh and contiguous, x's shape; op a PN_UNARY op or OP_SQUARE */
+pn_status pn_cpu_unary(int op, pn_tensor *out, const pn_tensor *x, double a, double b) {
+    unary_ctx c = {op, x->dt, a, b};
+    run_over(out, 1, (pn_tensor *const[]){(pn_tensor *)x}, unary_row, &c);
+    return PN_OK;
+}
+
+pn_status pn_cpu_unary_grad(int op, pn_tensor *gx, const pn_tensor *g, const pn_tensor *x, const pn_tensor *y,
+                            double a, double b) {
+    unary_ctx c = {op, g->dt, a, b};
+    run_over(gx, 3, (pn_tensor *const[]){(pn_tensor *)g, (pn_tensor *)x, (pn_tensor *)y}, unary_grad_row, &c);
     return PN_OK;
 }
 
@@ -457,7 +497,8 @@ pn_tensor *pn_unary(int op, pn_tensor *x, double a, double b) {
     if (op < 0 || op >= PN_UNARY_COUNT) return pn_error_null(PN_ERR_ARG, "unary: unknown op %d", op);
     const char *name = unary_names[op];
     if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", name);
-    if (pn_check_cpu(name, "x", x)) return NULL;
+    const pn_kernels *k;
+    if (pn_backend_for(name, x->dev, &k)) return NULL;
     bool int_ok = op == PN_NEG || op == PN_ABS || op == PN_RELU || op == PN_CLAMP;
     if (!int_ok && pn_check_float(name, "x", x)) return NULL;
     if (op == PN_CLAMP && a > b)
@@ -465,8 +506,10 @@ pn_tensor *pn_unary(int op, pn_tensor *x, double a, double b) {
     int kop = (op == PN_POW_SCALAR && a == 2) ? OP_SQUARE : op;
     pn_tensor *out = pn_empty_like(x);
     if (!out) return NULL;
-    unary_ctx c = {kop, x->dt, a, b};
-    run_over(out, 1, &x, unary_row, &c);
+    if (PN_KCALL(name, k, unary, kop, out, x, a, b)) {
+        pn_release(out);
+        return NULL;
+    }
     if (pn_ag_needed(1, &x)) {
         pn_node *n = pn_ag_record(out, name, unary_bw, 1, &x);
         pn_tensor *y = (n && unary_needs_y(kop)) ? pn_detach(out) : NULL;
@@ -536,14 +579,22 @@ static void compare_row(const void *ctx, int64_t n, char *const *p, const int64_
 
 pn_tensor *pn_compare(int op, pn_tensor *a, pn_tensor *b) {
     if (op < PN_EQ || op > PN_GE) return pn_error_null(PN_ERR_ARG, "compare: unknown op %d", op);
-    int nd;
+    int nd, dev;
     int64_t shape[PN_MAX_DIMS];
-    if (check_pair(compare_names[op], a, b, &nd, shape)) return NULL;
-    pn_tensor *out = pn_empty(nd, shape, PN_U8, PN_CPU);
-    if (!out) return NULL;
-    op_ctx c = {op, a->dt};
-    run_over(out, 2, (pn_tensor *const[]){a, b}, compare_row, &c);
+    const pn_kernels *k;
+    if (check_pair(compare_names[op], a, b, &nd, shape, &dev, &k)) return NULL;
+    pn_tensor *out = pn_empty(nd, shape, PN_U8, dev);
+    if (out && PN_KCALL(compare_names[op], k, compare, op, out, a, b)) {
+        pn_release(out);
+        return NULL;
+    }
     return out; /* not differentiable: never recorded */
+}
+
+pn_status pn_cpu_compare(int op, pn_tensor *out, const pn_tensor *a, const pn_tensor *b) {
+    op_ctx c = {op, a->dt};
+    run_over(out, 2, (pn_tensor *const[]){(pn_tensor *)a, (pn_tensor *)b}, compare_row, &c);
+    return PN_OK;
 }
 
 /* ======================================================================================= */
@@ -585,23 +636,34 @@ static pn_status where_bw(pn_node *nd, pn_tensor *g, pn_tensor **gin) {
     return s;
 }
 
+pn_status pn_cpu_where(pn_tensor *out, const pn_tensor *cond, const pn_tensor *a, const pn_tensor *b) {
+    int es = (int)pn_elsize(a->dt);
+    run_over(out, 3, (pn_tensor *const[]){(pn_tensor *)cond, (pn_tensor *)a, (pn_tensor *)b}, where_row, &es);
+    return PN_OK;
+}
+
 pn_tensor *pn_where(pn_tensor *cond, pn_tensor *a, pn_tensor *b) {
-    int nd, nd2;
+    int nd, nd2, dev;
     int64_t shape[PN_MAX_DIMS], shape2[PN_MAX_DIMS];
+    const pn_kernels *k;
     if (!cond) return pn_error_null(PN_ERR_ARG, "where: cond is nil");
-    if (check_pair("where", a, b, &nd, shape)) return NULL;
+    if (pn_kernels_for("where", 3, (const pn_tensor *const[]){cond, a, b}, (const char *const[]){"cond", "a", "b"}, &dev,
+                       &k))
+        return NULL;
+    if (check_pair("where", a, b, &nd, shape, &dev, &k)) return NULL;
     if (cond->dt != PN_U8)
         return pn_error_null(PN_ERR_DTYPE, "where: cond %s has dtype %s, expected u8 (a comparison result)",
                              pn_shape_str(cond), pn_dtype_name(cond->dt));
-    if (cond->dev != PN_CPU) return pn_error_null(PN_ERR_DEVICE, "where: cond %s must be a cpu tensor", pn_shape_str(cond));
     if (pn_broadcast_shape("where", cond->nd, cond->sizes, nd, shape, &nd2, shape2)) {
         return pn_error_null(PN_ERR_SHAPE, "where: cond %s, a %s and b %s cannot be broadcast together",
                              pn_shape_str(cond), pn_shape_str(a), pn_shape_str(b));
     }
-    pn_tensor *out = pn_empty(nd2, shape2, a->dt, PN_CPU);
+    pn_tensor *out = pn_empty(nd2, shape2, a->dt, dev);
     if (!out) return NULL;
-    int es = (int)pn_elsize(a->dt);
-    run_over(out, 3, (pn_tensor *const[]){cond, a, b}, where_row, &es);
+    if (PN_KCALL("where", k, where, out, cond, a, b)) {
+        pn_release(out);
+        return NULL;
+    }
     pn_tensor *ins[3] = {cond, a, b};
     if (pn_ag_needed(3, ins)) {
         pn_node *n = pn_ag_record(out, "where", where_bw, 3, ins);
