@@ -426,7 +426,13 @@ pn_status pn_cpu_scale(pn_tensor *y, double alpha) {
     for (int64_t r = 0; r < it.rows; r++) {
         int64_t off[PN_ITER_MAX_OPS];
         pn_iter_row(&it, r, off);
-        for (int64_t i = 0; i < it.inner; i++) {
+        if (dt == PN_F32) {
+            float *o = (float *)d + off[0], a = (float)alpha;
+            for (int64_t i = 0; i < it.inner; i++) o[i * it.istride[0]] *= a;
+        } else if (dt == PN_F64) {
+            double *o = (double *)d + off[0];
+            for (int64_t i = 0; i < it.inner; i++) o[i * it.istride[0]] *= alpha;
+        } else for (int64_t i = 0; i < it.inner; i++) {
             int64_t a = off[0] + i * it.istride[0];
             pn_st(d, dt, a, pn_ld(d, dt, a) * alpha);
         }

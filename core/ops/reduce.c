@@ -22,7 +22,7 @@
  * Gradients of max/min (and of the inf-norm) are split evenly between tied extremes, as
  * torch.amax does: with k elements equal to the maximum each receives g/k. The gradient
  * of a norm at 0 is 0 (a subgradient), never NaN. */
-#include "../internal.h"
+#include "../backend.h"
 #include "fast_math.h"
 
 /* internal kinds: the first six are pn_reduce_op, the rest are norms */
@@ -412,15 +412,22 @@ static void reduce_int(int k, const pn_tensor *xt, int64_t O, int64_t R, int64_t
         }
 }
 
-/* Reduce x per plan into out (already allocated with the output shape). */
+/* CPU kernel (kernels.def): src a contiguous (O, R, I) block, dst O·I results */
+pn_status pn_cpu_reduce(int kind, double p, const pn_tensor *src, int64_t O, int64_t R, int64_t I, pn_tensor *dst) {
+    if (pn_is_float(src->dt)) return reduce_float(kind, p, src, O, R, I, dst);
+    reduce_int(kind, src, O, R, I, dst);
+    return PN_OK;
+}
+
+/* Reduce x per plan into out (already allocated with the output shape) on x's device. The
+ * layout (which block to read, where to write) is planned from the strides alone. */
 static pn_status run_reduce(int k, double p, pn_tensor *x, const rplan *pl, pn_tensor *out) {
     if (pn_numel(out) == 0) return PN_OK;
+    const pn_kernels *kt;
+    PN_TRY(pn_backend_for(kind_name(k), x->dev, &kt));
     layout L;
     pn_status s = layout_init(&L, x, pl, out, false);
-    if (!s) {
-        if (pn_is_float(x->dt)) s = reduce_float(k, p, L.src, L.O, L.R, L.I, L.dst);
-        else reduce_int(k, L.src, L.O, L.R, L.I, L.dst);
-    }
+    if (!s) s = PN_KCALL(kind_name(k), kt, reduce, k, p, L.src, L.O, L.R, L.I, L.dst);
     return layout_finish(&L, s);
 }
 
@@ -451,11 +458,19 @@ static pn_tensor *keep_view(const pn_node *n, pn_tensor *t) {
     return pn_tensor_view_of(t->storage, nd, sh, st, t->offset, t->dt);
 }
 
-/* out = f(a, b, c) elementwise over out's shape; a, b, c broadcast (c may be NULL). */
+/* out = f(a, b, c) elementwise over out's shape; a, b, c broadcast (c may be NULL): the
+ * pointwise steps of the backward passes, named by id so that a device kernel can switch on it */
 typedef double (*map3_fn)(double a, double b, double c, const double *prm);
-static void map3(pn_tensor *out, pn_tensor *a, pn_tensor *b, pn_tensor *c, map3_fn f, const double *prm) {
+enum { M_IS_EXT, M_SPLIT, M_SIGN_MUL, M_LSE_GRAD, M_IS_ZERO, M_ZERO_TO_ONE, M_MUL, M_PROD_GRAD, M_NORM_GRAD,
+       M_COUNT };
+static const map3_fn map3_fns[M_COUNT];
+
+pn_status pn_cpu_reduce_map(int fn, double prm_v, pn_tensor *out, const pn_tensor *a, const pn_tensor *b,
+                            const pn_tensor *c) {
+    const map3_fn f = map3_fns[fn];
+    const double prm[1] = {prm_v};
     pn_iter it;
-    pn_tensor *ops[4] = {out, a, b, c ? c : a};
+    pn_tensor *ops[4] = {out, (pn_tensor *)a, (pn_tensor *)b, (pn_tensor *)(c ? c : a)};
     pn_iter_init(&it, out->nd, out->sizes, 4, ops, NULL);
     char *po = pn_ptr(out);
     const char *pa = pn_ptr(a), *pb = pn_ptr(b), *pc = pn_ptr(ops[3]);
@@ -469,10 +484,18 @@ static void map3(pn_tensor *out, pn_tensor *a, pn_tensor *b, pn_tensor *c, map3_
                   f(pn_ld(pa, dt, off[1] + i * it.istride[1]), pn_ld(pb, dt, off[2] + i * it.istride[2]),
                     pn_ld(pc, dt, off[3] + i * it.istride[3]), prm));
     }
+    return PN_OK;
 }
 
-static pn_tensor *input_like(const pn_node *n, int dt) {
-    return pn_empty((int)n->in[0].nd, n->in[0].shape, dt, PN_CPU);
+static pn_status map3(pn_tensor *out, pn_tensor *a, pn_tensor *b, pn_tensor *c, int fn, double prm) {
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for("reduce backward", out->dev, &k));
+    return PN_KCALL("reduce backward", k, reduce_map, fn, prm, out, a, b, c);
+}
+
+/* the input's shape on the device of t (the gradient being computed) */
+static pn_tensor *input_like(const pn_node *n, int dt, const pn_tensor *t) {
+    return pn_empty((int)n->in[0].nd, n->in[0].shape, dt, t->dev);
 }
 
 /* mask of extreme positions: (f(x) == out) — f = |.| for the inf-norm; NaN matches NaN */
@@ -489,20 +512,20 @@ static double f_sign_mul(double v, double x, double unused, const double *prm) {
 /* Gradient of max/min/inf-norm: g split evenly over the elements equal to the extreme. */
 static pn_status extreme_bw(pn_node *n, pn_tensor *gk, bool use_abs, pn_tensor **gin) {
     pn_tensor *x = n->saved[0], *outk = n->saved[1];
-    pn_tensor *m = input_like(n, x->dt);
+    pn_tensor *m = input_like(n, x->dt, x);
     if (!m) return PN_ERR_OOM;
-    double prm[1] = {use_abs};
-    map3(m, x, outk, NULL, f_is_ext, prm);
+    pn_status s = map3(m, x, outk, NULL, M_IS_EXT, use_abs);
     int64_t dims[PN_MAX_DIMS];
     int nd = mask_dims(n, dims);
-    pn_tensor *cnt = nd ? pn_reduce(PN_SUM, m, nd, dims, 1) : NULL;
-    if (nd && !cnt) {
-        pn_release(m);
-        return PN_ERR_OOM;
-    }
-    map3(m, m, gk, cnt ? cnt : m, f_split, prm); /* no reduced dims: the count is the mask itself */
-    if (use_abs) map3(m, m, x, NULL, f_sign_mul, prm);
+    pn_tensor *cnt = (!s && nd) ? pn_reduce(PN_SUM, m, nd, dims, 1) : NULL;
+    if (!s && nd && !cnt) s = PN_ERR_OOM;
+    if (!s) s = map3(m, m, gk, cnt ? cnt : m, M_SPLIT, use_abs); /* no reduced dims: the count is the mask itself */
+    if (!s && use_abs) s = map3(m, m, x, NULL, M_SIGN_MUL, use_abs);
     pn_release(cnt);
+    if (s) {
+        pn_release(m);
+        return s;
+    }
     gin[0] = m;
     return PN_OK;
 }
@@ -535,7 +558,7 @@ static pn_status reduce_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         pn_release(gk);
         return s;
     }
-    pn_tensor *out = input_like(n, g->dt);
+    pn_tensor *out = input_like(n, g->dt, g);
     if (!out) {
         pn_release(gk);
         return PN_ERR_OOM;
@@ -545,39 +568,25 @@ static pn_status reduce_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         int64_t R = 1;
         for (int d = 0; d < (int)n->in[0].nd; d++)
             if (n->iv[2] >> d & 1) R *= n->in[0].shape[d];
-        if (k == K_MEAN && R > 1) {
-            int64_t len = pn_numel(out);
-            if (out->dt == PN_F32) {
-                float *o = (float *)pn_ptr(out), sc = (float)(1.0 / (double)R);
-                #pragma omp parallel for if (len > PN_PAR_MIN) schedule(static)
-                for (int64_t i = 0; i < len; i++) o[i] *= sc;
-            } else {
-                double *o = (double *)pn_ptr(out), sc = 1.0 / (double)R;
-                #pragma omp parallel for if (len > PN_PAR_MIN) schedule(static)
-                for (int64_t i = 0; i < len; i++) o[i] *= sc;
-            }
-        }
+        if (!s && k == K_MEAN && R > 1) s = pn_scale_(out, 1.0 / (double)R);
     } else if (k == K_LSE) {
-        map3(out, n->saved[0], n->saved[1], gk, f_lse_grad, NULL);
+        s = map3(out, n->saved[0], n->saved[1], gk, M_LSE_GRAD, 0);
     } else { /* K_PROD: exact with zeros, no division by 0 */
         pn_tensor *x = n->saved[0];
         int64_t dims[PN_MAX_DIMS];
         int nd = mask_dims(n, dims);
-        pn_tensor *tmp = input_like(n, x->dt), *nzp = NULL, *zc = NULL;
+        pn_tensor *tmp = input_like(n, x->dt, x), *nzp = NULL, *zc = NULL;
         if (!tmp) s = PN_ERR_OOM;
+        if (!s) s = map3(tmp, x, x, NULL, M_ZERO_TO_ONE, 0);
+        if (!s && !(nzp = pn_reduce(PN_PROD, tmp, nd, dims, 1))) s = PN_ERR_OOM;
+        if (!s) s = map3(tmp, x, x, NULL, M_IS_ZERO, 0);
+        if (!s && !(zc = pn_reduce(PN_SUM, tmp, nd, dims, 1))) s = PN_ERR_OOM;
         if (!s) {
-            map3(tmp, x, x, NULL, f_zero_to_one, NULL);
-            nzp = pn_reduce(PN_PROD, tmp, nd, dims, 1);
-            map3(tmp, x, x, NULL, f_is_zero, NULL);
-            zc = pn_reduce(PN_SUM, tmp, nd, dims, 1);
-            if (!nzp || !zc) s = PN_ERR_OOM;
-        }
-        if (!s) {
-            pn_tensor *gp = pn_empty(nzp->nd, nzp->sizes, nzp->dt, PN_CPU);
+            pn_tensor *gp = pn_empty(nzp->nd, nzp->sizes, nzp->dt, nzp->dev);
             if (!gp) s = PN_ERR_OOM;
             else {
-                map3(gp, gk, nzp, NULL, f_mul, NULL);
-                map3(out, x, gp, zc, f_prod_grad, NULL);
+                s = map3(gp, gk, nzp, NULL, M_MUL, 0);
+                if (!s) s = map3(out, x, gp, zc, M_PROD_GRAD, 0);
                 pn_release(gp);
             }
         }
@@ -625,7 +634,6 @@ pn_tensor *pn_reduce(int op, pn_tensor *x, int ndims, const int64_t *dims, int k
     if (op < PN_SUM || op > PN_PROD) return pn_error_null(PN_ERR_ARG, "reduce: unknown op %d", op);
     const char *name = kind_name(op);
     if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", name);
-    if (pn_check_cpu(name, "x", x)) return NULL;
     if ((op == PN_MEAN || op == PN_LOGSUMEXP) && pn_check_float(name, "x", x)) return NULL;
     rplan pl;
     if (make_plan(name, x, ndims, dims, keepdim, &pl)) return NULL;
@@ -655,6 +663,11 @@ static double f_norm_grad(double x, double out, double g, const double *prm) {
     return g * sgn * pow(fabs(x) / out, p - 1);
 }
 
+static const map3_fn map3_fns[M_COUNT] = {
+    [M_IS_EXT] = f_is_ext, [M_SPLIT] = f_split, [M_SIGN_MUL] = f_sign_mul, [M_LSE_GRAD] = f_lse_grad,
+    [M_IS_ZERO] = f_is_zero, [M_ZERO_TO_ONE] = f_zero_to_one, [M_MUL] = f_mul, [M_PROD_GRAD] = f_prod_grad,
+    [M_NORM_GRAD] = f_norm_grad};
+
 static pn_status norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gk = keep_view(n, g);
     if (!gk) return PN_ERR_OOM;
@@ -662,12 +675,10 @@ static pn_status norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     if (n->iv[0] == K_LINF) {
         s = extreme_bw(n, gk, true, gin);
     } else {
-        pn_tensor *out = input_like(n, g->dt);
+        pn_tensor *out = input_like(n, g->dt, g);
         if (!out) s = PN_ERR_OOM;
-        else {
-            map3(out, n->saved[0], n->saved[1], gk, f_norm_grad, n->sc);
-            gin[0] = out;
-        }
+        else if ((s = map3(out, n->saved[0], n->saved[1], gk, M_NORM_GRAD, n->sc[0])) != PN_OK) pn_release(out);
+        else gin[0] = out;
     }
     pn_release(gk);
     return s;
@@ -675,7 +686,7 @@ static pn_status norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
 
 pn_tensor *pn_norm(pn_tensor *x, double p, int ndims, const int64_t *dims, int keepdim) {
     if (!x) return pn_error_null(PN_ERR_ARG, "norm: x is nil");
-    if (pn_check_cpu("norm", "x", x) || pn_check_float("norm", "x", x)) return NULL;
+    if (pn_check_float("norm", "x", x)) return NULL;
     if (!(p > 0)) /* also NaN */
         return pn_error_null(PN_ERR_ARG, "norm: p must be positive or inf, got %g (x %s)", p, pn_shape_str(x));
     int k = p == 1 ? K_L1 : p == 2 ? K_L2 : p == INFINITY ? K_LINF : K_LP;
@@ -701,7 +712,8 @@ pn_tensor *pn_norm(pn_tensor *x, double p, int ndims, const int64_t *dims, int k
 /* dim = PN_ALL_DIMS: index into the flattened (row-major) tensor, like torch.argmax(x). */
 static pn_tensor *arg_extreme(const char *op, bool is_max, pn_tensor *x, int dim, int keepdim) {
     if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
-    if (pn_check_cpu(op, "x", x)) return NULL;
+    const pn_kernels *kt;
+    if (pn_backend_for(op, x->dev, &kt)) return NULL;
     rplan pl;
     int64_t d64 = dim;
     if (make_plan(op, x, dim == PN_ALL_DIMS ? 0 : 1, &d64, keepdim, &pl)) return NULL;
@@ -717,9 +729,19 @@ static pn_tensor *arg_extreme(const char *op, bool is_max, pn_tensor *x, int dim
         pn_release(out);
         return NULL;
     }
-    const char *px = pn_ptr(L.src);
-    int64_t *po = (int64_t *)pn_ptr(L.dst), O = L.O, R = L.R, I = L.I;
-    int dt = x->dt;
+    pn_status st = PN_KCALL(op, kt, arg_reduce, is_max, L.src, L.O, L.R, L.I, L.dst);
+    if (layout_finish(&L, st)) {
+        pn_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* CPU kernel: src a contiguous (O, R, I) block; dst (O·I) i64, the first extreme's r (NaN wins) */
+pn_status pn_cpu_arg_reduce(int is_max, const pn_tensor *src, int64_t O, int64_t R, int64_t I, pn_tensor *dst) {
+    const char *px = pn_ptr(src);
+    int64_t *po = (int64_t *)pn_ptr(dst);
+    int dt = src->dt;
     #pragma omp parallel for if (O * R * I > PN_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < O * I; t++) {
         int64_t ob = t / I, i = t % I, best = 0;
@@ -739,11 +761,7 @@ static pn_tensor *arg_extreme(const char *op, bool is_max, pn_tensor *x, int dim
         }
         po[t] = best;
     }
-    if (layout_finish(&L, PN_OK)) {
-        pn_release(out);
-        return NULL;
-    }
-    return out;
+    return PN_OK;
 }
 
 pn_tensor *pn_argmax(pn_tensor *x, int dim, int keepdim) { return arg_extreme("argmax", true, x, dim, keepdim); }
