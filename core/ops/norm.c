@@ -6,7 +6,7 @@
  * computed in double (two passes: mean, then the centred sum of squares). The weight and
  * bias gradients sum over rows: rows are cut into at most 64 fixed blocks whose partial
  * sums are added in block order, so the result does not depend on the thread count. */
-#include "../internal.h"
+#include "../backend.h"
 
 static inline double ldf(const char *p, bool f32, int64_t i) {
     return f32 ? ((const float *)p)[i] : ((const double *)p)[i];
@@ -18,7 +18,6 @@ static inline void stf(char *p, bool f32, int64_t i, double v) {
 
 static pn_status check_param(const char *arg, const pn_tensor *p, const pn_tensor *x, int64_t D) {
     if (!p) return PN_OK;
-    PN_TRY(pn_check_cpu("layer_norm", arg, p));
     if (p->dt != x->dt)
         return pn_error(PN_ERR_DTYPE, "layer_norm: %s %s has dtype %s but x %s has dtype %s", arg, pn_shape_str(p),
                         pn_dtype_name(p->dt), pn_shape_str(x), pn_dtype_name(x->dt));
@@ -28,22 +27,16 @@ static pn_status check_param(const char *arg, const pn_tensor *p, const pn_tenso
     return PN_OK;
 }
 
-/* saved: [0] x (contiguous), [1] stats (rows, 2) f64 = (mean, rstd), [2] weight (contiguous) or absent */
-static pn_status layer_norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    pn_tensor *x = n->saved[0], *stats = n->saved[1], *w = n->iv[0] ? n->saved[2] : NULL;
+/* CPU kernel: x, g (rows, D) contiguous, stats (rows, 2) f64 (mean, rstd), w (D) or NULL; writes
+ * each of gx (rows, D), gw (D), gb (D) that is not NULL. The weight and bias sums go through at
+ * most 64 fixed row blocks added in block order (independent of the thread count). */
+pn_status pn_cpu_layer_norm_bwd(const pn_tensor *x, const pn_tensor *stats, const pn_tensor *w, const pn_tensor *g,
+                                pn_tensor *gx, pn_tensor *gw, pn_tensor *gb) {
     int64_t D = x->sizes[x->nd - 1], rows = D ? pn_numel(x) / D : 0;
     bool f32 = x->dt == PN_F32;
-    bool need_x = pn_ag_input_needs(n, 0), need_w = n->iv[0] && pn_ag_input_needs(n, 1),
-         need_b = n->iv[1] && pn_ag_input_needs(n, 2);
-    pn_tensor *gc = pn_contig(g), *gx = NULL, *gw = NULL, *gb = NULL;
-    double *part = NULL;
-    pn_status s = PN_OK;
-    if (!gc) return PN_ERR_OOM;
-    const char *px = pn_ptr(x), *pg = pn_ptr(gc), *pw = w ? pn_ptr(w) : NULL;
+    const char *px = pn_ptr(x), *pg = pn_ptr(g), *pw = w ? pn_ptr(w) : NULL;
     const double *st = (const double *)pn_ptr(stats);
-
-    if (need_x) {
-        if (!(gx = pn_empty_like(x))) goto oom;
+    if (gx) {
         char *po = pn_ptr(gx);
         #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
         for (int64_t r = 0; r < rows; r++) {
@@ -63,10 +56,12 @@ static pn_status layer_norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
             }
         }
     }
-    if (need_w || need_b) {
+    if (gw || gb) {
         int64_t bs = rows > 64 ? (rows + 63) / 64 : 1, nb = rows ? (rows + bs - 1) / bs : 0;
         /* part[k]: (2, D) partial sums of block k: g·xhat and g */
-        if (!(part = calloc((size_t)(nb ? nb : 1) * 2 * (size_t)D + 1, sizeof *part))) goto oom;
+        double *part = calloc((size_t)(nb ? nb : 1) * 2 * (size_t)D + 1, sizeof *part);
+        if (!part) return pn_error(PN_ERR_OOM, "layer_norm: out of memory for the weight gradient (%lld rows)",
+                                   (long long)rows);
         #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
         for (int64_t k = 0; k < nb; k++) {
             double *pw_k = part + k * 2 * D, *pb_k = pw_k + D;
@@ -82,47 +77,49 @@ static pn_status layer_norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         }
         for (int64_t k = 1; k < nb; k++)
             for (int64_t j = 0; j < 2 * D; j++) part[j] += part[k * 2 * D + j];
-        int64_t dsh[1] = {D};
-        if (need_w) {
-            if (!(gw = pn_empty(1, dsh, x->dt, PN_CPU))) goto oom;
+        if (gw)
             for (int64_t j = 0; j < D; j++) stf(pn_ptr(gw), f32, j, part[j]);
-        }
-        if (need_b) {
-            if (!(gb = pn_empty(1, dsh, x->dt, PN_CPU))) goto oom;
+        if (gb)
             for (int64_t j = 0; j < D; j++) stf(pn_ptr(gb), f32, j, part[D + j]);
-        }
+        free(part);
     }
-    free(part);
+    return PN_OK;
+}
+
+/* saved: [0] x (contiguous), [1] stats (rows, 2) f64 = (mean, rstd), [2] weight (contiguous) or absent */
+static pn_status layer_norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *x = n->saved[0], *stats = n->saved[1], *w = n->iv[0] ? n->saved[2] : NULL;
+    int64_t D = x->sizes[x->nd - 1];
+    bool need_x = pn_ag_input_needs(n, 0), need_w = n->iv[0] && pn_ag_input_needs(n, 1),
+         need_b = n->iv[1] && pn_ag_input_needs(n, 2);
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for("layer_norm", x->dev, &k));
+    pn_tensor *gc = pn_contig(g), *gx = NULL, *gw = NULL, *gb = NULL;
+    int64_t dsh[1] = {D};
+    pn_status s = PN_ERR_OOM;
+    if (!gc || (need_x && !(gx = pn_empty_like(x))) || (need_w && !(gw = pn_empty(1, dsh, x->dt, x->dev))) ||
+        (need_b && !(gb = pn_empty(1, dsh, x->dt, x->dev))) ||
+        (s = PN_KCALL("layer_norm", k, layer_norm_bwd, x, stats, w, gc, gx, gw, gb)) != PN_OK) {
+        pn_release(gc);
+        pn_release(gx);
+        pn_release(gw);
+        pn_release(gb);
+        return s;
+    }
     pn_release(gc);
     gin[0] = gx;
     gin[1] = gw;
     gin[2] = gb;
     return PN_OK;
-oom:
-    s = PN_ERR_OOM;
-    free(part);
-    pn_release(gc);
-    pn_release(gx);
-    pn_release(gw);
-    pn_release(gb);
-    return s;
 }
 
-pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, double eps) {
-    if (!x) return pn_error_null(PN_ERR_ARG, "layer_norm: x is nil");
-    if (pn_check_cpu("layer_norm", "x", x) || pn_check_float("layer_norm", "x", x)) return NULL;
-    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "layer_norm: x must have at least 1 dim, got a 0-dim tensor");
-    int64_t D = x->sizes[x->nd - 1];
-    if (check_param("weight", weight, x, D) || check_param("bias", bias, x, D)) return NULL;
-    if (!(eps >= 0)) return pn_error_null(PN_ERR_ARG, "layer_norm: eps must be >= 0, got %g (x %s)", eps, pn_shape_str(x));
-    int64_t rows = D ? pn_numel(x) / D : 0;
+/* CPU kernel: x (rows, D) contiguous, w / b (D) contiguous or NULL; y (rows, D), stats (rows, 2)
+ * f64 (mean, rstd) */
+pn_status pn_cpu_layer_norm_fwd(const pn_tensor *x, const pn_tensor *w, const pn_tensor *b, double eps, pn_tensor *y,
+                                pn_tensor *stats) {
+    int64_t D = x->sizes[x->nd - 1], rows = D ? pn_numel(x) / D : 0;
     bool f32 = x->dt == PN_F32;
-
-    pn_tensor *xc = pn_contig(x), *wc = weight ? pn_contig(weight) : NULL, *bc = bias ? pn_contig(bias) : NULL;
-    int64_t ssh[2] = {rows, 2};
-    pn_tensor *y = pn_empty_like(x), *stats = pn_empty(2, ssh, PN_F64, PN_CPU);
-    if (!xc || (weight && !wc) || (bias && !bc) || !y || !stats) goto fail;
-    const char *px = pn_ptr(xc), *pw = wc ? pn_ptr(wc) : NULL, *pb = bc ? pn_ptr(bc) : NULL;
+    const char *px = pn_ptr(x), *pw = w ? pn_ptr(w) : NULL, *pb = b ? pn_ptr(b) : NULL;
     char *py = pn_ptr(y);
     double *st = (double *)pn_ptr(stats);
     #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
@@ -145,6 +142,28 @@ pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, doubl
             stf(py, f32, o + j, v);
         }
     }
+    return PN_OK;
+}
+
+pn_tensor *pn_layer_norm(pn_tensor *x, pn_tensor *weight, pn_tensor *bias, double eps) {
+    if (!x) return pn_error_null(PN_ERR_ARG, "layer_norm: x is nil");
+    const pn_kernels *k;
+    int dev;
+    if (pn_kernels_for("layer_norm", 3, (const pn_tensor *const[]){x, weight, bias},
+                       (const char *const[]){"x", "weight", "bias"}, &dev, &k) ||
+        pn_check_float("layer_norm", "x", x))
+        return NULL;
+    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "layer_norm: x must have at least 1 dim, got a 0-dim tensor");
+    int64_t D = x->sizes[x->nd - 1];
+    if (check_param("weight", weight, x, D) || check_param("bias", bias, x, D)) return NULL;
+    if (!(eps >= 0)) return pn_error_null(PN_ERR_ARG, "layer_norm: eps must be >= 0, got %g (x %s)", eps, pn_shape_str(x));
+    int64_t rows = D ? pn_numel(x) / D : 0;
+
+    pn_tensor *xc = pn_contig(x), *wc = weight ? pn_contig(weight) : NULL, *bc = bias ? pn_contig(bias) : NULL;
+    int64_t ssh[2] = {rows, 2};
+    pn_tensor *y = pn_empty_like(x), *stats = pn_empty(2, ssh, PN_F64, dev);
+    if (!xc || (weight && !wc) || (bias && !bc) || !y || !stats) goto fail;
+    if (PN_KCALL("layer_norm", k, layer_norm_fwd, xc, wc, bc, eps, y, stats)) goto fail;
 
     pn_tensor *ins[3] = {x, weight, bias};
     if (pn_ag_needed(3, ins)) {

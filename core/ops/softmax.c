@@ -5,7 +5,7 @@
  * exp(x - max) / Σ exp(x - max), sums in double. The last dim (I = 1) is the fast,
  * unit-stride case; f32 uses the vectorisable pn_fast_expf (fast_math.h, ≈ 1.4 ulp).
  * A line of all -inf gives NaN, as in torch. */
-#include "../internal.h"
+#include "../backend.h"
 #include "fast_math.h"
 
 /* (O, R, I) sizes for dim d of x */
@@ -125,9 +125,10 @@ static inline void line_bw_f64(const double *y, const double *g, double *gx, int
     }
 }
 
-/* Every line of (O, R, I). a: input (x or y), b: g or NULL (forward), out: result; all contiguous. */
-static void run_lines(const pn_tensor *a, const pn_tensor *b, pn_tensor *out, int64_t O, int64_t R, int64_t I,
-                      bool logsm) {
+/* CPU kernel: every line of (O, R, I). a: input (x or y), b: g or NULL (forward), out: result;
+ * all contiguous. */
+pn_status pn_cpu_softmax_lines(const pn_tensor *a, const pn_tensor *b, pn_tensor *out, int64_t O, int64_t R,
+                               int64_t I, int logsm) {
     const char *pa = pn_ptr(a), *pb = b ? pn_ptr(b) : NULL;
     char *po = pn_ptr(out);
     if (a->dt == PN_F32 && I > 1) { /* slabs of SW lines */
@@ -140,7 +141,7 @@ static void run_lines(const pn_tensor *a, const pn_tensor *b, pn_tensor *out, in
             if (pb) block_bw_f32(x, (const float *)pb + start, y, R, I, w, logsm);
             else block_f32(x, y, R, I, w, logsm);
         }
-        return;
+        return PN_OK;
     }
     int64_t lines = O * I;
     #pragma omp parallel for if (lines * R > PN_PAR_MIN) schedule(static)
@@ -158,6 +159,7 @@ static void run_lines(const pn_tensor *a, const pn_tensor *b, pn_tensor *out, in
             else line_f64(x, y, R, I, logsm);
         }
     }
+    return PN_OK;
 }
 
 /* saved[0]: the output y (a view without history); iv[0]: the wrapped dim */
@@ -171,15 +173,22 @@ static pn_status softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     }
     int64_t O, R, I;
     ori(y, (int)n->iv[0], &O, &R, &I);
-    run_lines(y, gc, gx, O, R, I, n->iv[1] != 0);
+    const pn_kernels *k;
+    pn_status st = pn_backend_for(n->name, y->dev, &k);
+    if (!st) st = PN_KCALL(n->name, k, softmax_lines, y, gc, gx, O, R, I, n->iv[1] != 0);
     pn_release(gc);
+    if (st) {
+        pn_release(gx);
+        return st;
+    }
     gin[0] = gx;
     return PN_OK;
 }
 
 static pn_tensor *softmax_impl(const char *op, pn_tensor *x, int dim, bool logsm) {
     if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
-    if (pn_check_cpu(op, "x", x) || pn_check_float(op, "x", x)) return NULL;
+    const pn_kernels *k;
+    if (pn_backend_for(op, x->dev, &k) || pn_check_float(op, "x", x)) return NULL;
     int d;
     if (pn_wrap_dim(op, dim, x->nd, &d)) return NULL;
     pn_tensor *xc = pn_contig(x);
@@ -191,8 +200,12 @@ static pn_tensor *softmax_impl(const char *op, pn_tensor *x, int dim, bool logsm
     }
     int64_t O, R, I;
     ori(x, d, &O, &R, &I);
-    if (pn_numel(x) > 0) run_lines(xc, NULL, y, O, R, I, logsm);
+    pn_status st = pn_numel(x) > 0 ? PN_KCALL(op, k, softmax_lines, xc, NULL, y, O, R, I, logsm) : PN_OK;
     pn_release(xc);
+    if (st) {
+        pn_release(y);
+        return NULL;
+    }
     if (pn_ag_needed(1, &x)) {
         pn_node *n = pn_ag_record(y, op, softmax_bw, 1, &x);
         pn_tensor *yv = n ? pn_detach(y) : NULL; /* a view without history: no cycle y → node → y */
@@ -202,7 +215,7 @@ static pn_tensor *softmax_impl(const char *op, pn_tensor *x, int dim, bool logsm
         }
         n->iv[0] = d;
         n->iv[1] = logsm;
-        pn_status st = pn_ag_save(n, yv);
+        st = pn_ag_save(n, yv);
         pn_release(yv);
         if (st) {
             pn_release(y);
