@@ -34,6 +34,12 @@ pn_status pn_kernel_missing(const char *op, const pn_kernels *k, const char *ker
 /* Call kernel `name` of table k, or fail with pn_kernel_missing naming op. */
 #define PN_KCALL(op, k, name, ...) ((k)->name ? (k)->name(__VA_ARGS__) : pn_kernel_missing((op), (k), #name))
 
+/* Kernel `name` of the device tensor t is on (a front end has already checked that every
+ * tensor of the op is there): the table lookup and the call in one expression. */
+#define PN_KCALL_ON(op, t, name, ...)                                                                   \
+    (pn_backend((t)->dev) ? PN_KCALL(op, pn_backend((t)->dev), name, __VA_ARGS__)                       \
+                          : pn_backend_for((op), (t)->dev, &(const pn_kernels *){NULL}))
+
 /* Every tensor in ts (NULL entries skipped) on one device: *dev gets it; the error names op,
  * the arguments (names[i]) and their shapes and devices. */
 pn_status pn_common_device(const char *op, int n, const pn_tensor *const *ts, const char *const *names, int *dev);

@@ -10,13 +10,11 @@
  * index_select and gather) never use float atomics. Work is split so that each output
  * element is owned by one thread, which adds its contributions in index order; the
  * result does not depend on the thread count. */
-#include "../internal.h"
+#include "../backend.h"
 
 #include <stdio.h>
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-/* A contiguous version of x made without autograd: x itself (retained) when already
- * contiguous, else a copy. The ops record their own nodes. */
 /* Row-major coordinates of linear position p in shape, as "[i,j,…]". */
 static const char *pos_str(int nd, const int64_t *shape, int64_t p) {
     int64_t c[PN_MAX_DIMS];
@@ -28,25 +26,56 @@ static const char *pos_str(int nd, const int64_t *shape, int64_t p) {
 }
 
 static pn_status check_index_tensor(const char *op, const char *arg, const pn_tensor *idx) {
-    PN_TRY(pn_check_cpu(op, arg, idx));
+    if (!idx) return pn_error(PN_ERR_ARG, "%s: %s is nil", op, arg);
     if (!pn_is_index(idx->dt))
         return pn_error(PN_ERR_DTYPE, "%s: %s %s has dtype %s, expected i32 or i64", op, arg, pn_shape_str(idx),
                         pn_dtype_name(idx->dt));
     return PN_OK;
 }
 
-/* Every value of idx (contiguous, i32/i64) in [0, limit); what describes the target. */
-static pn_status check_range(const char *op, const char *arg, const pn_tensor *idx, int64_t limit, const char *what) {
-    const void *p = pn_ptr(idx);
-    int64_t n = pn_numel(idx);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = pn_ldi(p, idx->dt, i);
-        if (v < 0 || v >= limit)
-            return pn_error(PN_ERR_INDEX, "%s: %s value %lld at position %s of %s %s is out of range for %s "
-                            "(valid 0..%lld)", op, arg, (long long)v, pos_str(idx->nd, idx->sizes, i), arg,
-                            pn_shape_str(idx), what, (long long)limit - 1);
+/* CPU kernel (kernels.def): idx any shape and strides, i32/i64. The first row-major position
+ * whose value is outside [0, limit) and is not `skip` (-1: none) with its value, and how many
+ * values are not `skip`. One of the two kernels that answer to the host (index errors name
+ * the value and its position). */
+pn_status pn_cpu_index_scan(const pn_tensor *idx, int64_t limit, int64_t skip, int64_t *first_bad, int64_t *bad_value,
+                            int64_t *kept) {
+    pn_iter it;
+    pn_iter_init(&it, idx->nd, idx->sizes, 1, (pn_tensor *const[]){(pn_tensor *)idx}, NULL);
+    const char *p = pn_ptr(idx);
+    int64_t k = 0;
+    *first_bad = -1;
+    for (int64_t r = 0; r < it.rows; r++) { /* serial: the first bad position is the one reported */
+        int64_t off[PN_ITER_MAX_OPS];
+        pn_iter_row(&it, r, off);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t v = pn_ldi(p, idx->dt, off[0] + i * it.istride[0]);
+            if (v == skip) continue;
+            k++;
+            if ((v < 0 || v >= limit) && *first_bad < 0) *first_bad = r * it.inner + i, *bad_value = v;
+        }
     }
+    *kept = k;
     return PN_OK;
+}
+
+/* Every value of idx in [0, limit) or equal to skip (pass INT64_MIN for none), scanned on idx's
+ * device; *kept (may be NULL) the values not equal to skip. what describes the target. */
+static pn_status scan_range(const char *op, const char *arg, const pn_tensor *idx, int64_t limit, int64_t skip,
+                            const char *what, int64_t *kept) {
+    const pn_kernels *k;
+    PN_TRY(pn_backend_for(op, idx->dev, &k));
+    int64_t bad = -1, v = 0, n = 0;
+    PN_TRY(PN_KCALL(op, k, index_scan, idx, limit, skip, &bad, &v, &n));
+    if (kept) *kept = n;
+    if (bad >= 0)
+        return pn_error(PN_ERR_INDEX, "%s: %s value %lld at position %s of %s %s is out of range for %s "
+                        "(valid 0..%lld)", op, arg, (long long)v, pos_str(idx->nd, idx->sizes, bad), arg,
+                        pn_shape_str(idx), what, (long long)limit - 1);
+    return PN_OK;
+}
+
+static pn_status check_range(const char *op, const char *arg, const pn_tensor *idx, int64_t limit, const char *what) {
+    return scan_range(op, arg, idx, limit, INT64_MIN, what, NULL);
 }
 
 static int64_t prod(const int64_t *s, int from, int to) {
@@ -72,9 +101,13 @@ static pn_tensor *record(pn_tensor *out, const char *name, pn_backward_fn bw, in
 }
 
 /* ---- shared kernels ------------------------------------------------------------------------ */
-/* out (outer, n, inner) = x (outer, V, inner)[:, idx, :]; both contiguous. Any dtype. */
-static void select_rows(size_t es, char *out, const char *x, const pn_tensor *idx, int64_t outer, int64_t V,
-                        int64_t n, int64_t inner) {
+/* out (outer, n, inner) = x (outer, V, inner)[:, idx, :]; both contiguous, idx (n) contiguous.
+ * Any dtype. */
+pn_status pn_cpu_select_rows(const pn_tensor *xt, const pn_tensor *idx, int64_t outer, int64_t V, int64_t n,
+                             int64_t inner, pn_tensor *outt) {
+    size_t es = pn_elsize(xt->dt);
+    char *out = pn_ptr(outt);
+    const char *x = pn_ptr(xt);
     const void *ip = pn_ptr(idx);
     size_t row = (size_t)inner * es;
     #pragma omp parallel for if (outer * n * inner > PN_PAR_MIN) schedule(static)
@@ -82,13 +115,17 @@ static void select_rows(size_t es, char *out, const char *x, const pn_tensor *id
         int64_t o = t / n, j = t % n;
         memcpy(out + (size_t)t * row, x + (size_t)(o * V + pn_ldi(ip, idx->dt, j)) * row, row);
     }
+    return PN_OK;
 }
 
 /* dst (outer, V, inner) += src (outer, n, inner) scattered by idx (n) along the middle dim.
  * Both contiguous. Tasks own (o, column block) pairs and walk j in order: deterministic. */
 #define ADD_BLOCK 256
-static void add_rows(int dt, char *dst, const char *src, const pn_tensor *idx, int64_t outer, int64_t V, int64_t n,
-                     int64_t inner) {
+pn_status pn_cpu_add_rows(pn_tensor *dstt, const pn_tensor *srct, const pn_tensor *idx, int64_t outer, int64_t V,
+                          int64_t n, int64_t inner) {
+    const int dt = dstt->dt;
+    char *dst = pn_ptr(dstt);
+    const char *src = pn_ptr(srct);
     const void *ip = pn_ptr(idx);
     int64_t nblk = (inner + ADD_BLOCK - 1) / ADD_BLOCK;
     #pragma omp parallel for if (outer * n * inner > PN_PAR_MIN && outer * nblk > 1) schedule(static)
@@ -109,13 +146,14 @@ static void add_rows(int dt, char *dst, const char *src, const pn_tensor *idx, i
             }
         }
     }
+    return PN_OK;
 }
 
 /* dst (contiguous, x's shape)[… idx[p] …] += src[p] for every position p of idx along dim
  * (torch scatter_add_). src is read with its own strides over idx's shape. The iteration
  * puts `dim` innermost, so a row is one set of the other coordinates: rows touch disjoint
  * outputs and may run in parallel, each adding in index order. */
-static void scatter_add_kernel(pn_tensor *dst, int dim, const pn_tensor *idx, const pn_tensor *src) {
+pn_status pn_cpu_scatter_add(pn_tensor *dst, int dim, const pn_tensor *idx, const pn_tensor *src) {
     int nd = idx->nd, dt = dst->dt;
     int64_t shape[PN_MAX_DIMS], st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
     int order[PN_MAX_DIMS], k = 0;
@@ -146,6 +184,7 @@ static void scatter_add_kernel(pn_tensor *dst, int dim, const pn_tensor *idx, co
             else pn_st(pd, dt, d, pn_ld(pd, dt, d) + pn_ld(ps, dt, s));
         }
     }
+    return PN_OK;
 }
 
 /* ---- embedding ------------------------------------------------------------------------------- */
@@ -153,20 +192,26 @@ static void scatter_add_kernel(pn_tensor *dst, int dim, const pn_tensor *idx, co
 static pn_status embedding_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *idx = n->saved[0];
     int64_t V = n->in[0].shape[0], D = n->in[0].shape[1];
-    pn_tensor *gw = pn_zeros(2, n->in[0].shape, g->dt, PN_CPU);
+    pn_tensor *gw = pn_zeros(2, n->in[0].shape, g->dt, g->dev);
     pn_tensor *gc = gw ? pn_contig(g) : NULL;
-    if (!gc) {
-        pn_release(gw);
-        return PN_ERR_OOM;
-    }
-    add_rows(g->dt, pn_ptr(gw), pn_ptr(gc), idx, 1, V, pn_numel(idx), D);
+    pn_status st = gc ? PN_KCALL_ON("embedding", gw, add_rows, gw, gc, idx, 1, V, pn_numel(idx), D) : PN_ERR_OOM;
     pn_release(gc);
+    if (st) {
+        pn_release(gw);
+        return st;
+    }
     gin[0] = gw;
     return PN_OK;
 }
 
 pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
-    if (pn_check_cpu("embedding", "weight", w) || check_index_tensor("embedding", "idx", idx)) return NULL;
+    int dev;
+    const pn_kernels *k;
+    if (!w) return pn_error_null(PN_ERR_ARG, "embedding: weight is nil");
+    if (check_index_tensor("embedding", "idx", idx) ||
+        pn_kernels_for("embedding", 2, (const pn_tensor *const[]){w, idx}, (const char *const[]){"weight", "idx"},
+                       &dev, &k))
+        return NULL;
     if (w->nd != 2) return pn_error_null(PN_ERR_SHAPE, "embedding: weight %s must be 2-D (V, D)", pn_shape_str(w));
     if (idx->nd + 1 > PN_MAX_DIMS)
         return pn_error_null(PN_ERR_SHAPE, "embedding: idx %s has too many dims for a (…, D) result", pn_shape_str(idx));
@@ -182,8 +227,11 @@ pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
     memcpy(shape, idx->sizes, sizeof(int64_t) * (size_t)idx->nd);
     shape[idx->nd] = w->sizes[1];
     pn_tensor *wc = pn_contig(w);
-    pn_tensor *out = wc ? pn_empty(idx->nd + 1, shape, w->dt, PN_CPU) : NULL;
-    if (out) select_rows(pn_elsize(w->dt), pn_ptr(out), pn_ptr(wc), ic, 1, w->sizes[0], pn_numel(ic), w->sizes[1]);
+    pn_tensor *out = wc ? pn_empty(idx->nd + 1, shape, w->dt, dev) : NULL;
+    if (out && PN_KCALL("embedding", k, select_rows, wc, ic, 1, w->sizes[0], pn_numel(ic), w->sizes[1], out)) {
+        pn_release(out);
+        out = NULL;
+    }
     pn_release(wc);
     if (out) out = record(out, "embedding", embedding_bw, 1, &w, ic, NULL);
     pn_release(ic);
@@ -192,8 +240,14 @@ pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
 
 /* ---- index_select / index_add ------------------------------------------------------------------ */
 /* Common checks: x, dim → d; idx 1-D, values in [0, x.size(d)). Returns a contiguous idx. */
-static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, int *d) {
-    if (pn_check_cpu(op, "x", x) || check_index_tensor(op, "idx", idx)) return NULL;
+static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
+    int dev;
+    const pn_kernels *k;
+    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
+    if (check_index_tensor(op, "idx", idx) ||
+        pn_kernels_for(op, 3, (const pn_tensor *const[]){x, idx, src}, (const char *const[]){"x", "idx", "src"}, &dev,
+                       &k))
+        return NULL;
     if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
     if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
     if (idx->nd != 1) return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must be 1-D", op, pn_shape_str(idx));
@@ -213,30 +267,34 @@ static pn_status index_select_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     int d = (int)n->iv[0], nd = (int)n->in[0].nd;
     const int64_t *xs = n->in[0].shape;
     pn_tensor *idx = n->saved[0];
-    pn_tensor *gx = pn_zeros(nd, xs, g->dt, PN_CPU);
+    pn_tensor *gx = pn_zeros(nd, xs, g->dt, g->dev);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
-    if (!gc) {
-        pn_release(gx);
-        return PN_ERR_OOM;
-    }
-    add_rows(g->dt, pn_ptr(gx), pn_ptr(gc), idx, prod(xs, 0, d), xs[d], pn_numel(idx), prod(xs, d + 1, nd));
+    pn_status st = gc ? PN_KCALL_ON("index_select", gx, add_rows, gx, gc, idx, prod(xs, 0, d), xs[d], pn_numel(idx),
+                                    prod(xs, d + 1, nd))
+                      : PN_ERR_OOM;
     pn_release(gc);
+    if (st) {
+        pn_release(gx);
+        return st;
+    }
     gin[0] = gx;
     return PN_OK;
 }
 
 pn_tensor *pn_index_select(pn_tensor *x, int dim, pn_tensor *idx) {
     int d;
-    pn_tensor *ic = index_args("index_select", x, dim, idx, &d);
+    pn_tensor *ic = index_args("index_select", x, dim, idx, NULL, &d);
     if (!ic) return NULL;
     int64_t shape[PN_MAX_DIMS];
     memcpy(shape, x->sizes, sizeof shape);
     shape[d] = idx->sizes[0];
     pn_tensor *xc = pn_contig(x);
-    pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, PN_CPU) : NULL;
-    if (out)
-        select_rows(pn_elsize(x->dt), pn_ptr(out), pn_ptr(xc), ic, prod(x->sizes, 0, d), x->sizes[d], shape[d],
-                    prod(x->sizes, d + 1, x->nd));
+    pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, x->dev) : NULL;
+    if (out && PN_KCALL_ON("index_select", out, select_rows, xc, ic, prod(x->sizes, 0, d), x->sizes[d], shape[d],
+                           prod(x->sizes, d + 1, x->nd), out)) {
+        pn_release(out);
+        out = NULL;
+    }
     pn_release(xc);
     if (out) out = record(out, "index_select", index_select_bw, 1, &x, ic, NULL);
     if (out && out->fn) out->fn->iv[0] = d;
@@ -256,8 +314,8 @@ static pn_status index_add_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
 
 pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
     int d;
-    if (pn_check_cpu("index_add", "src", src)) return NULL;
-    pn_tensor *ic = index_args("index_add", x, dim, idx, &d);
+    if (!src) return pn_error_null(PN_ERR_ARG, "index_add: src is nil");
+    pn_tensor *ic = index_args("index_add", x, dim, idx, src, &d);
     if (!ic) return NULL;
     bool ok = src->nd == x->nd && src->dt == x->dt;
     for (int i = 0; ok && i < x->nd; i++) ok = src->sizes[i] == (i == d ? idx->sizes[0] : x->sizes[i]);
@@ -277,9 +335,11 @@ pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
         pn_release(out);
         out = NULL;
     }
-    if (out)
-        add_rows(x->dt, pn_ptr(out), pn_ptr(sc), ic, prod(x->sizes, 0, d), x->sizes[d], idx->sizes[0],
-                 prod(x->sizes, d + 1, x->nd));
+    if (out && PN_KCALL_ON("index_add", out, add_rows, out, sc, ic, prod(x->sizes, 0, d), x->sizes[d], idx->sizes[0],
+                           prod(x->sizes, d + 1, x->nd))) {
+        pn_release(out);
+        out = NULL;
+    }
     pn_release(sc);
     pn_tensor *ins[2] = {x, src};
     if (out) out = record(out, "index_add", index_add_bw, 2, ins, ic, NULL);
@@ -293,8 +353,13 @@ pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
  * idx.size(k) <= x.size(k) for k != dim; idx.size(k) <= src.size(k) for every k;
  * values in [0, x.size(dim)). Returns idx (retained) or NULL. */
 static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
-    if (pn_check_cpu(op, "x", x) || check_index_tensor(op, "idx", idx)) return NULL;
-    if (src && pn_check_cpu(op, "src", src)) return NULL;
+    int dev;
+    const pn_kernels *k;
+    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
+    if (check_index_tensor(op, "idx", idx) ||
+        pn_kernels_for(op, 3, (const pn_tensor *const[]){x, idx, src}, (const char *const[]){"x", "idx", "src"}, &dev,
+                       &k))
+        return NULL;
     if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
     if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
     if (idx->nd != x->nd)
@@ -314,22 +379,22 @@ static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *
             return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must fit inside src %s (same dims, no larger size)", op,
                                  pn_shape_str(idx), pn_shape_str(src));
     }
-    pn_tensor *ic = pn_contig(idx);
-    if (!ic) return NULL;
     char what[96];
     snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
-    pn_status s = check_range(op, "idx", ic, x->sizes[*d], what);
-    pn_release(ic);
-    if (s) return NULL;
+    if (check_range(op, "idx", idx, x->sizes[*d], what)) return NULL;
     pn_retain(idx);
     return idx;
 }
 
 /* iv[0] = dim; saved: idx. dx = zeros(x) scatter-added with g. */
 static pn_status gather_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    pn_tensor *gx = pn_zeros((int)n->in[0].nd, n->in[0].shape, g->dt, PN_CPU);
+    pn_tensor *gx = pn_zeros((int)n->in[0].nd, n->in[0].shape, g->dt, g->dev);
     if (!gx) return PN_ERR_OOM;
-    scatter_add_kernel(gx, (int)n->iv[0], n->saved[0], g);
+    pn_status st = PN_KCALL_ON("gather", gx, scatter_add, gx, (int)n->iv[0], n->saved[0], g);
+    if (st) {
+        pn_release(gx);
+        return st;
+    }
     gin[0] = gx;
     return PN_OK;
 }
@@ -337,11 +402,23 @@ static pn_status gather_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
 pn_tensor *pn_gather(pn_tensor *x, int dim, pn_tensor *idx) {
     int d;
     if (!(idx = gather_args("gather", x, dim, idx, NULL, &d))) return NULL;
-    pn_tensor *out = pn_empty(idx->nd, idx->sizes, x->dt, PN_CPU);
+    pn_tensor *out = pn_empty(idx->nd, idx->sizes, x->dt, x->dev);
+    if (out && PN_KCALL_ON("gather", out, gather, out, d, idx, x)) {
+        pn_release(out);
+        out = NULL;
+    }
     if (!out) {
         pn_release(idx);
         return NULL;
     }
+    out = record(out, "gather", gather_bw, 1, &x, idx, NULL);
+    if (out && out->fn) out->fn->iv[0] = d;
+    pn_release(idx);
+    return out;
+}
+
+/* CPU kernel: out (idx's shape) = x read at idx's coordinates, idx's value along dim */
+pn_status pn_cpu_gather(pn_tensor *out, int d, const pn_tensor *idx, const pn_tensor *x) {
     /* walk idx's shape; x is read at the same coordinates except along dim */
     int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
     memcpy(st[0], out->strides, sizeof st[0]);
@@ -349,7 +426,7 @@ pn_tensor *pn_gather(pn_tensor *x, int dim, pn_tensor *idx) {
     memcpy(st[2], x->strides, sizeof st[2]);
     st[2][d] = 0;
     pn_iter it;
-    pn_iter_init(&it, idx->nd, idx->sizes, 3, (pn_tensor *const[]){out, idx, x}, st);
+    pn_iter_init(&it, idx->nd, idx->sizes, 3, (pn_tensor *const[]){out, (pn_tensor *)idx, (pn_tensor *)x}, st);
     char *po = pn_ptr(out);
     const char *pi = pn_ptr(idx), *px = pn_ptr(x);
     int dt = x->dt;
@@ -367,10 +444,7 @@ pn_tensor *pn_gather(pn_tensor *x, int dim, pn_tensor *idx) {
             else memcpy(po + (size_t)o * es, px + (size_t)s * es, es);
         }
     }
-    out = record(out, "gather", gather_bw, 1, &x, idx, NULL);
-    if (out && out->fn) out->fn->iv[0] = d;
-    pn_release(idx);
-    return out;
+    return PN_OK;
 }
 
 /* iv[0] = dim; saved: idx. dx = g; dsrc = gather(g, dim, idx) in the leading block of
@@ -391,7 +465,7 @@ static pn_status scatter_add_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         gin[2] = gs;
         return PN_OK;
     }
-    pn_tensor *z = pn_zeros(nd, ss, g->dt, PN_CPU);
+    pn_tensor *z = pn_zeros(nd, ss, g->dt, g->dev);
     pn_tensor *v = z;
     if (z) pn_retain(z);
     for (int k = 0; v && k < nd; k++) {
@@ -419,7 +493,10 @@ pn_tensor *pn_scatter_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src)
         pn_release(out);
         out = NULL;
     }
-    if (out) scatter_add_kernel(out, d, idx, src);
+    if (out && PN_KCALL_ON("scatter_add", out, scatter_add, out, d, idx, src)) {
+        pn_release(out);
+        out = NULL;
+    }
     pn_tensor *ins[3] = {x, NULL, src};
     if (out) out = record(out, "scatter_add", scatter_add_bw, 3, ins, idx, NULL);
     if (out && out->fn) out->fn->iv[0] = d;
@@ -430,32 +507,51 @@ pn_tensor *pn_scatter_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src)
 /* ---- segments (CSR) ---------------------------------------------------------------------------------- */
 /* offsets: 1-D i32/i64 of length S+1, offsets[0] = 0, non-decreasing, offsets[S] = rows of x.
  * Returns the offsets as a contiguous i64 tensor (one format for the kernels). */
+/* CPU kernel: off (S+1) i64 contiguous. ends[0], ends[1] = off[0], off[S]; *first_drop = the
+ * first i with off[i] < off[i-1] (-1: none), *drop = {off[i-1], off[i]} there. The other kernel
+ * that answers to the host (for the error messages). */
+pn_status pn_cpu_offsets_scan(const pn_tensor *off, int64_t *ends, int64_t *first_drop, int64_t *drop) {
+    const int64_t *o = (const int64_t *)pn_ptr(off);
+    int64_t S = off->sizes[0] - 1;
+    ends[0] = o[0], ends[1] = o[S], *first_drop = -1;
+    for (int64_t i = 1; i <= S; i++)
+        if (o[i] < o[i - 1]) {
+            *first_drop = i, drop[0] = o[i - 1], drop[1] = o[i];
+            break;
+        }
+    return PN_OK;
+}
+
 static pn_tensor *segment_args(const char *op, pn_tensor *x, pn_tensor *offsets) {
-    if (pn_check_cpu(op, "x", x) || check_index_tensor(op, "offsets", offsets)) return NULL;
+    int dev;
+    const pn_kernels *k;
+    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
+    if (check_index_tensor(op, "offsets", offsets) ||
+        pn_kernels_for(op, 2, (const pn_tensor *const[]){x, offsets}, (const char *const[]){"x", "offsets"}, &dev, &k))
+        return NULL;
     if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs a leading (E) dim", op);
     if (offsets->nd != 1 || offsets->sizes[0] < 1)
         return pn_error_null(PN_ERR_SHAPE, "%s: offsets %s must be 1-D with S+1 >= 1 entries", op,
                              pn_shape_str(offsets));
-    pn_tensor *oc = pn_empty(1, offsets->sizes, PN_I64, PN_CPU);
+    pn_tensor *oc = pn_empty(1, offsets->sizes, PN_I64, dev);
     if (!oc) return NULL;
-    if (pn_copy_(oc, offsets)) {
+    int64_t ends[2], i = -1, drop[2];
+    if (pn_copy_(oc, offsets) || PN_KCALL(op, k, offsets_scan, oc, ends, &i, drop)) {
         pn_release(oc);
         return NULL;
     }
-    const int64_t *o = (const int64_t *)pn_ptr(oc);
     int64_t S = oc->sizes[0] - 1, E = x->sizes[0];
     pn_status s = PN_OK;
-    if (o[0] != 0)
+    if (ends[0] != 0)
         s = pn_error(PN_ERR_INDEX, "%s: offsets %s must start at 0, got offsets[0] = %lld", op, pn_shape_str(offsets),
-                     (long long)o[0]);
-    for (int64_t i = 1; !s && i <= S; i++)
-        if (o[i] < o[i - 1])
-            s = pn_error(PN_ERR_INDEX, "%s: offsets must be non-decreasing, got offsets[%lld] = %lld after "
-                         "offsets[%lld] = %lld", op, (long long)i, (long long)o[i], (long long)(i - 1),
-                         (long long)o[i - 1]);
-    if (!s && o[S] != E)
+                     (long long)ends[0]);
+    else if (i >= 0)
+        s = pn_error(PN_ERR_INDEX, "%s: offsets must be non-decreasing, got offsets[%lld] = %lld after "
+                     "offsets[%lld] = %lld", op, (long long)i, (long long)drop[1], (long long)(i - 1),
+                     (long long)drop[0]);
+    else if (ends[1] != E)
         s = pn_error(PN_ERR_INDEX, "%s: offsets must end at the %lld rows of x %s, got offsets[%lld] = %lld", op,
-                     (long long)E, pn_shape_str(x), (long long)S, (long long)o[S]);
+                     (long long)E, pn_shape_str(x), (long long)S, (long long)ends[1]);
     if (s) {
         pn_release(oc);
         return NULL;
@@ -465,38 +561,57 @@ static pn_tensor *segment_args(const char *op, pn_tensor *x, pn_tensor *offsets)
 
 /* saved: offsets (i64). dx[e] = g[segment of e]. */
 static pn_status segment_sum_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    const int64_t *o = (const int64_t *)pn_ptr(n->saved[0]);
-    int64_t S = n->saved[0]->sizes[0] - 1;
-    pn_tensor *gx = pn_empty((int)n->in[0].nd, n->in[0].shape, g->dt, PN_CPU);
+    pn_tensor *gx = pn_empty((int)n->in[0].nd, n->in[0].shape, g->dt, g->dev);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
-    if (!gc) {
+    pn_status st = gc ? PN_KCALL_ON("segment_sum", gx, segment_sum_bwd, gx, gc, n->saved[0]) : PN_ERR_OOM;
+    pn_release(gc);
+    if (st) {
         pn_release(gx);
-        return PN_ERR_OOM;
+        return st;
     }
+    gin[0] = gx;
+    return PN_OK;
+}
+
+/* CPU kernel: gx (E, …) row e = g (S, …) row of e's segment; both contiguous */
+pn_status pn_cpu_segment_sum_bwd(pn_tensor *gx, const pn_tensor *g, const pn_tensor *offsets) {
+    const int64_t *o = (const int64_t *)pn_ptr(offsets);
+    int64_t S = offsets->sizes[0] - 1;
     size_t row = (size_t)prod(gx->sizes, 1, gx->nd) * pn_elsize(g->dt);
     char *pd = pn_ptr(gx);
-    const char *ps = pn_ptr(gc);
+    const char *ps = pn_ptr(g);
     #pragma omp parallel for if (pn_numel(gx) > PN_PAR_MIN) schedule(dynamic, 64)
     for (int64_t s = 0; s < S; s++)
         for (int64_t e = o[s]; e < o[s + 1]; e++) memcpy(pd + (size_t)e * row, ps + (size_t)s * row, row);
-    pn_release(gc);
-    gin[0] = gx;
     return PN_OK;
 }
 
 pn_tensor *pn_segment_sum(pn_tensor *x, pn_tensor *offsets) {
     pn_tensor *oc = segment_args("segment_sum", x, offsets);
     if (!oc) return NULL;
-    int64_t S = oc->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
+    int64_t S = oc->sizes[0] - 1;
     int64_t shape[PN_MAX_DIMS];
     memcpy(shape, x->sizes, sizeof shape);
     shape[0] = S;
     pn_tensor *xc = pn_contig(x);
-    pn_tensor *out = xc ? pn_zeros(x->nd, shape, x->dt, PN_CPU) : NULL;
-    if (out) {
-        const int64_t *o = (const int64_t *)pn_ptr(oc);
+    pn_tensor *out = xc ? pn_zeros(x->nd, shape, x->dt, x->dev) : NULL;
+    if (out && PN_KCALL_ON("segment_sum", out, segment_sum, out, xc, oc)) {
+        pn_release(out);
+        out = NULL;
+    }
+    pn_release(xc);
+    if (out) out = record(out, "segment_sum", segment_sum_bw, 1, &x, oc, NULL);
+    pn_release(oc);
+    return out;
+}
+
+/* CPU kernel: out (S, …) zeroed += the rows of x (E, …) segment by segment; both contiguous */
+pn_status pn_cpu_segment_sum(pn_tensor *out, const pn_tensor *x, const pn_tensor *offsets) {
+    int64_t S = offsets->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
+    {
+        const int64_t *o = (const int64_t *)pn_ptr(offsets);
         char *po = pn_ptr(out);
-        const char *px = pn_ptr(xc);
+        const char *px = pn_ptr(x);
         int dt = x->dt;
         /* one thread owns a segment and adds its rows in order */
         #pragma omp parallel for if (pn_numel(x) > PN_PAR_MIN) schedule(dynamic, 64)
@@ -517,10 +632,7 @@ pn_tensor *pn_segment_sum(pn_tensor *x, pn_tensor *offsets) {
             }
         }
     }
-    pn_release(xc);
-    if (out) out = record(out, "segment_sum", segment_sum_bw, 1, &x, oc, NULL);
-    pn_release(oc);
-    return out;
+    return PN_OK;
 }
 
 /* Softmax over the rows [e0, e1) of one segment, separately for each of the inner
@@ -564,23 +676,42 @@ SEGMENT_SOFTMAX_BW(double)
 /* saved: offsets (i64), y (the output). */
 static pn_status segment_softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *oc = n->saved[0], *y = n->saved[1];
-    const int64_t *o = (const int64_t *)pn_ptr(oc);
-    int64_t S = oc->sizes[0] - 1, inner = prod(y->sizes, 1, y->nd);
     pn_tensor *gx = pn_empty_like(y);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
-    if (!gc) {
+    pn_status st = gc ? PN_KCALL_ON("segment_softmax", gx, segment_softmax_bwd, gx, y, gc, oc) : PN_ERR_OOM;
+    pn_release(gc);
+    if (st) {
         pn_release(gx);
-        return PN_ERR_OOM;
+        return st;
     }
+    gin[0] = gx;
+    return PN_OK;
+}
+
+/* CPU kernels: y, x, gx, g (E, …) contiguous, softmax per segment and column */
+pn_status pn_cpu_segment_softmax_bwd(pn_tensor *gx, const pn_tensor *y, const pn_tensor *g, const pn_tensor *offsets) {
+    const int64_t *o = (const int64_t *)pn_ptr(offsets);
+    int64_t S = offsets->sizes[0] - 1, inner = prod(y->sizes, 1, y->nd);
     void *pd = pn_ptr(gx);
-    const void *py = pn_ptr(y), *pg = pn_ptr(gc);
+    const void *py = pn_ptr(y), *pg = pn_ptr(g);
     #pragma omp parallel for if (pn_numel(y) > PN_PAR_MIN) schedule(dynamic, 64)
     for (int64_t s = 0; s < S; s++) {
         if (y->dt == PN_F32) segment_softmax_bw_float(pd, py, pg, o[s], o[s + 1], inner);
         else segment_softmax_bw_double(pd, py, pg, o[s], o[s + 1], inner);
     }
-    pn_release(gc);
-    gin[0] = gx;
+    return PN_OK;
+}
+
+pn_status pn_cpu_segment_softmax(pn_tensor *y, const pn_tensor *x, const pn_tensor *offsets) {
+    const int64_t *o = (const int64_t *)pn_ptr(offsets);
+    int64_t S = offsets->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
+    void *py = pn_ptr(y);
+    const void *px = pn_ptr(x);
+    #pragma omp parallel for if (pn_numel(x) > PN_PAR_MIN) schedule(dynamic, 64)
+    for (int64_t s = 0; s < S; s++) {
+        if (x->dt == PN_F32) segment_softmax_float(py, px, o[s], o[s + 1], inner);
+        else segment_softmax_double(py, px, o[s], o[s + 1], inner);
+    }
     return PN_OK;
 }
 
@@ -588,18 +719,11 @@ pn_tensor *pn_segment_softmax(pn_tensor *x, pn_tensor *offsets) {
     if (pn_check_float("segment_softmax", "x", x)) return NULL;
     pn_tensor *oc = segment_args("segment_softmax", x, offsets);
     if (!oc) return NULL;
-    int64_t S = oc->sizes[0] - 1, inner = prod(x->sizes, 1, x->nd);
     pn_tensor *xc = pn_contig(x);
     pn_tensor *out = xc ? pn_empty_like(x) : NULL;
-    if (out) {
-        const int64_t *o = (const int64_t *)pn_ptr(oc);
-        void *py = pn_ptr(out);
-        const void *px = pn_ptr(xc);
-        #pragma omp parallel for if (pn_numel(x) > PN_PAR_MIN) schedule(dynamic, 64)
-        for (int64_t s = 0; s < S; s++) {
-            if (x->dt == PN_F32) segment_softmax_float(py, px, o[s], o[s + 1], inner);
-            else segment_softmax_double(py, px, o[s], o[s + 1], inner);
-        }
+    if (out && PN_KCALL_ON("segment_softmax", out, segment_softmax, out, xc, oc)) {
+        pn_release(out);
+        out = NULL;
     }
     pn_release(xc);
     if (out && pn_ag_needed(1, &x)) {
