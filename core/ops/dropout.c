@@ -5,25 +5,28 @@
  * (|error| ≤ 7.7e-6), which buys an 8× cheaper mask than one Philox word pair per element
  * — Philox is the cost of dropout on large inputs such as Cora's features. The mask is
  * saved as u8; the backward is g · keep / (1 − p). */
-#include "../internal.h"
-
-typedef struct {
-    double scale;
-} drop_ctx;
+#include "../backend.h"
 
 /* saved[0]: keep mask u8, contiguous, x's shape; sc[0] = 1/(1−p) */
 static pn_status dropout_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *m = n->saved[0];
     pn_tensor *gc = pn_contiguous(g);
     pn_tensor *gx = gc ? pn_empty(m->nd, m->sizes, g->dt, g->dev) : NULL;
-    if (!gx) {
-        pn_release(gc);
-        return PN_ERR_OOM;
+    pn_status st = gx ? PN_KCALL_ON("dropout", gx, dropout_bwd, gc, m, n->sc[0], gx) : PN_ERR_OOM;
+    pn_release(gc);
+    if (st) {
+        pn_release(gx);
+        return st;
     }
+    gin[0] = gx;
+    return PN_OK;
+}
+
+/* CPU kernel: gx = g · keep · scale; all contiguous, keep u8 */
+pn_status pn_cpu_dropout_bwd(const pn_tensor *gc, const pn_tensor *m, double scale, pn_tensor *gx) {
     int64_t n_el = pn_numel(m);
     const uint8_t *keep = (const uint8_t *)pn_ptr(m);
-    double scale = n->sc[0];
-    if (g->dt == PN_F32) {
+    if (gc->dt == PN_F32) {
         const float *pg = (const float *)pn_ptr(gc);
         float *po = (float *)pn_ptr(gx), s = (float)scale;
         #pragma omp parallel for if (n_el > PN_PAR_MIN) schedule(static)
@@ -34,14 +37,13 @@ static pn_status dropout_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         #pragma omp parallel for if (n_el > PN_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n_el; i++) po[i] = pg[i] * ((double)keep[i] * scale);
     }
-    pn_release(gc);
-    gin[0] = gx;
     return PN_OK;
 }
 
 pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
     if (!x) return pn_error_null(PN_ERR_ARG, "dropout: x is nil");
-    if (pn_check_cpu("dropout", "x", x) || pn_check_float("dropout", "x", x)) return NULL;
+    const pn_kernels *kt;
+    if (pn_backend_for("dropout", x->dev, &kt) || pn_check_float("dropout", "x", x)) return NULL;
     if (!(p >= 0 && p < 1))
         return pn_error_null(PN_ERR_ARG, "dropout: p must be in [0, 1), got %g (x %s)", p, pn_shape_str(x));
     if (p == 0 || !train) {
@@ -58,7 +60,39 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
         return NULL;
     }
     int64_t n = pn_numel(x), blocks = (n + 7) / 8;
-    uint64_t seed, base = pn_philox_reserve(blocks, &seed);
+    uint64_t seed, base = pn_philox_reserve(blocks, &seed); /* the stream is reserved on the host */
+    double scale = 1.0 / (1.0 - p);
+    if (PN_KCALL("dropout", kt, dropout_fwd, xc, p, seed, base, y, m)) {
+        pn_release(xc);
+        pn_release(m);
+        pn_release(y);
+        return NULL;
+    }
+    pn_release(xc);
+    if (need_mask) {
+        pn_node *nd = pn_ag_record(y, "dropout", dropout_bw, 1, &x);
+        if (!nd) {
+            pn_release(m);
+            pn_release(y);
+            return NULL;
+        }
+        nd->sc[0] = scale;
+        if (pn_ag_save(nd, m)) {
+            pn_release(m);
+            pn_release(y);
+            return NULL;
+        }
+    }
+    pn_release(m);
+    return y;
+}
+
+/* CPU kernel: x, y contiguous; keep (x's shape, u8) or NULL when no gradient needs it; Philox
+ * counters base + b for the 8-element blocks b under key seed */
+pn_status pn_cpu_dropout_fwd(const pn_tensor *xc, double p, uint64_t seed, uint64_t base, pn_tensor *y,
+                             pn_tensor *m) {
+    const pn_tensor *x = xc;
+    int64_t n = pn_numel(x), blocks = (n + 7) / 8;
     uint32_t thresh = (uint32_t)lround(p * 65536.0); /* p < 1, so at most 65536 */
     double scale = 1.0 / (1.0 - p);
     float fscale = (float)scale;
@@ -110,21 +144,5 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
             }
         }
     }
-    pn_release(xc);
-    if (need_mask) {
-        pn_node *nd = pn_ag_record(y, "dropout", dropout_bw, 1, &x);
-        if (!nd) {
-            pn_release(m);
-            pn_release(y);
-            return NULL;
-        }
-        nd->sc[0] = scale;
-        if (pn_ag_save(nd, m)) {
-            pn_release(m);
-            pn_release(y);
-            return NULL;
-        }
-    }
-    pn_release(m);
-    return y;
+    return PN_OK;
 }
