@@ -18,7 +18,7 @@
  * when each GEMM is small enough that OpenBLAS runs it on the calling thread (its
  * interface does so below about 64^3 multiply-adds); otherwise two thread pools would
  * fight over the cores. */
-#include "../internal.h"
+#include "../backend.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -87,11 +87,12 @@ static int64_t merged_row_stride(int bnd, const int64_t *bshape, const int64_t *
     return base < 0 ? 0 : base;
 }
 
-/* c (batch..., m, n) contiguous = a (batch..., m, k) @ b (batch..., k, n).
+/* CPU kernel: c (batch..., m, n) contiguous = a (batch..., m, k) @ b (batch..., k, n).
  * a, b: views whose batch strides (sa, sb; 0 where broadcast) are given over bshape. */
-static pn_status gemm_batched(int dt, int bnd, const int64_t *bshape, int64_t m, int64_t n, int64_t k,
-                              const pn_tensor *a, const int64_t *sa, int64_t a_sm, int64_t a_sk,
-                              const pn_tensor *b, const int64_t *sb, int64_t b_sk, int64_t b_sn, pn_tensor *c) {
+pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, int64_t k, const pn_tensor *a,
+                        const int64_t *sa, int64_t a_sm, int64_t a_sk, const pn_tensor *b, const int64_t *sb,
+                        int64_t b_sk, int64_t b_sn, pn_tensor *c) {
+    const int dt = c->dt;
     int64_t nbatch = pn_shape_numel(bnd, bshape);
     char *pc = pn_ptr(c);
     size_t es = pn_elsize(dt);
@@ -204,7 +205,11 @@ cleanup:
 
 /* ---- forward ---------------------------------------------------------------------------- */
 pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
-    if (pn_check_cpu("matmul", "a", a) || pn_check_cpu("matmul", "b", b)) return NULL;
+    int dev;
+    const pn_kernels *kt;
+    if (!a || !b) return pn_error_null(PN_ERR_ARG, "matmul: %s is nil", a ? "b" : "a");
+    if (pn_kernels_for("matmul", 2, (const pn_tensor *const[]){a, b}, (const char *const[]){"a", "b"}, &dev, &kt))
+        return NULL;
     if (!pn_is_float(a->dt) || a->dt != b->dt)
         return pn_error_null(PN_ERR_DTYPE, "matmul: a %s %s and b %s %s: need the same float dtype (f32 or f64)",
                              pn_dtype_name(a->dt), pn_shape_str(a), pn_dtype_name(b->dt), pn_shape_str(b));
@@ -268,8 +273,8 @@ pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
         pn_broadcast_strides(&va, bnd, bshape, sa);
         pn_broadcast_strides(&vb, bnd, bshape, sb);
     }
-    pn_tensor *out = pn_empty(ond, oshape, a->dt, PN_CPU);
-    pn_status st = out ? gemm_batched(a->dt, bnd, bshape, m, n, ka, ac, sa, a_sm, a_sk, bc, sb, b_sk, b_sn, out)
+    pn_tensor *out = pn_empty(ond, oshape, a->dt, dev);
+    pn_status st = out ? PN_KCALL("matmul", kt, matmul, bnd, bshape, m, n, ka, ac, sa, a_sm, a_sk, bc, sb, b_sk, b_sn, out)
                        : PN_ERR_OOM;
     pn_release(ac);
     pn_release(bc);
