@@ -20,13 +20,13 @@ const pn_kernels *pn_backend(int dev) {
     return NULL;
 }
 
-static const char *device_name(int dev) { return dev == PN_CPU ? "cpu" : dev == PN_CUDA ? "cuda" : "unknown"; }
+const char *pn_device_name(int dev) { return dev == PN_CPU ? "cpu" : dev == PN_CUDA ? "cuda" : "unknown"; }
 
 pn_status pn_backend_for(const char *op, int dev, const pn_kernels **out) {
     *out = pn_backend(dev);
     if (*out) return PN_OK;
     return pn_error(PN_ERR_DEVICE, "%s: this build of penumbra has no %s backend (built without CUDA)", op,
-                    device_name(dev));
+                    pn_device_name(dev));
 }
 
 pn_status pn_kernel_missing(const char *op, const pn_kernels *k, const char *kernel) {
@@ -43,8 +43,8 @@ pn_status pn_common_device(const char *op, int n, const pn_tensor *const *ts, co
             *dev = ts[i]->dev;
         } else if (ts[i]->dev != *dev) {
             return pn_error(PN_ERR_DEVICE, "%s: %s %s is on %s but %s %s is on %s", op, names[first],
-                            pn_shape_str(ts[first]), device_name(*dev), names[i], pn_shape_str(ts[i]),
-                            device_name(ts[i]->dev));
+                            pn_shape_str(ts[first]), pn_device_name(*dev), names[i], pn_shape_str(ts[i]),
+                            pn_device_name(ts[i]->dev));
         }
     }
     if (first < 0) *dev = PN_CPU;

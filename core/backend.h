@@ -28,6 +28,8 @@ typedef struct pn_kernels {
 pn_status pn_backend_for(const char *op, int dev, const pn_kernels **out);
 /* The table itself, or NULL when this build has none for dev (no error set). */
 const pn_kernels *pn_backend(int dev);
+/* "cpu", "cuda" (for messages) */
+const char *pn_device_name(int dev);
 /* Error for a kernel the device's table does not have (yet). */
 pn_status pn_kernel_missing(const char *op, const pn_kernels *k, const char *kernel);
 

@@ -1,16 +1,18 @@
 /* shape.c — joining ops: cat (along an existing dim) and stack (along a new dim).
  * Backward hands each input its slice of the gradient (a narrow/select view of g, no
  * copy). Errors name the index (0-based) of the offending tensor in the list. */
-#include "../internal.h"
+#include "../backend.h"
 
-/* Common checks: n >= 1 tensors on the cpu, one dtype; returns PN_OK. */
+/* Common checks: n >= 1 tensors on one device, one dtype; returns PN_OK. The copies go through
+ * pn_copy_ (the copy kernel of that device). */
 static pn_status check_list(const char *op, int n, pn_tensor **ts) {
     if (n < 1 || !ts) return pn_error(PN_ERR_ARG, "%s: expected a non-empty list of tensors, got %d", op, n);
     for (int i = 0; i < n; i++) {
         if (!ts[i]) return pn_error(PN_ERR_ARG, "%s: tensor %d (0-based) is nil", op, i);
-        if (ts[i]->dev != PN_CPU)
-            return pn_error(PN_ERR_DEVICE, "%s: tensor %d (0-based) %s is on cuda; this op runs on the cpu", op, i,
-                            pn_shape_str(ts[i]));
+        if (ts[i]->dev != ts[0]->dev)
+            return pn_error(PN_ERR_DEVICE, "%s: tensor %d (0-based) %s is on %s, tensor 0 %s on %s", op, i,
+                            pn_shape_str(ts[i]), pn_device_name(ts[i]->dev), pn_shape_str(ts[0]),
+                            pn_device_name(ts[0]->dev));
         if (ts[i]->dt != ts[0]->dt)
             return pn_error(PN_ERR_DTYPE, "%s: tensor %d (0-based) %s has dtype %s, tensor 0 %s has %s", op, i,
                             pn_shape_str(ts[i]), pn_dtype_name(ts[i]->dt), pn_shape_str(ts[0]),
@@ -84,7 +86,7 @@ pn_tensor *pn_cat(int n, pn_tensor **ts, int dim) {
     }
     int64_t *lens = malloc(sizeof *lens * (size_t)n);
     if (!lens) return pn_error_null(PN_ERR_OOM, "cat: out of memory");
-    pn_tensor *out = pn_empty(nd, shape, ts[0]->dt, PN_CPU);
+    pn_tensor *out = pn_empty(nd, shape, ts[0]->dt, ts[0]->dev);
     if (!out) {
         free(lens);
         return NULL;
@@ -123,7 +125,7 @@ pn_tensor *pn_stack(int n, pn_tensor **ts, int dim) {
                                  pn_shape_str(ts[i]), pn_shape_str(ts[0]));
     int64_t shape[PN_MAX_DIMS];
     for (int k = 0, j = 0; k < nd + 1; k++) shape[k] = k == d ? n : ts[0]->sizes[j++];
-    pn_tensor *out = pn_empty(nd + 1, shape, ts[0]->dt, PN_CPU);
+    pn_tensor *out = pn_empty(nd + 1, shape, ts[0]->dt, ts[0]->dev);
     if (!out) return NULL;
     for (int i = 0; i < n; i++) {
         /* the slice i along d, viewed with the inputs' shape (dim d dropped) */
