@@ -27,9 +27,8 @@
 
 pn_status pn_lin_check_qkv(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v) {
     if (!q || !k || !v) return pn_error(PN_ERR_ARG, "%s: q, k and v are required (got nil)", op);
-    PN_TRY(pn_check_cpu(op, "q", q));
-    PN_TRY(pn_check_cpu(op, "k", k));
-    PN_TRY(pn_check_cpu(op, "v", v));
+    int dev;
+    PN_TRY(pn_common_device(op, 3, (const pn_tensor *const[]){q, k, v}, (const char *const[]){"q", "k", "v"}, &dev));
     PN_TRY(pn_check_float(op, "q", q));
     if (k->dt != q->dt || v->dt != q->dt)
         return pn_error(PN_ERR_DTYPE, "%s: q %s %s, k %s %s and v %s %s must have the same dtype", op,
@@ -115,36 +114,60 @@ static void fill_args(cos_args *a, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_
     a->s = s;
 }
 
-/* saved: q, k, v, m (contiguous), then key_mask when given; iv[0] = causal */
-static pn_status cosine_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    pn_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *m = n->saved[3], *mask = n->saved[4];
+/* CPU kernels (kernels.def): q, k, v, m, mask, g contiguous */
+pn_status pn_cpu_cosine_fwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *m,
+                            const pn_tensor *mask, int causal, pn_tensor *out) {
     const int64_t H = q->sizes[1];
-    pn_status st = PN_OK;
-    double *s = malloc(sizeof(double) * (size_t)H);
-    double *gm_bh = NULL;
-    pn_tensor *gc = pn_contig(g);
-    pn_tensor *gq = NULL, *gk = NULL, *gv = NULL, *gm = NULL;
-    if (!s || !gc) goto oom;
+    double *s = malloc(sizeof(double) * (size_t)(H > 0 ? H : 1));
+    if (!s) return pn_error(PN_ERR_OOM, OP ": out of memory");
     sigmoids(m, s);
     cos_args a;
-    fill_args(&a, q, k, v, mask, (int)n->iv[0], s);
-    if (pn_ag_input_needs(n, 0) && !(gq = pn_empty_like(q))) goto oom;
-    if (pn_ag_input_needs(n, 1) && !(gk = pn_empty_like(k))) goto oom;
-    if (pn_ag_input_needs(n, 2) && !(gv = pn_empty_like(v))) goto oom;
-    if (pn_ag_input_needs(n, 3)) {
-        if (!(gm = pn_zeros(1, &H, m->dt, PN_CPU))) goto oom;
-        if (!(gm_bh = calloc((size_t)(a.B * H), sizeof(double)))) goto oom;
+    fill_args(&a, (pn_tensor *)q, (pn_tensor *)k, (pn_tensor *)v, (pn_tensor *)mask, causal, s);
+    bool ok = cos_forward(&a, pn_ptr(out));
+    free(s);
+    if (!ok) return pn_error(PN_ERR_OOM, OP ": out of memory for the state of q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+    return PN_OK;
+}
+
+pn_status pn_cpu_cosine_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *m,
+                            const pn_tensor *mask, int causal, const pn_tensor *g, pn_tensor *gq, pn_tensor *gk,
+                            pn_tensor *gv, pn_tensor *gm) {
+    const int64_t H = q->sizes[1];
+    double *s = malloc(sizeof(double) * (size_t)(H > 0 ? H : 1)), *gm_bh = NULL;
+    cos_args a;
+    fill_args(&a, (pn_tensor *)q, (pn_tensor *)k, (pn_tensor *)v, (pn_tensor *)mask, causal, s);
+    bool ok = s && (!gm || (gm_bh = calloc((size_t)(a.B * H > 0 ? a.B * H : 1), sizeof(double))));
+    if (ok) {
+        sigmoids(m, s);
+        ok = cos_backward(&a, pn_ptr(g), gq ? pn_ptr(gq) : NULL, gk ? pn_ptr(gk) : NULL, gv ? pn_ptr(gv) : NULL, gm_bh);
     }
-    if (!cos_backward(&a, pn_ptr(gc), gq ? pn_ptr(gq) : NULL, gk ? pn_ptr(gk) : NULL, gv ? pn_ptr(gv) : NULL,
-                      gm_bh))
-        goto oom;
-    if (gm) { /* fixed-order sum over the batch: deterministic */
+    if (ok && gm) { /* fixed-order sum over the batch: deterministic */
         for (int64_t h = 0; h < H; h++) {
             double acc = 0;
             for (int64_t b = 0; b < a.B; b++) acc += gm_bh[b * H + h];
             pn_st(pn_ptr(gm), gm->dt, h, acc * s[h] * (1 - s[h]));
         }
     }
+    free(s);
+    free(gm_bh);
+    if (!ok) return pn_error(PN_ERR_OOM, OP ": backward out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+    return PN_OK;
+}
+
+/* saved: q, k, v, m (contiguous), then key_mask when given; iv[0] = causal */
+static pn_status cosine_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *m = n->saved[3], *mask = n->saved[4];
+    const int64_t H = q->sizes[1];
+    pn_status st = PN_OK;
+    pn_tensor *gc = pn_contig(g);
+    pn_tensor *gq = NULL, *gk = NULL, *gv = NULL, *gm = NULL;
+    if (!gc) goto oom;
+    if (pn_ag_input_needs(n, 0) && !(gq = pn_empty_like(q))) goto oom;
+    if (pn_ag_input_needs(n, 1) && !(gk = pn_empty_like(k))) goto oom;
+    if (pn_ag_input_needs(n, 2) && !(gv = pn_empty_like(v))) goto oom;
+    if (pn_ag_input_needs(n, 3) && !(gm = pn_empty(1, &H, m->dt, m->dev))) goto oom;
+    st = PN_KCALL_ON(OP, q, cosine_bwd, q, k, v, m, mask, (int)n->iv[0], gc, gq, gk, gv, gm);
+    if (st) goto cleanup;
     gin[0] = gq, gin[1] = gk, gin[2] = gv, gin[3] = gm;
     gq = gk = gv = gm = NULL;
     goto cleanup;
@@ -152,8 +175,6 @@ oom:
     st = pn_error(PN_ERR_OOM, OP ": backward out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
 cleanup:
     pn_release(gq), pn_release(gk), pn_release(gv), pn_release(gm), pn_release(gc);
-    free(s);
-    free(gm_bh);
     return st;
 }
 
@@ -162,7 +183,11 @@ pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tens
     if (pn_lin_check_qkv(OP, q, k, v)) return NULL;
     const int64_t B = q->sizes[0], H = q->sizes[1], N = q->sizes[2];
     if (!m) return pn_error_null(PN_ERR_ARG, OP ": m (one stabiliser per head, shape [%lld]) is required", (long long)H);
-    if (pn_check_cpu(OP, "m", m)) return NULL;
+    int dev;
+    const pn_kernels *kt;
+    if (pn_kernels_for(OP, 5, (const pn_tensor *const[]){q, k, v, m, key_mask},
+                       (const char *const[]){"q", "k", "v", "m", "key_mask"}, &dev, &kt))
+        return NULL;
     if (m->dt != q->dt)
         return pn_error_null(PN_ERR_DTYPE, OP ": m %s %s must have the dtype of q (%s)", pn_dtype_name(m->dt),
                              pn_shape_str(m), pn_dtype_name(q->dt));
@@ -170,7 +195,6 @@ pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tens
         return pn_error_null(PN_ERR_SHAPE, OP ": m %s must have shape [%lld] (one per head of q %s)", pn_shape_str(m),
                              (long long)H, pn_shape_str(q));
     if (key_mask) {
-        if (pn_check_cpu(OP, "key_mask", key_mask)) return NULL;
         if (key_mask->dt != PN_U8)
             return pn_error_null(PN_ERR_DTYPE, OP ": key_mask %s has dtype %s, expected u8", pn_shape_str(key_mask),
                                  pn_dtype_name(key_mask->dt));
@@ -182,18 +206,10 @@ pn_tensor *pn_cosine_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tens
     pn_tensor *qc = pn_contig(q), *kc = pn_contig(k), *vc = pn_contig(v), *mc = pn_contig(m);
     pn_tensor *maskc = key_mask ? pn_contig(key_mask) : NULL;
     pn_tensor *out = NULL;
-    double *s = malloc(sizeof(double) * (size_t)(H > 0 ? H : 1));
-    if (!s) pn_error(PN_ERR_OOM, OP ": out of memory");
-    if (!qc || !kc || !vc || !mc || (key_mask && !maskc) || !s) goto fail;
+    if (!qc || !kc || !vc || !mc || (key_mask && !maskc)) goto fail;
     int64_t shape[4] = {B, H, N, v->sizes[3]};
-    if (!(out = pn_empty(4, shape, q->dt, PN_CPU))) goto fail;
-    sigmoids(mc, s);
-    cos_args a;
-    fill_args(&a, qc, kc, vc, maskc, causal, s);
-    if (!cos_forward(&a, pn_ptr(out))) {
-        pn_error(PN_ERR_OOM, OP ": out of memory for the state of q %s, v %s", pn_shape_str(q), pn_shape_str(v));
-        goto fail;
-    }
+    if (!(out = pn_empty(4, shape, q->dt, dev))) goto fail;
+    if (PN_KCALL(OP, kt, cosine_fwd, qc, kc, vc, mc, maskc, causal, out)) goto fail;
     pn_tensor *ins[4] = {q, k, v, m};
     if (pn_ag_needed(4, ins)) {
         pn_node *node = pn_ag_record(out, OP, cosine_bw, 4, ins);
@@ -209,6 +225,5 @@ fail:
     out = NULL;
 done:
     pn_release(qc), pn_release(kc), pn_release(vc), pn_release(mc), pn_release(maskc);
-    free(s);
     return out;
 }

@@ -60,7 +60,7 @@ static pn_tensor *head_major(pn_tensor *x) {
     } else {
         pn_tensor *p = pn_permute(x, 3, (const int64_t[]){1, 0, 2});
         if (p) {
-            r = pn_empty(3, p->sizes, p->dt, PN_CPU);
+            r = pn_empty(3, p->sizes, p->dt, p->dev);
             if (r && pn_copy_(r, p)) {
                 pn_release(r);
                 r = NULL;

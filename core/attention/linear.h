@@ -10,7 +10,7 @@
 #ifndef PN_ATTENTION_LINEAR_H
 #define PN_ATTENTION_LINEAR_H
 
-#include "../internal.h"
+#include "../backend.h"
 
 #include <cblas.h>
 
