@@ -14,6 +14,9 @@
 
 #include "internal.h"
 
+/* host-built tables some kernels read (their launchers upload them): attention/linear.h */
+typedef struct pn_sympow_table pn_sympow_table;
+
 typedef struct pn_kernels {
     const char *device; /* "cpu", "cuda" */
 #define PN_KERNEL(name, args) pn_status(*name) args;

@@ -88,7 +88,7 @@ static inline double ipow(double x, int p) {
  * Monomials of degree p in D variables, one per multiset i_1 ≤ … ≤ i_p, in lexicographic
  * order; φ_α(x) = sqrt(p!/Π_d m_d!) Π_r x_{i_r} with m_d the multiplicity of d in α, so that
  * φ(q)·φ(k) = Σ_α (p!/Π m_d!) Π (q_d k_d)^{m_d} = (q·k)^p (multinomial theorem). */
-typedef struct {
+typedef struct pn_sympow_table {
     int64_t D;
     int p;
     int64_t Dp;    /* C(D+p−1, p) */

@@ -153,14 +153,22 @@ void pn_sympow_grad(const pn_sympow_table *t, const double *x, const double *gph
 
 /* node extra: the table; saved[0] = x (contiguous) */
 static pn_status sympow_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    const pn_sympow_table *t = n->extra;
     pn_tensor *x = n->saved[0];
     pn_tensor *gc = pn_contig(g);
     pn_tensor *gx = gc ? pn_empty_like(x) : NULL;
-    if (!gx) {
-        pn_release(gc);
-        return pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory for x %s", pn_shape_str(x));
+    pn_status st = gx ? PN_KCALL_ON("sympow_embed", x, sympow_bwd, n->extra, x, gc, gx)
+                      : pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory for x %s", pn_shape_str(x));
+    pn_release(gc);
+    if (st) {
+        pn_release(gx);
+        return st;
     }
+    gin[0] = gx;
+    return PN_OK;
+}
+
+/* CPU kernels: x, out, g, gx contiguous, rows of D (x) and Dp (out, g) */
+pn_status pn_cpu_sympow_bwd(const pn_sympow_table *t, const pn_tensor *x, const pn_tensor *gc, pn_tensor *gx) {
     const int64_t D = t->D, Dp = t->Dp, R = pn_numel(x) / D;
     int oom = 0;
     #pragma omp parallel if (R * Dp * t->p > PN_PAR_MIN)
@@ -182,12 +190,7 @@ static pn_status sympow_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         }
         free(buf);
     }
-    pn_release(gc);
-    if (oom) {
-        pn_release(gx);
-        return pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory");
-    }
-    gin[0] = gx;
+    if (oom) return pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory");
     return PN_OK;
 }
 
@@ -196,7 +199,8 @@ static void free_table(void *t) { pn_sympow_table_free(t); }
 pn_tensor *pn_sympow_embed(pn_tensor *x, int p) {
     const char *op = "sympow_embed";
     if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
-    if (pn_check_cpu(op, "x", x) || pn_check_float(op, "x", x)) return NULL;
+    const pn_kernels *kt;
+    if (pn_backend_for(op, x->dev, &kt) || pn_check_float(op, "x", x)) return NULL;
     if (x->nd < 1) return pn_error_null(PN_ERR_SHAPE, "%s: x %s must have at least 1 dim (…, D)", op, pn_shape_str(x));
     int64_t Dp, D = x->sizes[x->nd - 1];
     if (pn_sympow_dim(op, D, p, &Dp)) return NULL;
@@ -205,9 +209,28 @@ pn_tensor *pn_sympow_embed(pn_tensor *x, int p) {
     shape[x->nd - 1] = Dp;
     pn_sympow_table *t = pn_sympow_table_new(op, D, p);
     pn_tensor *xc = t ? pn_contig(x) : NULL;
-    pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, PN_CPU) : NULL;
-    if (!out) goto fail;
-    const int64_t R = pn_numel(x) / D;
+    pn_tensor *out = xc ? pn_empty(x->nd, shape, x->dt, x->dev) : NULL;
+    if (!out || PN_KCALL(op, kt, sympow_fwd, t, xc, out)) goto fail;
+    if (pn_ag_needed(1, &x)) {
+        pn_node *n = pn_ag_record(out, op, sympow_bw, 1, &x);
+        if (!n) goto fail;
+        if (pn_ag_save(n, xc)) goto fail;
+        n->extra = t;
+        n->free_extra = free_table;
+        t = NULL;
+    }
+    pn_release(xc);
+    pn_sympow_table_free(t);
+    return out;
+fail:
+    pn_release(out);
+    pn_release(xc);
+    pn_sympow_table_free(t);
+    return NULL;
+}
+
+pn_status pn_cpu_sympow_fwd(const pn_sympow_table *t, const pn_tensor *xc, pn_tensor *out) {
+    const int64_t D = t->D, Dp = t->Dp, p = t->p, R = pn_numel(xc) / D;
     int oom = 0;
     #pragma omp parallel if (R * Dp * p > PN_PAR_MIN)
     {
@@ -225,26 +248,8 @@ pn_tensor *pn_sympow_embed(pn_tensor *x, int p) {
         }
         free(buf);
     }
-    if (oom) {
-        pn_error(PN_ERR_OOM, "%s: out of memory", op);
-        goto fail;
-    }
-    if (pn_ag_needed(1, &x)) {
-        pn_node *n = pn_ag_record(out, op, sympow_bw, 1, &x);
-        if (!n) goto fail;
-        if (pn_ag_save(n, xc)) goto fail;
-        n->extra = t;
-        n->free_extra = free_table;
-        t = NULL;
-    }
-    pn_release(xc);
-    pn_sympow_table_free(t);
-    return out;
-fail:
-    pn_release(out);
-    pn_release(xc);
-    pn_sympow_table_free(t);
-    return NULL;
+    if (oom) return pn_error(PN_ERR_OOM, "sympow_embed: out of memory");
+    return PN_OK;
 }
 
 /* ---- power attention: shared per-(b, h) data -------------------------------------------- */
@@ -654,25 +659,56 @@ static pn_status power_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     if (pn_ag_input_needs(n, 1) && !(gk = pn_empty_like(k))) goto oom;
     if (pn_ag_input_needs(n, 2) && !(gv = pn_empty_like(v))) goto oom;
     if (lg && pn_ag_input_needs(n, 3) && !(glg = pn_empty_like(lg))) goto oom;
-    pw_args a;
-    fill_args(&a, q, k, v, lg, (int)n->iv[0], (int)n->iv[1], n->iv[2], n->sc[0], n->extra);
-    void *pq = gq ? pn_ptr(gq) : NULL, *pk = gk ? pn_ptr(gk) : NULL, *pv = gv ? pn_ptr(gv) : NULL,
-         *pl = glg ? pn_ptr(glg) : NULL;
-    bool ok;
-    if (a.c) {
-        PN_BLAS_SERIAL_BEGIN;
-        ok = chunk_backward(&a, pn_ptr(gc), pq, pk, pv, pl);
-        PN_BLAS_SERIAL_END;
-    } else {
-        ok = quad_backward(&a, pn_ptr(gc), pq, pk, pv, pl);
-    }
-    if (!ok) goto oom;
+    pn_status st = PN_KCALL_ON(OP, q, power_bwd, q, k, v, lg, (int)n->iv[0], (int)n->iv[1], n->iv[2], n->sc[0],
+                               n->extra, gc, gq, gk, gv, glg);
     pn_release(gc);
+    if (st) {
+        pn_release(gq), pn_release(gk), pn_release(gv), pn_release(glg);
+        return st;
+    }
     gin[0] = gq, gin[1] = gk, gin[2] = gv, gin[3] = glg;
     return PN_OK;
 oom:
     pn_release(gc), pn_release(gq), pn_release(gk), pn_release(gv), pn_release(glg);
     return pn_error(PN_ERR_OOM, OP ": backward out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+}
+
+/* CPU kernels: q, k (B, H, N, D), v, out, g (B, H, N, Dv), lg (B, H, N) or NULL, contiguous;
+ * tab the φ table of the chunked form (chunk > 0); the backward writes each of gq, gk, gv,
+ * glg not NULL */
+pn_status pn_cpu_power_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *lg, int p,
+                           int causal, int64_t chunk, double scale, const pn_sympow_table *tab, const pn_tensor *g,
+                           pn_tensor *gq, pn_tensor *gk, pn_tensor *gv, pn_tensor *glg) {
+    pw_args a;
+    fill_args(&a, (pn_tensor *)q, (pn_tensor *)k, (pn_tensor *)v, (pn_tensor *)lg, p, causal, chunk, scale, tab);
+    void *pq = gq ? pn_ptr(gq) : NULL, *pk = gk ? pn_ptr(gk) : NULL, *pv = gv ? pn_ptr(gv) : NULL,
+         *pl = glg ? pn_ptr(glg) : NULL;
+    bool ok;
+    if (a.c) {
+        PN_BLAS_SERIAL_BEGIN;
+        ok = chunk_backward(&a, pn_ptr(g), pq, pk, pv, pl);
+        PN_BLAS_SERIAL_END;
+    } else {
+        ok = quad_backward(&a, pn_ptr(g), pq, pk, pv, pl);
+    }
+    if (!ok) return pn_error(PN_ERR_OOM, OP ": backward out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+    return PN_OK;
+}
+
+pn_status pn_cpu_power_fwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *lg, int p,
+                           int causal, int64_t chunk, double scale, const pn_sympow_table *tab, pn_tensor *out) {
+    pw_args a;
+    fill_args(&a, (pn_tensor *)q, (pn_tensor *)k, (pn_tensor *)v, (pn_tensor *)lg, p, causal, chunk, scale, tab);
+    bool ok;
+    if (chunk) {
+        PN_BLAS_SERIAL_BEGIN;
+        ok = chunk_forward(&a, pn_ptr(out));
+        PN_BLAS_SERIAL_END;
+    } else {
+        ok = quad_forward(&a, pn_ptr(out));
+    }
+    if (!ok) return pn_error(PN_ERR_OOM, OP ": out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
+    return PN_OK;
 }
 
 pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, int causal, pn_tensor *log_gate,
@@ -691,8 +727,12 @@ pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, i
     if (chunk > 0 && !causal)
         return pn_error_null(PN_ERR_ARG, OP ": the chunked form (chunk = %lld) is causal only; use chunk = 0 with causal = false",
                              (long long)chunk);
+    int dev;
+    const pn_kernels *kt;
+    if (pn_kernels_for(OP, 4, (const pn_tensor *const[]){q, k, v, log_gate},
+                       (const char *const[]){"q", "k", "v", "log_gate"}, &dev, &kt))
+        return NULL;
     if (log_gate) {
-        if (pn_check_cpu(OP, "log_gate", log_gate)) return NULL;
         if (log_gate->dt != q->dt)
             return pn_error_null(PN_ERR_DTYPE, OP ": log_gate %s %s must have the dtype of q (%s)",
                                  pn_dtype_name(log_gate->dt), pn_shape_str(log_gate), pn_dtype_name(q->dt));
@@ -708,21 +748,8 @@ pn_tensor *pn_power_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, int p, i
     pn_tensor *out = NULL;
     if (!qc || !kc || !vc || (log_gate && !lgc)) goto fail;
     int64_t shape[4] = {B, H, N, v->sizes[3]};
-    if (!(out = pn_empty(4, shape, q->dt, PN_CPU))) goto fail;
-    pw_args a;
-    fill_args(&a, qc, kc, vc, lgc, p, causal, chunk, scale, tab);
-    bool ok;
-    if (chunk) {
-        PN_BLAS_SERIAL_BEGIN;
-        ok = chunk_forward(&a, pn_ptr(out));
-        PN_BLAS_SERIAL_END;
-    } else {
-        ok = quad_forward(&a, pn_ptr(out));
-    }
-    if (!ok) {
-        pn_error(PN_ERR_OOM, OP ": out of memory for q %s, v %s", pn_shape_str(q), pn_shape_str(v));
-        goto fail;
-    }
+    if (!(out = pn_empty(4, shape, q->dt, dev))) goto fail;
+    if (PN_KCALL(OP, kt, power_fwd, qc, kc, vc, lgc, p, causal, chunk, scale, tab, out)) goto fail;
     pn_tensor *ins[4] = {q, k, v, log_gate};
     if (pn_ag_needed(4, ins)) {
         pn_node *n = pn_ag_record(out, OP, power_bw, 4, ins);
