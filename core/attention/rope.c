@@ -132,40 +132,67 @@ static void fill_args(rope_args *a, const pn_tensor *x, const pn_tensor *rate, c
     }
 }
 
-/* saved: x (contiguous), theta and rate when given (slots in iv[0], iv[1], −1 when absent);
- * sc[0] = base */
-static pn_status rope_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
-    pn_tensor *x = n->saved[0];
-    pn_tensor *theta = n->iv[0] >= 0 ? n->saved[n->iv[0]] : NULL, *rate = n->iv[1] >= 0 ? n->saved[n->iv[1]] : NULL;
-    const int nd = x->nd;
-    const int64_t D = x->sizes[nd - 1];
-    rope_args a;
+/* CPU kernels: x, out, g, gx (…, N, D) contiguous; theta (D/2) any stride or NULL (then
+ * base^(−2i/D)); rate broadcast to (…, N) or NULL; the backward writes each of gx, gth (D/2,
+ * contiguous), grate ((…, N) contiguous, x's leading shape) not NULL */
+pn_status pn_cpu_rope_fwd(const pn_tensor *x, double base, const pn_tensor *theta, const pn_tensor *rate,
+                          pn_tensor *out) {
+    const int64_t D = x->sizes[x->nd - 1];
     double *th = malloc(sizeof(double) * (size_t)(D / 2 + 1));
-    pn_tensor *gc = pn_contig(g), *gx = NULL, *gth = NULL, *grfull = NULL;
-    double *gth_r = NULL, *grate = NULL;
-    pn_status st = PN_OK;
-    if (!th || !gc) goto oom;
-    thetas(theta, n->sc[0], D, th);
+    if (!th) return pn_error(PN_ERR_OOM, OP ": out of memory");
+    thetas(theta, base, D, th);
+    rope_args a;
     fill_args(&a, x, rate, th);
-    if (pn_ag_input_needs(n, 0) && !(gx = pn_empty_like(x))) goto oom;
-    if (theta && pn_ag_input_needs(n, 1) && !(gth_r = calloc((size_t)(a.R * (D / 2) + 1), sizeof(double)))) goto oom;
-    if (rate && pn_ag_input_needs(n, 2) && !(grate = malloc(sizeof(double) * (size_t)(a.R * a.N + 1)))) goto oom;
-    if (!rope_backward(&a, pn_ptr(x), pn_ptr(gc), gx ? pn_ptr(gx) : NULL, gth_r, grate)) goto oom;
+    bool ok = rope_forward(&a, pn_ptr(x), pn_ptr(out));
+    free(th);
+    if (!ok) return pn_error(PN_ERR_OOM, OP ": out of memory for x %s", pn_shape_str(x));
+    return PN_OK;
+}
+
+pn_status pn_cpu_rope_bwd(const pn_tensor *x, double base, const pn_tensor *theta, const pn_tensor *rate,
+                          const pn_tensor *g, pn_tensor *gx, pn_tensor *gth, pn_tensor *grate_full) {
+    const int64_t D = x->sizes[x->nd - 1];
+    rope_args a;
+    double *th = malloc(sizeof(double) * (size_t)(D / 2 + 1)), *gth_r = NULL, *grate = NULL;
+    pn_status st = PN_OK;
+    if (!th) goto oom;
+    thetas(theta, base, D, th);
+    fill_args(&a, x, rate, th);
+    if (gth && !(gth_r = calloc((size_t)(a.R * (D / 2) + 1), sizeof(double)))) goto oom;
+    if (grate_full && !(grate = malloc(sizeof(double) * (size_t)(a.R * a.N + 1)))) goto oom;
+    if (!rope_backward(&a, pn_ptr(x), pn_ptr(g), gx ? pn_ptr(gx) : NULL, gth_r, grate)) goto oom;
     if (gth_r) { /* fixed-order sum over sequences: deterministic */
-        if (!(gth = pn_empty(1, theta->sizes, theta->dt, PN_CPU))) goto oom;
         for (int64_t i = 0; i < D / 2; i++) {
             double acc = 0;
             for (int64_t r = 0; r < a.R; r++) acc += gth_r[r * (D / 2) + i];
             pn_st(pn_ptr(gth), gth->dt, i, acc);
         }
     }
-    if (grate) { /* (…, N) at x's leading shape, then summed down to rate's shape */
-        if (!(grfull = pn_empty(nd - 1, x->sizes, rate->dt, PN_CPU))) goto oom;
-        st_row(pn_ptr(grfull), grfull->dt, 0, a.R * a.N, grate);
-        if (!(gin[2] = pn_grad_to_input(n, 2, grfull))) {
-            st = PN_ERR_SHAPE;
-            goto cleanup;
-        }
+    if (grate) st_row(pn_ptr(grate_full), grate_full->dt, 0, a.R * a.N, grate);
+    goto done;
+oom:
+    st = pn_error(PN_ERR_OOM, OP ": backward out of memory for x %s", pn_shape_str(x));
+done:
+    free(th), free(gth_r), free(grate);
+    return st;
+}
+
+/* saved: x (contiguous), theta and rate when given (slots in iv[0], iv[1], −1 when absent);
+ * sc[0] = base */
+static pn_status rope_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *x = n->saved[0];
+    pn_tensor *theta = n->iv[0] >= 0 ? n->saved[n->iv[0]] : NULL, *rate = n->iv[1] >= 0 ? n->saved[n->iv[1]] : NULL;
+    const int nd = x->nd;
+    pn_tensor *gc = pn_contig(g), *gx = NULL, *gth = NULL, *grfull = NULL;
+    pn_status st = PN_OK;
+    if (!gc) goto oom;
+    if (pn_ag_input_needs(n, 0) && !(gx = pn_empty_like(x))) goto oom;
+    if (theta && pn_ag_input_needs(n, 1) && !(gth = pn_empty(1, theta->sizes, theta->dt, theta->dev))) goto oom;
+    if (rate && pn_ag_input_needs(n, 2) && !(grfull = pn_empty(nd - 1, x->sizes, rate->dt, rate->dev))) goto oom;
+    if ((st = PN_KCALL_ON(OP, x, rope_bwd, x, n->sc[0], theta, rate, gc, gx, gth, grfull)) != PN_OK) goto cleanup;
+    if (grfull && !(gin[2] = pn_grad_to_input(n, 2, grfull))) { /* summed down to rate's shape */
+        st = PN_ERR_SHAPE;
+        goto cleanup;
     }
     gin[0] = gx, gin[1] = gth;
     gx = gth = NULL;
@@ -174,13 +201,17 @@ oom:
     st = pn_error(PN_ERR_OOM, OP ": backward out of memory for x %s", pn_shape_str(x));
 cleanup:
     pn_release(gc), pn_release(gx), pn_release(gth), pn_release(grfull);
-    free(th), free(gth_r), free(grate);
     return st;
 }
 
 pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate) {
     if (!x) return pn_error_null(PN_ERR_ARG, OP ": x is nil");
-    if (pn_check_cpu(OP, "x", x) || pn_check_float(OP, "x", x)) return NULL;
+    int dev;
+    const pn_kernels *kt;
+    if (pn_kernels_for(OP, 3, (const pn_tensor *const[]){x, theta, rate}, (const char *const[]){"x", "theta", "rate"},
+                       &dev, &kt) ||
+        pn_check_float(OP, "x", x))
+        return NULL;
     const int nd = x->nd;
     if (nd < 2) return pn_error_null(PN_ERR_SHAPE, OP ": x %s must be (…, N, D) with at least 2 dims", pn_shape_str(x));
     const int64_t D = x->sizes[nd - 1];
@@ -188,7 +219,6 @@ pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate)
         return pn_error_null(PN_ERR_SHAPE, OP ": the last dim D = %lld of x %s must be even and > 0 (pairs of features)",
                              (long long)D, pn_shape_str(x));
     if (theta) {
-        if (pn_check_cpu(OP, "theta", theta)) return NULL;
         if (theta->dt != x->dt)
             return pn_error_null(PN_ERR_DTYPE, OP ": theta %s %s must have the dtype of x (%s)", pn_dtype_name(theta->dt),
                                  pn_shape_str(theta), pn_dtype_name(x->dt));
@@ -199,7 +229,6 @@ pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate)
         return pn_error_null(PN_ERR_ARG, OP ": base %g must be a positive number", base);
     }
     if (rate) {
-        if (pn_check_cpu(OP, "rate", rate)) return NULL;
         if (rate->dt != x->dt)
             return pn_error_null(PN_ERR_DTYPE, OP ": rate %s %s must have the dtype of x (%s)", pn_dtype_name(rate->dt),
                                  pn_shape_str(rate), pn_dtype_name(x->dt));
@@ -213,20 +242,9 @@ pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate)
                                  pn_shape_str(rate), pn_dims_str(nd - 1, x->sizes), pn_shape_str(x));
     }
 
-    double *th = malloc(sizeof(double) * (size_t)(D / 2));
-    pn_tensor *xc = th ? pn_contig(x) : NULL;
+    pn_tensor *xc = pn_contig(x);
     pn_tensor *out = xc ? pn_empty_like(x) : NULL;
-    if (!out) {
-        if (!th) pn_error(PN_ERR_OOM, OP ": out of memory");
-        goto fail;
-    }
-    thetas(theta, base, D, th);
-    rope_args a;
-    fill_args(&a, x, rate, th);
-    if (!rope_forward(&a, pn_ptr(xc), pn_ptr(out))) {
-        pn_error(PN_ERR_OOM, OP ": out of memory for x %s", pn_shape_str(x));
-        goto fail;
-    }
+    if (!out || PN_KCALL(OP, kt, rope_fwd, xc, base, theta, rate, out)) goto fail;
     pn_tensor *ins[3] = {x, theta, rate};
     if (pn_ag_needed(3, ins)) {
         pn_node *n = pn_ag_record(out, OP, rope_bw, 3, ins);
@@ -241,11 +259,9 @@ pn_tensor *pn_rope(pn_tensor *x, double base, pn_tensor *theta, pn_tensor *rate)
         n->sc[0] = base;
     }
     pn_release(xc);
-    free(th);
     return out;
 fail:
     pn_release(out);
     pn_release(xc);
-    free(th);
     return NULL;
 }
