@@ -16,6 +16,7 @@
 
 /* host-built tables some kernels read (their launchers upload them): attention/linear.h */
 typedef struct pn_sympow_table pn_sympow_table;
+typedef struct pn_rowmap pn_rowmap; /* attention/rowmap.h: a map's row kernels and sizes */
 
 typedef struct pn_kernels {
     const char *device; /* "cpu", "cuda" */

@@ -9,11 +9,11 @@
 
 pn_status pn_rowmap_check(const char *op, pn_tensor *x, pn_tensor *y) {
     PN_TRY(pn_check_float(op, "x", x));
-    PN_TRY(pn_check_cpu(op, "x", x));
+    int dev;
+    PN_TRY(pn_common_device(op, 2, (const pn_tensor *const[]){x, y}, (const char *const[]){"x", "y"}, &dev));
     if (x->nd < 1) return pn_error(PN_ERR_SHAPE, "%s: x %s is 0-dim; points are rows of the last dim", op, pn_shape_str(x));
     if (!y) return PN_OK;
     PN_TRY(pn_check_float(op, "y", y));
-    PN_TRY(pn_check_cpu(op, "y", y));
     if (y->nd < 1) return pn_error(PN_ERR_SHAPE, "%s: y %s is 0-dim; points are rows of the last dim", op, pn_shape_str(y));
     if (x->dt != y->dt)
         return pn_error(PN_ERR_DTYPE, "%s: x %s is %s but y %s is %s; convert one first", op, pn_shape_str(x),
@@ -77,23 +77,34 @@ static pn_status rowmap_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     int bnd;
     int64_t bshape[PN_MAX_DIMS];
     PN_TRY(batch_shape(m, x, y, &bnd, bshape));
-    const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;
+    const int64_t D = m->D;
     bool need_x = pn_ag_input_needs(n, 0), need_y = m->nin == 2 && pn_ag_input_needs(n, 1);
 
     int64_t gshape[PN_MAX_DIMS];
     memcpy(gshape, bshape, sizeof(int64_t) * (size_t)bnd);
     gshape[bnd] = D;
-    pn_tensor *gx = need_x ? pn_empty(bnd + 1, gshape, m->dt, PN_CPU) : NULL;
-    pn_tensor *gy = need_y ? pn_empty(bnd + 1, gshape, m->dt, PN_CPU) : NULL;
+    pn_tensor *gx = need_x ? pn_empty(bnd + 1, gshape, m->dt, x->dev) : NULL;
+    pn_tensor *gy = need_y ? pn_empty(bnd + 1, gshape, m->dt, x->dev) : NULL;
+    pn_status s = ((need_x && !gx) || (need_y && !gy)) ? pn_error(PN_ERR_OOM, "%s: out of memory in backward", m->op)
+                                                       : PN_KCALL_ON(m->op, x, rowmap_bwd, m, x, y, gout, gx, gy);
+    if (!s && gx && !(gin[0] = pn_grad_to_input(n, 0, gx))) s = PN_ERR_OOM;
+    if (!s && gy && !(gin[1] = pn_grad_to_input(n, 1, gy))) s = PN_ERR_OOM;
+    pn_release(gx);
+    pn_release(gy);
+    return s;
+}
+
+/* CPU kernel: gx, gy (batch…, D) contiguous at the broadcast batch shape, or NULL */
+pn_status pn_cpu_rowmap_bwd(const pn_rowmap *m, const pn_tensor *x, const pn_tensor *y, const pn_tensor *gout,
+                            pn_tensor *gx, pn_tensor *gy) {
+    int bnd;
+    int64_t bshape[PN_MAX_DIMS];
+    PN_TRY(batch_shape(m, (pn_tensor *)x, (pn_tensor *)y, &bnd, bshape));
+    const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;
     int nth = omp_get_max_threads();
     const int64_t W = 5 * D + Dg;
     double *scratch = malloc(sizeof(double) * (size_t)(W * nth));
-    if ((need_x && !gx) || (need_y && !gy) || !scratch) {
-        pn_release(gx);
-        pn_release(gy);
-        free(scratch);
-        return pn_error(PN_ERR_OOM, "%s: out of memory in backward", m->op);
-    }
+    if (!scratch) return pn_error(PN_ERR_OOM, "%s: out of memory in backward", m->op);
 
     /* operands: 0 the (contiguous) gradient rows — gx and gy share the layout — 1 gout, 2 x, 3 y */
     int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS] = {{0}};
@@ -136,18 +147,7 @@ static pn_status rowmap_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
         }
     }
     free(scratch);
-    pn_status s = PN_OK;
-    if (gx) {
-        gin[0] = pn_grad_to_input(n, 0, gx);
-        if (!gin[0]) s = PN_ERR_OOM;
-    }
-    if (gy && s == PN_OK) {
-        gin[1] = pn_grad_to_input(n, 1, gy);
-        if (!gin[1]) s = PN_ERR_OOM;
-    }
-    pn_release(gx);
-    pn_release(gy);
-    return s;
+    return PN_OK;
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
@@ -157,21 +157,65 @@ pn_tensor *pn_rowmap_apply(const pn_rowmap *mp, pn_tensor *x, pn_tensor *y) {
     int bnd;
     int64_t bshape[PN_MAX_DIMS];
     if (batch_shape(&m, x, y, &bnd, bshape)) return NULL;
-    const int64_t D = m.D, Do = m.Dout > 0 ? m.Dout : 1;
     int64_t oshape[PN_MAX_DIMS];
     memcpy(oshape, bshape, sizeof(int64_t) * (size_t)bnd);
     int ond = bnd;
     if (m.Dout > 0) oshape[ond++] = m.Dout;
 
+    pn_tensor *out = pn_empty(ond, oshape, m.dt, x->dev);
+    if (!out) return NULL;
+    int64_t bad_row = INT64_MAX;
+    int bad_arg = 0;
+    double bad_val = 0;
+    if (PN_KCALL_ON(m.op, x, rowmap_fwd, &m, x, y, out, &bad_row, &bad_arg, &bad_val)) {
+        pn_release(out);
+        return NULL;
+    }
+    if (bad_row != INT64_MAX) {
+        pn_release(out);
+        char why[256];
+        snprintf(why, sizeof why, m.bad_fmt, bad_val);
+        pn_tensor *t = bad_arg == 2 ? y : x;
+        return pn_error_null(PN_ERR_ARG, "%s: %s %s, point %lld (row-major over the leading dims, from 0): %s", m.op,
+                             m.arg[bad_arg == 2 ? 1 : 0], pn_shape_str(t), (long long)bad_row, why);
+    }
+
+    pn_tensor *ins[2] = {x, y};
+    if (pn_ag_needed(m.nin, ins)) {
+        pn_rowmap *keep = malloc(sizeof *keep);
+        pn_node *node = keep ? pn_ag_record(out, m.op, rowmap_bw, m.nin, ins) : NULL;
+        if (!node) {
+            free(keep);
+            pn_release(out);
+            return keep ? NULL : pn_error_null(PN_ERR_OOM, "%s: out of memory", m.op);
+        }
+        *keep = m;
+        keep->bad_fmt = NULL; /* the caller's buffer; backward never reports */
+        node->extra = keep;
+        node->free_extra = free_extra;
+        if (pn_ag_save(node, x) || (y && pn_ag_save(node, y))) {
+            pn_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* CPU kernel: out (batch…, Dout | nothing) contiguous at the broadcast batch shape; the first
+ * point the map rejects (row-major, whatever the thread count): *bad_row (INT64_MAX: none),
+ * which argument (*bad_arg 1: x, 2: y) and the offending value. Answers to the host: the
+ * error names the point. */
+pn_status pn_cpu_rowmap_fwd(const pn_rowmap *mp, const pn_tensor *x, const pn_tensor *y, pn_tensor *out,
+                            int64_t *bad_row_out, int *bad_arg_out, double *bad_val_out) {
+    const pn_rowmap m = *mp;
+    int bnd;
+    int64_t bshape[PN_MAX_DIMS];
+    PN_TRY(batch_shape(&m, (pn_tensor *)x, (pn_tensor *)y, &bnd, bshape));
+    const int64_t D = m.D, Do = m.Dout > 0 ? m.Dout : 1;
     int nth = omp_get_max_threads();
     const int64_t W = 2 * D + Do;
     double *scratch = malloc(sizeof(double) * (size_t)(W * nth));
-    if (!scratch) return pn_error_null(PN_ERR_OOM, "%s: out of memory", m.op);
-    pn_tensor *out = pn_empty(ond, oshape, m.dt, PN_CPU);
-    if (!out) {
-        free(scratch);
-        return NULL;
-    }
+    if (!scratch) return pn_error(PN_ERR_OOM, "%s: out of memory", m.op);
 
     int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS] = {{0}};
     int64_t acc = Do;
@@ -220,32 +264,6 @@ pn_tensor *pn_rowmap_apply(const pn_rowmap *mp, pn_tensor *x, pn_tensor *y) {
         }
     }
     free(scratch);
-    if (bad_row != INT64_MAX) {
-        pn_release(out);
-        char why[256];
-        snprintf(why, sizeof why, m.bad_fmt, bad_val);
-        pn_tensor *t = bad_arg == 2 ? y : x;
-        return pn_error_null(PN_ERR_ARG, "%s: %s %s, point %lld (row-major over the leading dims, from 0): %s", m.op,
-                             m.arg[bad_arg == 2 ? 1 : 0], pn_shape_str(t), (long long)bad_row, why);
-    }
-
-    pn_tensor *ins[2] = {x, y};
-    if (pn_ag_needed(m.nin, ins)) {
-        pn_rowmap *keep = malloc(sizeof *keep);
-        pn_node *node = keep ? pn_ag_record(out, m.op, rowmap_bw, m.nin, ins) : NULL;
-        if (!node) {
-            free(keep);
-            pn_release(out);
-            return keep ? NULL : pn_error_null(PN_ERR_OOM, "%s: out of memory", m.op);
-        }
-        *keep = m;
-        keep->bad_fmt = NULL; /* the caller's buffer; backward never reports */
-        node->extra = keep;
-        node->free_extra = free_extra;
-        if (pn_ag_save(node, x) || (y && pn_ag_save(node, y))) {
-            pn_release(out);
-            return NULL;
-        }
-    }
-    return out;
+    *bad_row_out = bad_row, *bad_arg_out = bad_arg, *bad_val_out = bad_val;
+    return PN_OK;
 }

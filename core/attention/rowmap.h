@@ -18,7 +18,7 @@
 #ifndef PN_ATTENTION_ROWMAP_H
 #define PN_ATTENTION_ROWMAP_H
 
-#include "../internal.h"
+#include "../backend.h"
 
 typedef struct pn_rowmap pn_rowmap;
 /* x, y: (D) rows (y NULL for one-input maps); out: (Dout) or (1) when Dout == 0 */
