@@ -7,7 +7,9 @@
  * The key of step t enters the state before its query reads it, so step t returns row t of
  * the causal parallel form (cosine.c, power.c) fed with the same rows. S is (B, H, D', Dv)
  * and z (B, H, D') with D' = D (cosine) or C(D+p−1, p) (power), kept in f64 for both dtypes
- * (long sequences accumulate without drift); inputs and outputs use the state's dtype. */
+ * (long sequences accumulate without drift); inputs and outputs use the state's dtype.
+ * S and z are f64 tensors on the state's device (cosine: m's; power: the cpu, its creator takes
+ * no tensor), updated by that device's lin_state_step kernel. */
 #include "linear.h"
 
 enum { KIND_COSINE = 0, KIND_POWER = 1 };
@@ -17,10 +19,10 @@ struct pn_lin_state {
     int dt, p;
     int64_t B, H, D, Dv, Dp; /* Dp: the feature dim of the state (D or C(D+p−1, p)) */
     double scale;            /* power: multiplies q·k */
-    double *s;               /* cosine: (H) σ(m_h) */
+    pn_tensor *m;            /* cosine: (H) the stabilisers, contiguous; the kernel takes σ(m_h) */
     pn_sympow_table *tab;    /* power: φᵖ */
-    double *S;               /* (B, H, Dp, Dv) */
-    double *z;               /* (B, H, Dp), power */
+    pn_tensor *S;            /* (B, H, Dp, Dv) f64 */
+    pn_tensor *z;            /* (B, H, Dp) f64, power */
     int64_t steps;           /* positions seen */
 };
 
@@ -28,10 +30,10 @@ static const char *state_name(const pn_lin_state *s) { return s->kind == KIND_PO
 
 void pn_lin_state_free(pn_lin_state *s) {
     if (!s) return;
-    free(s->s);
+    pn_release(s->m);
     pn_sympow_table_free(s->tab);
-    pn_free(s->S, sizeof(double) * (size_t)(s->B * s->H * s->Dp * s->Dv));
-    if (s->z) pn_free(s->z, sizeof(double) * (size_t)(s->B * s->H * s->Dp));
+    pn_release(s->S);
+    pn_release(s->z);
     free(s);
 }
 
@@ -44,21 +46,20 @@ static pn_status check_dims(const char *op, int64_t B, int64_t H, int64_t D, int
     return PN_OK;
 }
 
-/* S (and z) zeroed; pn_alloc counts them in pn_live_bytes */
-static pn_lin_state *alloc_state(const char *op, pn_lin_state *s, bool with_z) {
+/* S (and z) zeroed tensors on device dev (counted in pn_live_bytes) */
+static pn_lin_state *alloc_state(const char *op, pn_lin_state *s, bool with_z, int dev) {
     const int64_t n = s->B * s->H * s->Dp;
     if (n > INT64_MAX / 8 / s->Dv) {
         pn_lin_state_free(s);
         return pn_error_null(PN_ERR_ARG, "%s: state of %lld x %lld elements is too large", op, (long long)n,
                              (long long)s->Dv);
     }
-    s->S = pn_alloc(sizeof(double) * (size_t)(n * s->Dv));
-    if (s->S && with_z) s->z = pn_alloc(sizeof(double) * (size_t)n);
+    s->S = pn_zeros(4, (int64_t[]){s->B, s->H, s->Dp, s->Dv}, PN_F64, dev);
+    if (s->S && with_z) s->z = pn_zeros(3, (int64_t[]){s->B, s->H, s->Dp}, PN_F64, dev);
     if (!s->S || (with_z && !s->z)) {
         pn_lin_state_free(s);
-        return NULL; /* pn_alloc set the error */
+        return NULL; /* pn_zeros set the error */
     }
-    pn_lin_state_reset(s);
     return s;
 }
 
@@ -66,19 +67,19 @@ pn_lin_state *pn_cosine_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, p
     const char *op = "cosine_state";
     if (check_dims(op, B, H, D, Dv, dtype)) return NULL;
     if (!m) return pn_error_null(PN_ERR_ARG, "%s: m (one stabiliser per head, shape [%lld]) is required", op, (long long)H);
-    if (pn_check_cpu(op, "m", m) || pn_check_float(op, "m", m)) return NULL;
+    if (pn_check_float(op, "m", m)) return NULL;
     if (m->nd != 1 || m->sizes[0] != H)
         return pn_error_null(PN_ERR_SHAPE, "%s: m %s must have shape [%lld] (one per head)", op, pn_shape_str(m),
                              (long long)H);
     pn_lin_state *s = calloc(1, sizeof *s);
-    if (s) s->s = malloc(sizeof(double) * (size_t)H);
-    if (!s || !s->s) {
+    if (!s) return pn_error_null(PN_ERR_OOM, "%s: out of memory", op);
+    s->m = pn_contig_copy(m); /* a constant of the state: a copy without history */
+    if (!s->m) {
         free(s);
-        return pn_error_null(PN_ERR_OOM, "%s: out of memory", op);
+        return NULL;
     }
     s->kind = KIND_COSINE, s->dt = dtype, s->B = B, s->H = H, s->D = D, s->Dv = Dv, s->Dp = D;
-    for (int64_t h = 0; h < H; h++) s->s[h] = 1.0 / (1.0 + exp(-pn_ld(pn_ptr(m), m->dt, h * m->strides[0])));
-    return alloc_state(op, s, false);
+    return alloc_state(op, s, false, m->dev);
 }
 
 pn_lin_state *pn_power_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, int p, double scale, int dtype) {
@@ -97,30 +98,32 @@ pn_lin_state *pn_power_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, in
     }
     s->kind = KIND_POWER, s->dt = dtype, s->p = p, s->scale = scale, s->tab = tab;
     s->B = B, s->H = H, s->D = D, s->Dv = Dv, s->Dp = tab->Dp;
-    return alloc_state(op, s, true);
+    return alloc_state(op, s, true, PN_CPU);
 }
 
 void pn_lin_state_reset(pn_lin_state *s) {
     if (!s) return;
-    memset(s->S, 0, sizeof(double) * (size_t)(s->B * s->H * s->Dp * s->Dv));
-    if (s->z) memset(s->z, 0, sizeof(double) * (size_t)(s->B * s->H * s->Dp));
+    (void)pn_fill_(s->S, 0); /* cannot fail: S and z were filled at creation by the same kernel */
+    if (s->z) (void)pn_fill_(s->z, 0);
     s->steps = 0;
 }
 
 int64_t pn_lin_state_bytes(const pn_lin_state *s) {
     if (!s) return 0;
-    int64_t n = (int64_t)sizeof *s + (int64_t)sizeof(double) * s->B * s->H * s->Dp * s->Dv;
-    if (s->z) n += (int64_t)sizeof(double) * s->B * s->H * s->Dp;
-    if (s->s) n += (int64_t)sizeof(double) * s->H;
+    int64_t n = (int64_t)sizeof *s + pn_numel(s->S) * (int64_t)sizeof(double);
+    if (s->z) n += pn_numel(s->z) * (int64_t)sizeof(double);
+    if (s->m) n += pn_numel(s->m) * (int64_t)pn_elsize(s->m->dt);
     if (s->tab) n += (int64_t)sizeof *s->tab + s->tab->Dp * (int64_t)(s->tab->p * sizeof(int32_t) + sizeof(double));
     return n;
 }
 
-/* t must be (B, H, n) in the state's dtype, on the cpu */
+/* t must be (B, H, n) in the state's dtype, on the state's device */
 static pn_status check_row(const pn_lin_state *s, const char *arg, const pn_tensor *t, int64_t n) {
     const char *op = state_name(s);
     if (!t) return pn_error(PN_ERR_ARG, "%s.step: %s is nil", op, arg);
-    PN_TRY(pn_check_cpu(op, arg, t));
+    if (t->dev != s->S->dev)
+        return pn_error(PN_ERR_DEVICE, "%s.step: %s %s is on %s but the state is on %s", op, arg, pn_shape_str(t),
+                        pn_device_name(t->dev), pn_device_name(s->S->dev));
     if (t->dt != s->dt)
         return pn_error(PN_ERR_DTYPE, "%s.step: %s %s %s must have the state's dtype %s", op, arg, pn_dtype_name(t->dt),
                         pn_shape_str(t), pn_dtype_name(s->dt));
@@ -143,8 +146,21 @@ pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_ten
     pn_tensor *qc = pn_contig(q), *kc = pn_contig(k), *vc = pn_contig(v);
     pn_tensor *gc = log_gate ? pn_contig(log_gate) : NULL;
     int64_t shape[3] = {s->B, s->H, s->Dv};
-    pn_tensor *out = (qc && kc && vc && (gc || !log_gate)) ? pn_empty(3, shape, s->dt, PN_CPU) : NULL;
-    if (!out) goto done;
+    pn_tensor *out = (qc && kc && vc && (gc || !log_gate)) ? pn_empty(3, shape, s->dt, s->S->dev) : NULL;
+    if (out && PN_KCALL_ON(op, out, lin_state_step, s, qc, kc, vc, gc, out)) {
+        pn_release(out);
+        out = NULL; /* the state may be partly updated: reset it before reuse */
+    }
+    if (out) s->steps++;
+    pn_release(qc), pn_release(kc), pn_release(vc), pn_release(gc);
+    return out;
+}
+
+/* CPU kernel: q, k (B, H, D), v, out (B, H, Dv), gc (B, H) log gates or NULL, contiguous; S, z
+ * of the state updated in place; the step is position s->steps + 1 */
+pn_status pn_cpu_lin_state_step(pn_lin_state *s, const pn_tensor *qc, const pn_tensor *kc, const pn_tensor *vc,
+                                const pn_tensor *gc, pn_tensor *out) {
+    const char *op = state_name(s);
     const int64_t BH = s->B * s->H, D = s->D, Dv = s->Dv, Dp = s->Dp;
     const int64_t n = s->steps + 1; /* positions including this one */
     int oom = 0;
@@ -159,7 +175,7 @@ pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_ten
         for (int64_t bh = 0; bh < BH; bh++) {
             if (!buf) continue;
             double *x = buf, *xs = x + D, *vr = xs + D, *o = vr + Dv, *ph = o + Dv;
-            double *S = s->S + bh * Dp * Dv;
+            double *S = (double *)pn_ptr(s->S) + bh * Dp * Dv;
             ld_row(pn_ptr(vc), s->dt, bh * Dv, Dv, vr);
             ld_row(pn_ptr(kc), s->dt, bh * D, D, x);
             if (s->kind == KIND_COSINE) {
@@ -168,12 +184,13 @@ pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_ten
                     for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += ph[d] * vr[e];
                 ld_row(pn_ptr(qc), s->dt, bh * D, D, x);
                 cos_normalize(x, ph, D);
-                const double c = n > 1 ? exp(-s->s[bh % s->H] * log((double)n)) : 1.0;
+                const double sig = 1.0 / (1.0 + exp(-pn_ld(pn_ptr(s->m), s->m->dt, bh % s->H)));
+                const double c = n > 1 ? exp(-sig * log((double)n)) : 1.0;
                 for (int64_t e = 0; e < Dv; e++) o[e] = 0;
                 for (int64_t d = 0; d < D; d++)
                     for (int64_t e = 0; e < Dv; e++) o[e] += c * ph[d] * S[d * Dv + e];
             } else {
-                double *z = s->z + bh * Dp;
+                double *z = (double *)pn_ptr(s->z) + bh * Dp;
                 if (gc) {
                     const double gam = exp(pn_ld(pn_ptr(gc), s->dt, bh));
                     for (int64_t i = 0; i < Dp * Dv; i++) S[i] *= gam;
@@ -197,13 +214,6 @@ pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_ten
         }
         free(buf);
     }
-    if (oom) {
-        pn_release(out);
-        out = pn_error_null(PN_ERR_OOM, "%s.step: out of memory", op);
-        goto done; /* the state may be partly updated: reset it before reuse */
-    }
-    s->steps = n;
-done:
-    pn_release(qc), pn_release(kc), pn_release(vc), pn_release(gc);
-    return out;
+    if (oom) return pn_error(PN_ERR_OOM, "%s.step: out of memory", op);
+    return PN_OK;
 }
