@@ -2,7 +2,7 @@
  * counter (offset + i/4, lane i%4) under key = seed, so the stream depends only on the
  * seed and the draw order — not on thread count or device. Each draw advances the
  * global offset past the counters it used. */
-#include "internal.h"
+#include "backend.h"
 
 static uint64_t g_seed = 0x5eed;
 static uint64_t g_offset = 0; /* in 128-bit counter blocks */
@@ -30,12 +30,11 @@ uint64_t pn_philox_reserve(int64_t blocks, uint64_t *seed) {
     return reserve(blocks);
 }
 
-/* Fill the contiguous tensor t: kind 0 uniform, 1 normal. Two words per value. */
-static void fill_random(pn_tensor *t, int kind) {
+/* CPU kernel: fill the contiguous tensor t, kind 0 uniform, 1 normal; two words per value,
+ * counter base + b for the values 2b, 2b+1 under key seed */
+pn_status pn_cpu_fill_random(pn_tensor *t, int kind, uint64_t seed, uint64_t base) {
     int64_t n = pn_numel(t);
     int64_t blocks = (n + 1) / 2; /* one block = 4 words = 2 values */
-    uint64_t base = reserve(blocks);
-    uint64_t seed = g_seed;
     char *p = pn_ptr(t);
     int dt = t->dt;
     #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
@@ -63,13 +62,19 @@ static void fill_random(pn_tensor *t, int kind) {
             if (i + 1 < n) pn_st(p, dt, i + 1, v1);
         }
     }
+    return PN_OK;
 }
 
 static pn_tensor *random_tensor(const char *op, int nd, const int64_t *shape, int dtype, int device, int kind) {
     if (dtype != PN_F32 && dtype != PN_F64)
         return pn_error_null(PN_ERR_DTYPE, "%s: dtype %s not supported, use f32 or f64", op, pn_dtype_name(dtype));
     pn_tensor *t = pn_empty(nd, shape, dtype, device);
-    if (t) fill_random(t, kind);
+    if (!t) return NULL;
+    uint64_t base = reserve((pn_numel(t) + 1) / 2); /* the stream is reserved here, on the host */
+    if (PN_KCALL_ON(op, t, fill_random, t, kind, g_seed, base)) {
+        pn_release(t);
+        return NULL;
+    }
     return t;
 }
 

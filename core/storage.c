@@ -1,13 +1,25 @@
-/* storage.c — refcounted data buffers shared by views. */
-#include "internal.h"
+/* storage.c — refcounted data buffers shared by views, allocated and freed by their device's
+ * mem_alloc / mem_free kernels (counted in pn_live_bytes on every device). */
+#include "backend.h"
+
+/* the CPU's (kernels.def): pn_alloc / pn_free, counted */
+pn_status pn_cpu_mem_alloc(size_t nbytes, void **out) {
+    *out = pn_alloc(nbytes);
+    return *out ? PN_OK : PN_ERR_OOM; /* pn_alloc set the error */
+}
+
+pn_status pn_cpu_mem_free(void *p, size_t nbytes) {
+    pn_free(p, nbytes);
+    return PN_OK;
+}
 
 pn_storage *pn_storage_new(size_t nbytes, int dev) {
-    if (dev != PN_CPU)
-        return pn_error_null(PN_ERR_DEVICE, "storage: device %d is not available in this build", dev);
+    const pn_kernels *k;
+    if (pn_backend_for("storage", dev, &k)) return NULL;
     pn_storage *s = malloc(sizeof *s);
     if (!s) return pn_error_null(PN_ERR_OOM, "storage: out of memory");
-    s->data = pn_alloc(nbytes);
-    if (!s->data) {
+    s->data = NULL;
+    if (PN_KCALL("storage", k, mem_alloc, nbytes, &s->data)) {
         free(s);
         return NULL;
     }
@@ -22,7 +34,8 @@ void pn_storage_retain(pn_storage *s) { __atomic_add_fetch(&s->refcount, 1, __AT
 void pn_storage_release(pn_storage *s) {
     if (!s) return;
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        pn_free(s->data, s->nbytes);
+        const pn_kernels *k = pn_backend(s->dev); /* present: the storage was allocated through it */
+        if (k && k->mem_free) k->mem_free(s->data, s->nbytes);
         free(s);
     }
 }

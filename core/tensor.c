@@ -180,8 +180,8 @@ static pn_status check_new(const char *op, int nd, const int64_t *shape, int dty
             return pn_error(PN_ERR_ARG, "%s: negative size %lld at dim %d in shape %s", op,
                             (long long)shape[i], i, pn_dims_str(nd, shape));
     if (dtype < PN_F32 || dtype > PN_U8) return pn_error(PN_ERR_DTYPE, "%s: unknown dtype %d", op, dtype);
-    if (device != PN_CPU)
-        return pn_error(PN_ERR_DEVICE, "%s: device cuda is not available in this build", op);
+    if (!pn_backend(device))
+        return pn_error(PN_ERR_DEVICE, "%s: device %s is not available in this build", op, pn_device_name(device));
     return PN_OK;
 }
 
