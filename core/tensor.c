@@ -443,6 +443,7 @@ pn_status pn_cpu_scale(pn_tensor *y, double alpha) {
 /* ---- element access ---------------------------------------------------------------------- */
 pn_status pn_item(const pn_tensor *t, double *out) {
     if (!t) return pn_error(PN_ERR_ARG, "item: nil tensor");
+    PN_TRY(pn_check_cpu("item", "t", t)); /* a host read: :to('cpu') first */
     if (pn_numel(t) != 1)
         return pn_error(PN_ERR_SHAPE, "item: tensor %s has %lld elements, expected 1", pn_shape_str(t),
                         (long long)pn_numel(t));
@@ -451,6 +452,7 @@ pn_status pn_item(const pn_tensor *t, double *out) {
 }
 
 pn_status pn_get(const pn_tensor *t, const int64_t *index, double *out) {
+    PN_TRY(pn_check_cpu("get", "t", t)); /* a host read: :to('cpu') first */
     int64_t off = 0;
     for (int i = 0; i < t->nd; i++) {
         if (index[i] < 0 || index[i] >= t->sizes[i])

@@ -10,7 +10,7 @@
  *
  * Two stable counting sorts (by src, then by dst): O(E + N) time and memory, and the
  * result does not depend on the input order of the edges. */
-#include "../internal.h"
+#include "../backend.h"
 
 #include <stdint.h>
 
@@ -20,7 +20,6 @@ pn_status pn_graph_csr(pn_tensor *edges, int64_t num_nodes, int self_loops, pn_t
     *offsets = NULL;
     *src = NULL;
     if (!edges) return pn_error(PN_ERR_ARG, "%s: edges is nil", op);
-    PN_TRY(pn_check_cpu(op, "edges", edges));
     if (!pn_is_index(edges->dt))
         return pn_error(PN_ERR_DTYPE, "%s: edges %s has dtype %s, expected i32 or i64 node ids", op,
                         pn_shape_str(edges), pn_dtype_name(edges->dt));
@@ -29,6 +28,14 @@ pn_status pn_graph_csr(pn_tensor *edges, int64_t num_nodes, int self_loops, pn_t
     if (num_nodes < 0)
         return pn_error(PN_ERR_ARG, "%s: edges %s: num_nodes = %lld must be >= 0", op, pn_shape_str(edges),
                         (long long)num_nodes);
+    return PN_KCALL_ON(op, edges, graph_csr, edges, num_nodes, self_loops, offsets, src);
+}
+
+/* CPU kernel: validates the node ids (the error names the row), then builds the CSR; offsets
+ * (N+1) and src (E') i64, allocated on the cpu */
+pn_status pn_cpu_graph_csr(const pn_tensor *edges, int64_t num_nodes, int self_loops, pn_tensor **offsets,
+                           pn_tensor **src) {
+    const char *op = "graph_csr";
     const int64_t E = edges->sizes[0], N = num_nodes;
     const char *eb = pn_ptr(edges);
     const int64_t s0 = edges->strides[0], s1 = edges->strides[1];

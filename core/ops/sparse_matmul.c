@@ -3,7 +3,7 @@
  * them; here each call finds a's nonzeros (one pass over a) and does nnz·N, forward and
  * backward. Deterministic: every output row (forward, dA) and every row of dB is written
  * by one thread, summing in index order. */
-#include "../internal.h"
+#include "../backend.h"
 
 /* CSR view of the nonzeros of a contiguous (M, K) matrix */
 typedef struct {
@@ -60,9 +60,26 @@ static pn_status csr_of(const pn_tensor *a, int64_t M, int64_t K, csr *c) {
     return PN_OK;
 }
 
-static void csr_free_extra(void *e) {
-    csr_free((csr *)e);
-    free(e);
+/* CPU kernels (kernels.def). The plan is the CSR of a's nonzeros, made by the forward and kept
+ * for the backward (freed with spmm_free). */
+pn_status pn_cpu_spmm_free(void *plan) {
+    if (plan) {
+        csr_free((csr *)plan);
+        free(plan);
+    }
+    return PN_OK;
+}
+
+/* the node's extra: the plan and the device whose spmm_free releases it */
+typedef struct {
+    int dev;
+    void *plan;
+} kept_plan;
+
+static void plan_free_extra(void *e) {
+    kept_plan *k = e;
+    (void)PN_KCALL("matmul_sparse_lhs", pn_backend(k->dev), spmm_free, k->plan);
+    free(k);
 }
 
 /* out (M, N) = csr(a) · b, b contiguous (K, N) */
@@ -92,12 +109,49 @@ static void spmm(const csr *c, int64_t M, int64_t N, const pn_tensor *b, pn_tens
     }
 }
 
-/* saved[0] = b (contiguous); extra = the CSR of a from the forward; iv[0..1] = M, K.
+/* out (M, N) = a · b from a's plan; a, b contiguous */
+pn_status pn_cpu_spmm_fwd(const pn_tensor *a, const pn_tensor *b, pn_tensor *out, void **plan) {
+    int64_t M = a->sizes[0], K = a->sizes[1], N = b->sizes[1];
+    csr *c = malloc(sizeof *c);
+    if (!c) return pn_error(PN_ERR_OOM, "matmul_sparse_lhs: out of memory");
+    if (csr_of(a, M, K, c)) {
+        free(c);
+        return PN_ERR_OOM;
+    }
+    spmm(c, M, N, b, out);
+    *plan = c;
+    return PN_OK;
+}
+
+/* db (K, N) zeroed += aᵀ·g over a's nonzeros (the plan); g contiguous (M, N) */
+pn_status pn_cpu_spmm_bwd_b(const void *plan, const pn_tensor *g, pn_tensor *db) {
+    const csr c = *(const csr *)plan;
+    int64_t M = g->sizes[0], N = g->sizes[1];
+    /* dB[k, :] += a[i, k]·g[i, :]: serial over the nonzeros keeps the sum order fixed;
+     * nnz·N is small next to the dense GEMM it replaces */
+    const char *pg = pn_ptr(g);
+    char *pd = pn_ptr(db);
+    bool f32 = db->dt == PN_F32;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t t = c.row[i]; t < c.row[i + 1]; t++) {
+            if (f32) {
+                float *d = (float *)pd + c.col[t] * N, v = (float)c.val[t];
+                const float *gr = (const float *)pg + i * N;
+                for (int64_t j = 0; j < N; j++) d[j] += v * gr[j];
+            } else {
+                double *d = (double *)pd + c.col[t] * N, v = c.val[t];
+                const double *gr = (const double *)pg + i * N;
+                for (int64_t j = 0; j < N; j++) d[j] += v * gr[j];
+            }
+        }
+    return PN_OK;
+}
+
+/* saved[0] = b (contiguous); extra = the plan (a's nonzeros) from the forward; iv[0..1] = M, K.
  * dA = g·bᵀ (dense), dB = aᵀ·g (over a's nonzeros) */
 static pn_status sparse_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *b = n->saved[0];
-    const csr *cp = (const csr *)n->extra;
-    int64_t M = n->iv[0], K = n->iv[1], N = b->sizes[1];
+    int64_t K = n->iv[1], N = b->sizes[1];
     if (pn_ag_input_needs(n, 0)) {
         pn_tensor *bt = pn_transpose(b, 0, 1);
         gin[0] = bt ? pn_matmul(g, bt) : NULL;
@@ -107,29 +161,12 @@ static pn_status sparse_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     if (pn_ag_input_needs(n, 1)) {
         pn_tensor *gc = pn_contiguous(g);
         pn_tensor *db = gc ? pn_zeros(2, (int64_t[]){K, N}, b->dt, b->dev) : NULL;
-        if (!db) {
-            pn_release(gc);
-            return PN_ERR_OOM;
-        }
-        const csr c = *cp;
-        /* dB[k, :] += a[i, k]·g[i, :]: serial over the nonzeros keeps the sum order fixed;
-         * nnz·N is small next to the dense GEMM it replaces */
-        const char *pg = pn_ptr(gc);
-        char *pd = pn_ptr(db);
-        bool f32 = b->dt == PN_F32;
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t t = c.row[i]; t < c.row[i + 1]; t++) {
-                if (f32) {
-                    float *d = (float *)pd + c.col[t] * N, v = (float)c.val[t];
-                    const float *gr = (const float *)pg + i * N;
-                    for (int64_t j = 0; j < N; j++) d[j] += v * gr[j];
-                } else {
-                    double *d = (double *)pd + c.col[t] * N, v = c.val[t];
-                    const double *gr = (const double *)pg + i * N;
-                    for (int64_t j = 0; j < N; j++) d[j] += v * gr[j];
-                }
-            }
+        pn_status st = db ? PN_KCALL_ON("matmul_sparse_lhs", db, spmm_bwd_b, ((kept_plan *)n->extra)->plan, gc, db) : PN_ERR_OOM;
         pn_release(gc);
+        if (st) {
+            pn_release(db);
+            return st;
+        }
         gin[1] = db;
     }
     return PN_OK;
@@ -137,8 +174,11 @@ static pn_status sparse_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
 
 pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b) {
     static const char *op = "matmul_sparse_lhs";
-    if (pn_check_float(op, "a", a) || pn_check_float(op, "b", b) || pn_check_cpu(op, "a", a) ||
-        pn_check_cpu(op, "b", b))
+    int dev;
+    const pn_kernels *kt;
+    if (!a || !b) return pn_error_null(PN_ERR_ARG, "%s: %s is nil", op, a ? "b" : "a");
+    if (pn_check_float(op, "a", a) || pn_check_float(op, "b", b) ||
+        pn_kernels_for(op, 2, (const pn_tensor *const[]){a, b}, (const char *const[]){"a", "b"}, &dev, &kt))
         return NULL;
     if (a->nd != 2 || b->nd != 2 || a->sizes[1] != b->sizes[0])
         return pn_error_null(PN_ERR_SHAPE, "%s: a %s and b %s must be (M, K) and (K, N)", op, pn_shape_str(a),
@@ -147,22 +187,21 @@ pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b) {
         return pn_error_null(PN_ERR_DTYPE, "%s: a is %s, b is %s", op, pn_dtype_name(a->dt), pn_dtype_name(b->dt));
     int64_t M = a->sizes[0], K = a->sizes[1], N = b->sizes[1];
     pn_tensor *ac = pn_contiguous(a), *bc = ac ? pn_contiguous(b) : NULL;
-    pn_tensor *out = bc ? pn_empty(2, (int64_t[]){M, N}, a->dt, a->dev) : NULL;
-    csr c;
-    if (!out || csr_of(ac, M, K, &c)) {
+    pn_tensor *out = bc ? pn_empty(2, (int64_t[]){M, N}, a->dt, dev) : NULL;
+    void *plan = NULL;
+    if (!out || PN_KCALL(op, kt, spmm_fwd, ac, bc, out, &plan)) {
         pn_release(ac);
         pn_release(bc);
         pn_release(out);
         return NULL;
     }
-    spmm(&c, M, N, bc, out);
     pn_tensor *ins[2] = {a, b};
     pn_node *n = pn_ag_needed(2, ins) ? pn_ag_record(out, op, sparse_bw, 2, ins) : NULL;
-    csr *kept = n ? malloc(sizeof *kept) : NULL;
-    if (n && kept) { /* the backward reuses the forward's CSR */
-        *kept = c;
-        n->extra = kept;
-        n->free_extra = csr_free_extra;
+    kept_plan *kp = n ? malloc(sizeof *kp) : NULL;
+    if (n && kp) { /* the backward reuses the forward's plan; the node frees it */
+        *kp = (kept_plan){dev, plan};
+        n->extra = kp;
+        n->free_extra = plan_free_extra;
         n->iv[0] = M;
         n->iv[1] = K;
         if (pn_ag_save(n, bc)) {
@@ -170,7 +209,7 @@ pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b) {
             out = NULL;
         }
     } else {
-        csr_free(&c);
+        (void)PN_KCALL(op, kt, spmm_free, plan);
         if (pn_ag_needed(2, ins)) { /* recording failed */
             pn_release(out);
             out = pn_error_null(PN_ERR_OOM, "%s: out of memory recording the autograd node", op);
