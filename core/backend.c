@@ -56,3 +56,24 @@ pn_status pn_kernels_for(const char *op, int n, const pn_tensor *const *ts, cons
     PN_TRY(pn_common_device(op, n, ts, names, dev));
     return pn_backend_for(op, *dev, k);
 }
+
+/* ---- introspection (penumbra.h) ---- */
+static const char *const kernel_names[] = {
+#define PN_KERNEL(name, args) #name,
+#include "kernels.def"
+};
+enum { N_KERNELS = sizeof kernel_names / sizeof kernel_names[0] };
+
+int pn_kernel_count(void) { return N_KERNELS; }
+
+const char *pn_kernel_name(int i) { return i >= 0 && i < N_KERNELS ? kernel_names[i] : NULL; }
+
+int pn_kernel_present(int dev, int i) {
+    const pn_kernels *k = pn_backend(dev);
+    if (!k) return -1;
+    if (i < 0 || i >= N_KERNELS) return 0;
+    int j = 0; /* kernels.def order, as the names above */
+#define PN_KERNEL(name, args) if (j++ == i) return k->name != NULL;
+#include "kernels.def"
+    return 0;
+}

@@ -72,6 +72,12 @@ void pn_interrupt_install(void);
 int pn_interrupted(void);
 void pn_interrupt_clear(void);
 int pn_cuda_available(void);
+/* The device kernels (core/kernels.def), for listing what a backend has: their number, the name
+ * of kernel i (0-based; NULL out of range), and whether device dev has it (1), lacks it (0) or
+ * is not built in (-1). */
+int pn_kernel_count(void);
+const char *pn_kernel_name(int i);
+int pn_kernel_present(int dev, int i);
 
 /* ---- lifetime ---------------------------------------------------------------- */
 void pn_retain(pn_tensor *t);

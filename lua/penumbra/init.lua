@@ -2,9 +2,10 @@
 -- Tensors and ops come from penumbra.tensor; later layers (nn, optim, data, experiment,
 -- plot) hang off the same table.
 local B = require 'penumbra_ffi'
+local ffi = require 'ffi'
 local pn = require 'penumbra.tensor'
 
-pn.version = require('ffi').string(B.C.pn_version())
+pn.version = ffi.string(B.C.pn_version())
 
 function pn.live_tensors() return tonumber(B.C.pn_live_tensors()) end
 function pn.live_bytes() return tonumber(B.C.pn_live_bytes()) end
@@ -12,6 +13,24 @@ function pn.live_nodes() return tonumber(B.C.pn_live_nodes()) end
 function pn.num_threads() return B.C.pn_num_threads() end
 function pn.set_num_threads(n) B.C.pn_set_num_threads(n) end
 function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end
+
+-- pn.kernels(device) -> list of kernel names (core/kernels.def order), and list[name] = true when
+-- the device's backend has that kernel, false when it is missing; an error when the device is
+-- unknown or not built in. What a backend still lacks: the names whose entry is false.
+function pn.kernels(device)
+  device = device or 'cpu'
+  local dev = B.devices[device]
+  if dev == nil then error("kernels: unknown device '" .. tostring(device) .. "' (cpu, cuda)", 2) end
+  local list = {}
+  for i = 0, B.C.pn_kernel_count() - 1 do
+    local name = ffi.string(B.C.pn_kernel_name(i))
+    local present = B.C.pn_kernel_present(dev, i)
+    if present < 0 then error('kernels: device ' .. device .. ' is not available in this build', 2) end
+    list[#list + 1] = name
+    list[name] = present == 1
+  end
+  return list
+end
 
 -- the layers above the tensors (a missing or renamed one is an error, not a silent nil)
 for _, name in ipairs({ 'io', 'nn', 'optim', 'data', 'experiment', 'plot' }) do
