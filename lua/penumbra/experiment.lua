@@ -212,51 +212,68 @@ local function positive_int(name, what, v)
   return v
 end
 
-function M.run(def, overrides)
-  check_def(def)
-  -- keys starting with '_' steer the runner (e.g. _quiet from ./bench compare), not the config
-  local user, internal = {}, {}
-  for k, v in pairs(overrides or {}) do
-    if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
-  end
-  local cfg = M.config(def.config or {}, user)
-  -- the length of training: cfg.steps (step-based: online batches, NMT, link prediction) or
-  -- cfg.epochs (full-batch: one step is one epoch); evaluation every eval_every steps and at
-  -- the last one; patience counts evaluations without progress
-  local unit = def.unit or (cfg.steps ~= nil and 'step' or 'epoch')
-  if unit ~= 'step' and unit ~= 'epoch' then error("experiment '" .. def.name .. "': unit must be 'step' or 'epoch'", 0) end
-  local max_steps = positive_int(def.name, unit == 'step' and 'steps' or 'epochs',
-    (unit == 'step' and cfg.steps or cfg.epochs) or 100)
-  local eval_every = positive_int(def.name, 'eval_every', cfg.eval_every or def.eval_every or 1)
-  local patience = cfg.patience or math.huge
-  -- Ctrl-C from here on only sets a flag (polled between steps), so it cannot strike
-  -- between creating the run file and the protected training loop
-  local C = require('penumbra_ffi').C
-  C.pn_interrupt_install()
-  local seed = cfg.seed or 0
-  pn.manual_seed(seed)
-  math.randomseed(seed)
-  local quiet = cfg.quiet or internal._quiet
-  local monitor, mode = def.monitor or 'val_acc', def.mode or 'max'
-  local function cmp(md) return md == 'max' and function(a, b) return a > b end or function(a, b) return a < b end end
-  local better = cmp(mode)
-  local function sorted(t, extra)
-    local out = {}
-    for name, md in pairs(t or {}) do
-      if md ~= 'max' and md ~= 'min' then
-        error(string.format("experiment '%s': %s.%s must be 'max' or 'min', got %s", def.name, extra, name, tostring(md)), 0)
-      end
-      out[#out + 1] = { name = name, better = cmp(md), best = md == 'max' and -math.huge or math.huge }
-    end
-    table.sort(out, function(a, b) return a.name < b.name end)
-    return out
-  end
-  -- secondary metrics (GAT: val_loss) that also count as progress for patience
-  local also = sorted(def.also, 'also')
-  -- further metrics whose best value (and step) the summary reports (BLEU, link AUC, …)
-  local track = sorted(def.track, 'track')
+-- The metrics an evaluation is judged by: the monitor (checkpoint and early stopping), `also`
+-- (progress on any of them resets patience; a tie on the monitor with a better first `also`
+-- checkpoints — GAT's rule) and `track` (their best and when, for the summary).
+local Judge = {}
+Judge.__index = Judge
 
-  -- the run file, before any training
+local function cmp(md) return md == 'max' and function(a, b) return a > b end or function(a, b) return a < b end end
+
+local function judged(name, t, what)
+  local out = {}
+  for metric, md in pairs(t or {}) do
+    if md ~= 'max' and md ~= 'min' then
+      error(string.format("experiment '%s': %s.%s must be 'max' or 'min', got %s", name, what, metric, tostring(md)), 0)
+    end
+    out[#out + 1] = { name = metric, better = cmp(md), best = md == 'max' and -math.huge or math.huge }
+  end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  return out
+end
+
+local function new_judge(def, patience)
+  local mode = def.mode or 'max'
+  return setmetatable({ monitor = def.monitor or 'val_acc', better = cmp(mode), patience = patience,
+    best = mode == 'max' and -math.huge or math.huge, best_step = 0, bad = 0,
+    also = judged(def.name, def.also, 'also'), track = judged(def.name, def.track, 'track') }, Judge)
+end
+
+-- one evaluation's metrics m at step: returns whether it is the new best (checkpoint it)
+function Judge:evaluate(m, step)
+  local score = m[self.monitor]
+  if score == nil then error("experiment: monitor '" .. self.monitor .. "' was not produced by train/evaluate", 0) end
+  local progress, tie_better = false, false
+  for i, a in ipairs(self.also) do
+    local v = m[a.name]
+    if v ~= nil and a.better(v, a.best) then
+      a.best, progress = v, true
+      if i == 1 then tie_better = true end
+    end
+  end
+  for _, t in ipairs(self.track) do
+    local v = m[t.name]
+    if v ~= nil and t.better(v, t.best) then t.best, t.step = v, step end
+  end
+  local new_best = self.better(score, self.best) or (score == self.best and tie_better)
+  if new_best then self.best, self.best_step, progress = score, step, true end
+  self.bad = progress and 0 or self.bad + 1
+  return new_best
+end
+
+function Judge:stop() return self.bad >= self.patience end
+
+function Judge:summary(result, unit, steps_run)
+  result['best_' .. unit] = self.best_step
+  result[unit .. 's'] = steps_run
+  result['best_' .. self.monitor] = self.best
+  for _, t in ipairs(self.track) do
+    if t.step then result['best_' .. t.name], result['best_' .. t.name .. '_' .. unit] = t.best, t.step end
+  end
+end
+
+-- The run file runs/<name>/<UTC stamp>-s<seed>.h5 (a new name if taken) with its metadata.
+local function open_run(def, cfg, seed, unit)
   local runs_dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. def.name
   if not writable_dir(runs_dir) then
     error('experiment: cannot write run files to ' .. runs_dir .. ' (set PENUMBRA_RUNS to a writable folder)', 0)
@@ -282,28 +299,69 @@ function M.run(def, overrides)
   run:set('status', 'running')
   run:set('threads', pn.num_threads and pn.num_threads() or 1)
   f:flush()
+  return run
+end
 
+-- The progress line: rewritten in place on a terminal, else one line every 10 s.
+local function progress_printer(quiet)
   local tty = is_tty() and not quiet
-  local status, err_msg = 'running', nil
-  local best, best_step, steps_run = (mode == 'max') and -math.huge or math.huge, 0, 0
-  local state
+  local last = 0
+  return function(line, elapsed, first)
+    if quiet then return end
+    if tty then
+      io.stderr:write('\r\27[K' .. line)
+      io.stderr:flush()
+    elseif elapsed - last >= 10 or first then
+      io.stderr:write(line .. '\n')
+      last = elapsed
+    end
+  end, tty
+end
+
+function M.run(def, overrides)
+  check_def(def)
+  -- keys starting with '_' steer the runner (e.g. _quiet from ./bench compare), not the config
+  local user, internal = {}, {}
+  for k, v in pairs(overrides or {}) do
+    if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
+  end
+  local cfg = M.config(def.config or {}, user)
+  -- the length of training: cfg.steps (step-based: online batches, NMT, link prediction) or
+  -- cfg.epochs (full-batch: one step is one epoch); evaluation every eval_every steps and at
+  -- the last one; patience counts evaluations without progress
+  local unit = def.unit or (cfg.steps ~= nil and 'step' or 'epoch')
+  if unit ~= 'step' and unit ~= 'epoch' then error("experiment '" .. def.name .. "': unit must be 'step' or 'epoch'", 0) end
+  local max_steps = positive_int(def.name, unit == 'step' and 'steps' or 'epochs',
+    (unit == 'step' and cfg.steps or cfg.epochs) or 100)
+  local eval_every = positive_int(def.name, 'eval_every', cfg.eval_every or def.eval_every or 1)
+  local judge = new_judge(def, cfg.patience or math.huge)
+  -- Ctrl-C from here on only sets a flag (polled between steps), so it cannot strike
+  -- between creating the run file and the protected training loop
+  local C = require('penumbra_ffi').C
+  C.pn_interrupt_install()
+  local seed = cfg.seed or 0
+  pn.manual_seed(seed)
+  math.randomseed(seed)
+  local quiet = cfg.quiet or internal._quiet
+  local run = open_run(def, cfg, seed, unit)
+  local path = run.path
+  local print_progress, tty = progress_printer(quiet)
+  local status, err_msg, steps_run = 'running', nil, 0
   local t0 = now()
   local result = {}
 
   local ok, err = xpcall(function()
-    state = def.setup(cfg, run)
+    local state = def.setup(cfg, run)
     local model = def.model and def.model(state)
-    local bad_evals = 0
-    local last_print = 0
     for step = 1, max_steps do
       if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) before ' .. unit .. ' ' .. step, 0) end
       -- online data: a fresh batch (or graph) per step
-      local batch
-      if def.batch then batch = def.batch(state, cfg, step) end
+      local batch = def.batch and def.batch(state, cfg, step)
       local m = def.train(state, cfg, step, batch) or {}
       if m.loss and m.loss ~= m.loss then
         status = 'failed'
-        err_msg = string.format('loss became NaN at %s %d; the last good checkpoint (%s %d) is kept', unit, step, unit, best_step)
+        err_msg = string.format('loss became NaN at %s %d; the last good checkpoint (%s %d) is kept', unit, step, unit,
+          judge.best_step)
         error(err_msg, 0)
       end
       steps_run = step
@@ -312,64 +370,27 @@ function M.run(def, overrides)
         for kk, vv in pairs(def.evaluate(state, cfg, 'val', step) or {}) do m['val_' .. kk] = vv end
       end
       run:log(m, step)
-      local stop = false
       if evaluated then
-        local score = m[monitor]
-        if score == nil then error("experiment: monitor '" .. monitor .. "' was not produced by train/evaluate", 0) end
-        local progress, tie_better = false, false
-        for i, a in ipairs(also) do
-          local v = m[a.name]
-          if v ~= nil and a.better(v, a.best) then
-            a.best = v
-            progress = true
-            if i == 1 then tie_better = true end
-          end
+        if judge:evaluate(m, step) and model then
+          run:checkpoint(model, { [unit] = step, step = step, [judge.monitor] = m[judge.monitor] })
         end
-        for _, t in ipairs(track) do
-          local v = m[t.name]
-          if v ~= nil and t.better(v, t.best) then t.best, t.step = v, step end
-        end
-        if better(score, best) or (score == best and tie_better) then
-          best, best_step = score, step
-          progress = true
-          if model then run:checkpoint(model, { [unit] = step, step = step, [monitor] = score }) end
-        end
-        if progress then bad_evals = 0 else bad_evals = bad_evals + 1 end
-        -- artefacts of this evaluation (translations, attention maps, radii): the hook writes
-        -- them with run:write / run:write_text
+        -- artefacts of this evaluation (translations, attention maps, radii)
         if def.on_eval then def.on_eval(state, cfg, run, step, m) end
-        stop = bad_evals >= patience
       end
       run:flush()
       local elapsed = now() - t0
-      if not quiet then
-        local eta = elapsed / step * math.min(max_steps - step, (patience - bad_evals) * eval_every)
-        local line = summarise_line(def.name, unit, step, m, best, elapsed, eta, monitor)
-        if tty then
-          io.stderr:write('\r\27[K' .. line)
-          io.stderr:flush()
-        elseif elapsed - last_print >= 10 or step == 1 then
-          io.stderr:write(line .. '\n')
-          last_print = elapsed
-        end
-      end
-      if stop then break end
+      local eta = elapsed / step * math.min(max_steps - step, (judge.patience - judge.bad) * eval_every)
+      print_progress(summarise_line(def.name, unit, step, m, judge.best, elapsed, eta, judge.monitor), elapsed, step == 1)
+      if evaluated and judge:stop() then break end
     end
     if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) after ' .. unit .. ' ' .. steps_run, 0) end
     if tty then io.stderr:write('\n') end
     -- restore the best checkpoint before the test evaluation
-    if model and best_step > 0 then model:load(path, 'params') end
-    result['best_' .. unit] = best_step
-    result[unit .. 's'] = steps_run
-    result['best_' .. monitor] = best
-    for _, t in ipairs(track) do
-      if t.step then result['best_' .. t.name], result['best_' .. t.name .. '_' .. unit] = t.best, t.step end
-    end
+    if model and judge.best_step > 0 then model:load(path, 'params') end
+    judge:summary(result, unit, steps_run)
     if def.evaluate then
-      local tm = def.evaluate(state, cfg, 'test') or {}
-      for kk, vv in pairs(tm) do result['test_' .. kk] = vv end
-      local vm = def.evaluate(state, cfg, 'val') or {}
-      for kk, vv in pairs(vm) do result['val_' .. kk] = vv end
+      for kk, vv in pairs(def.evaluate(state, cfg, 'test') or {}) do result['test_' .. kk] = vv end
+      for kk, vv in pairs(def.evaluate(state, cfg, 'val') or {}) do result['val_' .. kk] = vv end
     end
     if def.finish then
       for kk, vv in pairs(def.finish(state, cfg, run) or {}) do result[kk] = vv end
@@ -393,7 +414,7 @@ function M.run(def, overrides)
     run:set('status', status)
     run:set('end_time', utc_iso())
     if err_msg then run:set('error', err_msg) end
-    f:close()
+    run.f:close()
   end)
   if tty then io.stderr:write('\n') end
   if not quiet then
