@@ -46,6 +46,18 @@ pn_status pn_kernel_missing(const char *op, const pn_kernels *k, const char *ker
     (pn_backend((t)->dev) ? PN_KCALL(op, pn_backend((t)->dev), name, __VA_ARGS__)                       \
                           : pn_backend_for((op), (t)->dev, &(const pn_kernels *){NULL}))
 
+/* The end of a backward that computed one gradient: releases the scratch tmp (may be NULL); on
+ * success the gradient goes to *slot, on failure it is released and st returned. */
+static inline pn_status pn_bw_result(pn_status st, pn_tensor *tmp, pn_tensor *grad, pn_tensor **slot) {
+    pn_release(tmp);
+    if (st) {
+        pn_release(grad);
+        return st;
+    }
+    *slot = grad;
+    return PN_OK;
+}
+
 /* Every tensor in ts (NULL entries skipped) on one device: *dev gets it; the error names op,
  * the arguments (names[i]) and their shapes and devices. */
 pn_status pn_common_device(const char *op, int n, const pn_tensor *const *ts, const char *const *names, int *dev);

@@ -158,13 +158,7 @@ static pn_status sympow_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gx = gc ? pn_empty_like(x) : NULL;
     pn_status st = gx ? PN_KCALL_ON("sympow_embed", x, sympow_bwd, n->extra, x, gc, gx)
                       : pn_error(PN_ERR_OOM, "sympow_embed: backward out of memory for x %s", pn_shape_str(x));
-    pn_release(gc);
-    if (st) {
-        pn_release(gx);
-        return st;
-    }
-    gin[0] = gx;
-    return PN_OK;
+    return pn_bw_result(st, gc, gx, &gin[0]);
 }
 
 /* CPU kernels: x, out, g, gx contiguous, rows of D (x) and Dp (out, g) */

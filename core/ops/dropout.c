@@ -13,13 +13,7 @@ static pn_status dropout_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gc = pn_contiguous(g);
     pn_tensor *gx = gc ? pn_empty(m->nd, m->sizes, g->dt, g->dev) : NULL;
     pn_status st = gx ? PN_KCALL_ON("dropout", gx, dropout_bwd, gc, m, n->sc[0], gx) : PN_ERR_OOM;
-    pn_release(gc);
-    if (st) {
-        pn_release(gx);
-        return st;
-    }
-    gin[0] = gx;
-    return PN_OK;
+    return pn_bw_result(st, gc, gx, &gin[0]);
 }
 
 /* CPU kernel: gx = g · keep · scale; all contiguous, keep u8 */

@@ -195,13 +195,7 @@ static pn_status embedding_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gw = pn_zeros(2, n->in[0].shape, g->dt, g->dev);
     pn_tensor *gc = gw ? pn_contig(g) : NULL;
     pn_status st = gc ? PN_KCALL_ON("embedding", gw, add_rows, gw, gc, idx, 1, V, pn_numel(idx), D) : PN_ERR_OOM;
-    pn_release(gc);
-    if (st) {
-        pn_release(gw);
-        return st;
-    }
-    gin[0] = gw;
-    return PN_OK;
+    return pn_bw_result(st, gc, gw, &gin[0]);
 }
 
 pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
@@ -239,17 +233,21 @@ pn_tensor *pn_embedding(pn_tensor *w, pn_tensor *idx) {
 }
 
 /* ---- index_select / index_add ------------------------------------------------------------------ */
-/* Common checks: x, dim → d; idx 1-D, values in [0, x.size(d)). Returns a contiguous idx. */
-static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
+/* x, idx (and src) given, idx an index tensor, all on one device; dim of x wrapped into *d */
+static pn_status index_front(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
     int dev;
     const pn_kernels *k;
-    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
-    if (check_index_tensor(op, "idx", idx) ||
-        pn_kernels_for(op, 3, (const pn_tensor *const[]){x, idx, src}, (const char *const[]){"x", "idx", "src"}, &dev,
-                       &k))
-        return NULL;
-    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
-    if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
+    if (!x) return pn_error(PN_ERR_ARG, "%s: x is nil", op);
+    PN_TRY(check_index_tensor(op, "idx", idx));
+    PN_TRY(pn_kernels_for(op, 3, (const pn_tensor *const[]){x, idx, src}, (const char *const[]){"x", "idx", "src"}, &dev,
+                          &k));
+    if (x->nd == 0) return pn_error(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
+    return pn_wrap_dim(op, dim, x->nd, d);
+}
+
+/* Common checks: x, dim → d; idx 1-D, values in [0, x.size(d)). Returns a contiguous idx. */
+static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
+    if (index_front(op, x, dim, idx, src, d)) return NULL;
     if (idx->nd != 1) return pn_error_null(PN_ERR_SHAPE, "%s: idx %s must be 1-D", op, pn_shape_str(idx));
     pn_tensor *ic = pn_contig(idx);
     if (!ic) return NULL;
@@ -272,13 +270,7 @@ static pn_status index_select_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_status st = gc ? PN_KCALL_ON("index_select", gx, add_rows, gx, gc, idx, prod(xs, 0, d), xs[d], pn_numel(idx),
                                     prod(xs, d + 1, nd))
                       : PN_ERR_OOM;
-    pn_release(gc);
-    if (st) {
-        pn_release(gx);
-        return st;
-    }
-    gin[0] = gx;
-    return PN_OK;
+    return pn_bw_result(st, gc, gx, &gin[0]);
 }
 
 pn_tensor *pn_index_select(pn_tensor *x, int dim, pn_tensor *idx) {
@@ -353,15 +345,7 @@ pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
  * idx.size(k) <= x.size(k) for k != dim; idx.size(k) <= src.size(k) for every k;
  * values in [0, x.size(dim)). Returns idx (retained) or NULL. */
 static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src, int *d) {
-    int dev;
-    const pn_kernels *k;
-    if (!x) return pn_error_null(PN_ERR_ARG, "%s: x is nil", op);
-    if (check_index_tensor(op, "idx", idx) ||
-        pn_kernels_for(op, 3, (const pn_tensor *const[]){x, idx, src}, (const char *const[]){"x", "idx", "src"}, &dev,
-                       &k))
-        return NULL;
-    if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "%s: x is 0-dim; it needs at least 1 dim", op);
-    if (pn_wrap_dim(op, dim, x->nd, d)) return NULL;
+    if (index_front(op, x, dim, idx, src, d)) return NULL;
     if (idx->nd != x->nd)
         return pn_error_null(PN_ERR_SHAPE, "%s: idx %s and x %s must have the same number of dims", op,
                              pn_shape_str(idx), pn_shape_str(x));
@@ -564,13 +548,7 @@ static pn_status segment_sum_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gx = pn_empty((int)n->in[0].nd, n->in[0].shape, g->dt, g->dev);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
     pn_status st = gc ? PN_KCALL_ON("segment_sum", gx, segment_sum_bwd, gx, gc, n->saved[0]) : PN_ERR_OOM;
-    pn_release(gc);
-    if (st) {
-        pn_release(gx);
-        return st;
-    }
-    gin[0] = gx;
-    return PN_OK;
+    return pn_bw_result(st, gc, gx, &gin[0]);
 }
 
 /* CPU kernel: gx (E, …) row e = g (S, …) row of e's segment; both contiguous */
@@ -679,13 +657,7 @@ static pn_status segment_softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gx = pn_empty_like(y);
     pn_tensor *gc = gx ? pn_contig(g) : NULL;
     pn_status st = gc ? PN_KCALL_ON("segment_softmax", gx, segment_softmax_bwd, gx, y, gc, oc) : PN_ERR_OOM;
-    pn_release(gc);
-    if (st) {
-        pn_release(gx);
-        return st;
-    }
-    gin[0] = gx;
-    return PN_OK;
+    return pn_bw_result(st, gc, gx, &gin[0]);
 }
 
 /* CPU kernels: y, x, gx, g (E, …) contiguous, softmax per segment and column */

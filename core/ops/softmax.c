@@ -176,13 +176,7 @@ static pn_status softmax_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     const pn_kernels *k;
     pn_status st = pn_backend_for(n->name, y->dev, &k);
     if (!st) st = PN_KCALL(n->name, k, softmax_lines, y, gc, gx, O, R, I, n->iv[1] != 0);
-    pn_release(gc);
-    if (st) {
-        pn_release(gx);
-        return st;
-    }
-    gin[0] = gx;
-    return PN_OK;
+    return pn_bw_result(st, gc, gx, &gin[0]);
 }
 
 static pn_tensor *softmax_impl(const char *op, pn_tensor *x, int dim, bool logsm) {

@@ -162,12 +162,7 @@ static pn_status sparse_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
         pn_tensor *gc = pn_contiguous(g);
         pn_tensor *db = gc ? pn_zeros(2, (int64_t[]){K, N}, b->dt, b->dev) : NULL;
         pn_status st = db ? PN_KCALL_ON("matmul_sparse_lhs", db, spmm_bwd_b, ((kept_plan *)n->extra)->plan, gc, db) : PN_ERR_OOM;
-        pn_release(gc);
-        if (st) {
-            pn_release(db);
-            return st;
-        }
-        gin[1] = db;
+        if ((st = pn_bw_result(st, gc, db, &gin[1])) != PN_OK) return st;
     }
     return PN_OK;
 }
