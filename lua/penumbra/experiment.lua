@@ -2,27 +2,41 @@
 --
 --   return pn.experiment{
 --     name = 'cora_umbral',
+--     recipe = 'penumbra.recipes.gat_planetoid',          -- optional: the module that rebuilds the
+--                                                          -- model (stored; the REPL loads it)
 --     config = { epochs = 1000, patience = 100, lr = 0.005, seed = 0, ... },  -- defaults
---     setup = function(cfg) return state end,             -- build data, model, optimiser
---     train = function(state, cfg, epoch) return { loss = …, train_acc = … } end,
---     evaluate = function(state, cfg, split) return { loss = …, acc = … } end, -- 'val' | 'test'
+--                                                          -- (steps = N instead of epochs: step-
+--                                                          -- based; eval_every = k; both optional)
+--     setup = function(cfg, run) return state end,        -- build data, model, optimiser
+--     batch = function(state, cfg, step) return b end,     -- optional: online data, a fresh batch
+--                                                          -- or graph per step (train's 4th arg)
+--     train = function(state, cfg, step, b) return { loss = …, train_acc = … } end,
+--     evaluate = function(state, cfg, split, step) return { loss = …, acc = … } end,
+--                                                          -- 'val' every eval_every steps and at
+--                                                          -- the last; 'test' and 'val' at the end
 --     model = function(state) return state.model end,     -- what gets checkpointed
---     monitor = 'val_acc', mode = 'max',                  -- early stopping on this metric
+--     monitor = 'val_acc', mode = 'max',                  -- checkpoint + early stopping metric
 --     also = { val_loss = 'min' },                         -- optional: improving any of these
 --                                                          -- also resets patience (GAT's rule);
 --                                                          -- a tie on monitor with a better
 --                                                          -- first `also` metric checkpoints
+--     track = { val_bleu = 'max' },                        -- optional: their best (and its step)
+--                                                          -- join the summary
+--     on_eval = function(state, cfg, run, step, m) end,    -- optional: artefacts per evaluation
+--                                                          -- (run:write, run:write_text)
 --     finish = function(state, cfg, run) end,              -- optional: log radii, attention maps;
 --                                                          -- a returned {name = number} joins the
 --                                                          -- summary (and the returned result)
 --   }
 --
--- Overrides come from the command line (`./bench script.lua lr=0.01 seed=3`) through the
--- global table `args`, are type-checked against the defaults, and an unknown key is an error
--- listing the valid ones. The run file (DESIGN §5) runs/<name>/<UTC stamp>-s<seed>.h5 gets
--- the config (JSON), git commit, host, times and status (running → finished | failed |
--- interrupted), /metrics/<name> appended every epoch and flushed, /params (the best
--- checkpoint, written under a temporary name and then renamed), /summary attributes.
+-- Unknown definition keys are errors. Patience counts evaluations without progress. Overrides
+-- come from the command line (`./bench script.lua lr=0.01 seed=3`) through the global table
+-- `args`, are type-checked against the defaults, and an unknown key is an error listing the
+-- valid ones. The run file (DESIGN §5) runs/<name>/<UTC stamp>-s<seed>.h5 gets the config
+-- (JSON), recipe, unit (epoch | step), git commit, host, times and status (running → finished |
+-- failed | interrupted), /metrics/<name> appended every step (and its evaluations) and
+-- flushed, /params (the best checkpoint, written under a temporary name and then renamed),
+-- /summary attributes.
 local pn = require 'penumbra.tensor'
 local pio = require 'penumbra.io'
 local ffi = require 'ffi'
