@@ -87,11 +87,31 @@ function B.dim(d)
   error('dim 0 is invalid: dims are numbered from 1 (negative counts from the end)', 3)
 end
 
+-- A 1-based position (narrow/select starts, get indices) → 0-based; negative counts from the
+-- end and is passed on as it is; 0, fractions and non-numbers are errors naming op and what.
+function B.position(op, what, v)
+  if type(v) ~= 'number' or v ~= math.floor(v) or v ~= v then
+    error(op .. ': ' .. what .. ' must be a whole number, got ' .. tostring(v), 3)
+  end
+  if v == 0 then
+    error(op .. ': ' .. what .. ' 0 is invalid: positions are numbered from 1 (negative counts from the end)', 3)
+  end
+  return v > 0 and v - 1 or v
+end
+
+-- A Lua list of whole numbers → n, int64_t[n]. Fractions, NaN, non-numbers and values outside
+-- the int64 range are errors (a silent truncation or wrap-around would be a wrong size or index).
 local int64_arr = ffi.typeof('int64_t[?]')
-function B.int64s(t)
+function B.int64s(t, what)
   local n = #t
   local a = int64_arr(n > 0 and n or 1)
-  for i = 1, n do a[i - 1] = t[i] end
+  for i = 1, n do
+    local v = t[i]
+    if type(v) ~= 'number' or v ~= math.floor(v) or v ~= v or v >= 2 ^ 63 or v < -2 ^ 63 then
+      error(string.format('expected whole numbers in %s; element %d is %s', what or 'the list', i, tostring(v)), 3)
+    end
+    a[i - 1] = v
+  end
   return n, a
 end
 

@@ -67,6 +67,12 @@ pn_tensor *pn_contig_copy(const pn_tensor *x);
 /* Row-major strides for shape. */
 void pn_contiguous_strides(int nd, const int64_t *shape, int64_t *strides);
 int64_t pn_shape_numel(int nd, const int64_t *shape);
+/* Error messages count dims, positions and list elements from 1, as the Lua reader does
+ * (negative positions count from the end and are shown as given): PN_POS(i) for a 0-based i. */
+#define PN_POS(i) ((i) >= 0 ? (i) + 1 : (i))
+/* nd in range, no negative size, and Π max(size, 1) · element size fits in int64 (so strides,
+ * offsets, numel and byte counts cannot overflow); the error names op and the shape */
+pn_status pn_check_shape(const char *op, int nd, const int64_t *shape, int dtype);
 bool pn_same_shape(const pn_tensor *a, const pn_tensor *b);
 
 static inline size_t pn_elsize(int dt) {

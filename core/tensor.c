@@ -35,6 +35,23 @@ int64_t pn_shape_numel(int nd, const int64_t *shape) {
 }
 int64_t pn_numel(const pn_tensor *t) { return pn_shape_numel(t->nd, t->sizes); }
 
+pn_status pn_check_shape(const char *op, int nd, const int64_t *shape, int dtype) {
+    if (nd < 0 || nd > PN_MAX_DIMS)
+        return pn_error(PN_ERR_ARG, "%s: %d dims requested, at most %d supported", op, nd, PN_MAX_DIMS);
+    /* Π max(size, 1) · element size must fit in int64: then every stride, offset, element and
+     * byte count of a tensor of this shape does (size-0 dims count as 1 for the strides) */
+    int64_t span = dtype >= PN_F32 && dtype <= PN_U8 ? (int64_t)pn_elsize(dtype) : 8;
+    for (int i = 0; i < nd; i++) {
+        if (shape[i] < 0)
+            return pn_error(PN_ERR_ARG, "%s: negative size %lld at dim %d in shape %s", op, (long long)shape[i], i + 1,
+                            pn_dims_str(nd, shape));
+        if (__builtin_mul_overflow(span, shape[i] > 0 ? shape[i] : 1, &span))
+            return pn_error(PN_ERR_ARG, "%s: shape %s is too large (more than 2^63 bytes of %s)", op,
+                            pn_dims_str(nd, shape), dtype >= PN_F32 && dtype <= PN_U8 ? pn_dtype_name(dtype) : "data");
+    }
+    return PN_OK;
+}
+
 void pn_contiguous_strides(int nd, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
     for (int i = nd - 1; i >= 0; i--) {
@@ -62,7 +79,7 @@ bool pn_same_shape(const pn_tensor *a, const pn_tensor *b) {
 pn_status pn_wrap_dim(const char *op, int dim, int nd, int *out) {
     int lo = nd ? -nd : -1, hi = nd ? nd - 1 : 0;
     if (dim < lo || dim > hi)
-        return pn_error(PN_ERR_INDEX, "%s: dim %d out of range for a tensor with %d dims", op, dim, nd);
+        return pn_error(PN_ERR_INDEX, "%s: dim %d out of range for a tensor with %d dims", op, PN_POS(dim), nd);
     *out = dim < 0 ? dim + (nd ? nd : 1) : dim;
     return PN_OK;
 }
@@ -75,7 +92,7 @@ pn_status pn_broadcast_shape(const char *op, int nda, const int64_t *sa, int ndb
         int64_t da = ia >= 0 ? sa[ia] : 1, db = ib >= 0 ? sb[ib] : 1;
         if (da != db && da != 1 && db != 1)
             return pn_error(PN_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)",
-                            op, pn_dims_str(nda, sa), pn_dims_str(ndb, sb), i, (long long)da, (long long)db);
+                            op, pn_dims_str(nda, sa), pn_dims_str(ndb, sb), i + 1, (long long)da, (long long)db);
         out[i] = da == 1 ? db : da;
     }
     *nd_out = nd;
@@ -155,6 +172,7 @@ void pn_iter_row(const pn_iter *it, int64_t row, int64_t *off) {
 /* ---- creation ------------------------------------------------------------------- */
 pn_tensor *pn_tensor_view_of(pn_storage *s, int nd, const int64_t *shape, const int64_t *strides,
                              int64_t offset, int dtype) {
+    if (pn_check_shape("view", nd, shape, dtype)) return NULL; /* every view's geometry, once */
     pn_tensor *t = calloc(1, sizeof *t);
     if (!t) return pn_error_null(PN_ERR_OOM, "tensor: out of memory");
     pn_count_tensor(1);
@@ -173,13 +191,8 @@ pn_tensor *pn_tensor_view_of(pn_storage *s, int nd, const int64_t *shape, const 
 }
 
 static pn_status check_new(const char *op, int nd, const int64_t *shape, int dtype, int device) {
-    if (nd < 0 || nd > PN_MAX_DIMS)
-        return pn_error(PN_ERR_ARG, "%s: %d dims requested, at most %d supported", op, nd, PN_MAX_DIMS);
-    for (int i = 0; i < nd; i++)
-        if (shape[i] < 0)
-            return pn_error(PN_ERR_ARG, "%s: negative size %lld at dim %d in shape %s", op,
-                            (long long)shape[i], i, pn_dims_str(nd, shape));
     if (dtype < PN_F32 || dtype > PN_U8) return pn_error(PN_ERR_DTYPE, "%s: unknown dtype %d", op, dtype);
+    PN_TRY(pn_check_shape(op, nd, shape, dtype));
     if (!pn_backend(device))
         return pn_error(PN_ERR_DEVICE, "%s: device %s is not available in this build", op, pn_device_name(device));
     return PN_OK;
@@ -456,7 +469,7 @@ pn_status pn_get(const pn_tensor *t, const int64_t *index, double *out) {
     int64_t off = 0;
     for (int i = 0; i < t->nd; i++) {
         if (index[i] < 0 || index[i] >= t->sizes[i])
-            return pn_error(PN_ERR_INDEX, "get: index %lld out of range for dim %d of %s", (long long)index[i], i,
+            return pn_error(PN_ERR_INDEX, "get: index %lld out of range for dim %d of %s", (long long)PN_POS(index[i]), i + 1,
                             pn_shape_str(t));
         off += index[i] * t->strides[i];
     }

@@ -161,9 +161,9 @@ describe('cross_entropy', function()
   it('errors name cross_entropy and the row, value, shapes or dtype', function()
     local logits = pn.tensor(rows(X, N, C))
     assert_error_matching(function() return pn.cross_entropy(logits, { 0, 1, 5, 0, 0, 0 }) end,
-      'cross_entropy', 'target[2] = 5', '5 classes')
+      'cross_entropy', 'target[3] = 5', '5 classes')
     assert_error_matching(function() return pn.cross_entropy(logits, { 0, 1, 2, -1, 0, 0 }) end,
-      'cross_entropy', 'target[3] = -1')
+      'cross_entropy', 'target[4] = -1')
     assert_error_matching(function() return pn.cross_entropy(logits, { 0, 1 }) end, 'cross_entropy', '[2]', '[6,5]')
     assert_error_matching(function() return pn.cross_entropy(logits, pn.tensor({ 0, 1, 2, 0, 0, 0 })) end,
       'cross_entropy', 'f32', 'i32 or i64')
@@ -209,7 +209,7 @@ describe('nll_loss', function()
 
   it('errors name nll_loss', function()
     local logp = pn.tensor(rows(X, N, C))
-    assert_error_matching(function() return pn.nll_loss(logp, { 0, 0, 0, 0, 0, 7 }) end, 'nll_loss', 'target[5] = 7')
+    assert_error_matching(function() return pn.nll_loss(logp, { 0, 0, 0, 0, 0, 7 }) end, 'nll_loss', 'target[6] = 7')
     assert_error_matching(function() return pn.nll_loss(logp, { 0, 0 }) end, 'nll_loss', '[6,5]')
     assert_error_matching(function() return pn.nll_loss(logp, pn.tensor(TARGET, { dtype = 'f64' })) end,
       'nll_loss', 'f64')

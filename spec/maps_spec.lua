@@ -527,12 +527,12 @@ describe('hyper errors', function()
   it('rejects points outside the ball, naming the op, the argument, the shape and the point', function()
     local out = rows({ { 0.1, 0.1 }, { 0.9, 0.9 } })   -- second row: ‖x‖ ≈ 1.27
     local ok = rows({ { 0.1, 0.2 }, { 0.3, 0.1 } })
-    assert_error_matching(function() pn.hyper.logmap0(out) end, 'hyper.logmap0', 'x [2,2]', 'point 1', 'outside the Poincare ball')
-    assert_error_matching(function() pn.hyper.dist(ok, out) end, 'hyper.dist', 'y [2,2]', 'point 1', 'outside')
+    assert_error_matching(function() pn.hyper.logmap0(out) end, 'hyper.logmap0', 'x [2,2]', 'point 2', 'outside the Poincare ball')
+    assert_error_matching(function() pn.hyper.dist(ok, out) end, 'hyper.dist', 'y [2,2]', 'point 2', 'outside')
     assert_error_matching(function() pn.hyper.dist(out, ok) end, 'hyper.dist', 'x [2,2]', 'outside')
     assert_error_matching(function() pn.hyper.mobius_add(out, ok) end, 'hyper.mobius_add', 'x [2,2]', 'outside')
     assert_error_matching(function() pn.hyper.to_klein(out) end, 'hyper.to_klein', 'outside')
-    assert_error_matching(function() pn.hyper.logmap0(ok, 16) end, 'hyper.logmap0', 'c = 16', 'point 1', 'outside')  -- radius 1/4
+    assert_error_matching(function() pn.hyper.logmap0(ok, 16) end, 'hyper.logmap0', 'c = 16', 'point 2', 'outside')  -- radius 1/4
     assert_error_matching(function() pn.hyper.from_klein(rows({ { 1.5, 0 } })) end, 'hyper.from_klein', 'Klein ball')
     assert_error_matching(function() pn.hyper.to_klein(rows({ { 0.5, -1 } }), { from = 'hyperboloid' }) end,
       'hyper.to_klein', 'upper sheet')

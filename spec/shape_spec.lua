@@ -50,7 +50,7 @@ describe('cat', function()
 
   it('names the offending tensor on mismatched shapes and dtypes', function()
     assert_error_matching(function() pn.cat({ pn.zeros(2, 3), pn.zeros(2, 3), pn.zeros(2, 4) }, 1) end,
-      'cat', 'tensor 2', '[2,4]', '[2,3]')
+      'cat', 'tensor 3', '[2,4]', '[2,3]')
     assert_error_matching(function() pn.cat({ pn.zeros(2, 3), pn.zeros(2, 3, { dtype = 'f64' }) }) end,
       'cat', 'tensor 1', 'f64')
     assert_error_matching(function() pn.cat({ pn.zeros(2, 3), pn.zeros(3) }) end, 'cat', 'tensor 1')

@@ -176,8 +176,8 @@ pn_tensor *pn_rowmap_apply(const pn_rowmap *mp, pn_tensor *x, pn_tensor *y) {
         char why[256];
         snprintf(why, sizeof why, m.bad_fmt, bad_val);
         pn_tensor *t = bad_arg == 2 ? y : x;
-        return pn_error_null(PN_ERR_ARG, "%s: %s %s, point %lld (row-major over the leading dims, from 0): %s", m.op,
-                             m.arg[bad_arg == 2 ? 1 : 0], pn_shape_str(t), (long long)bad_row, why);
+        return pn_error_null(PN_ERR_ARG, "%s: %s %s, point %lld (row-major over the leading dims, from 1): %s", m.op,
+                             m.arg[bad_arg == 2 ? 1 : 0], pn_shape_str(t), (long long)bad_row + 1, why);
     }
 
     pn_tensor *ins[2] = {x, y};

@@ -42,8 +42,8 @@ pn_status pn_cpu_graph_csr(const pn_tensor *edges, int64_t num_nodes, int self_l
     for (int64_t r = 0; r < E; r++) {
         int64_t a = pn_ldi(eb, edges->dt, r * s0), b = pn_ldi(eb, edges->dt, r * s0 + s1);
         if (a < 0 || a >= N || b < 0 || b >= N)
-            return pn_error(PN_ERR_INDEX, "%s: edges %s row %lld (from 0) is (src %lld, dst %lld): node ids must be "
-                            "in [0, %lld) for num_nodes = %lld", op, pn_shape_str(edges), (long long)r, (long long)a,
+            return pn_error(PN_ERR_INDEX, "%s: edges %s row %lld is (src %lld, dst %lld): node ids must be "
+                            "in [0, %lld) for num_nodes = %lld", op, pn_shape_str(edges), (long long)r + 1, (long long)a,
                             (long long)b, (long long)N, (long long)N);
     }
 

@@ -1094,7 +1094,7 @@ pn_status pn_h5_append(pn_h5 *f, const char *name, const pn_tensor *t) {
     for (int i = 1; i < nd; i++)
         if (dims[i] != cnt[i]) {
             st = pn_error(PN_ERR_SHAPE, "h5 append: '%s' in %s has rows of dim %d size %llu, the appended tensor is %s",
-                          name, f->path, i, (unsigned long long)dims[i], pn_shape_str(t));
+                          name, f->path, i + 1, (unsigned long long)dims[i], pn_shape_str(t));
             goto cleanup;
         }
     if (fdt != t->dt) {

@@ -15,11 +15,11 @@
 #include <stdio.h>
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-/* Row-major coordinates of linear position p in shape, as "[i,j,…]". */
+/* Row-major (1-based, as the Lua reader counts) coordinates of linear position p in shape, as "[i,j,…]". */
 static const char *pos_str(int nd, const int64_t *shape, int64_t p) {
     int64_t c[PN_MAX_DIMS];
     for (int d = nd - 1; d >= 0; d--) {
-        c[d] = shape[d] ? p % shape[d] : 0;
+        c[d] = (shape[d] ? p % shape[d] : 0) + 1;
         p = shape[d] ? p / shape[d] : 0;
     }
     return pn_dims_str(nd, c);
@@ -252,7 +252,7 @@ static pn_tensor *index_args(const char *op, pn_tensor *x, int dim, pn_tensor *i
     pn_tensor *ic = pn_contig(idx);
     if (!ic) return NULL;
     char what[96];
-    snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
+    snprintf(what, sizeof what, "dim %d of x %s", *d + 1, pn_shape_str(x));
     if (check_range(op, "idx", ic, x->sizes[*d], what)) {
         pn_release(ic);
         return NULL;
@@ -315,7 +315,7 @@ pn_tensor *pn_index_add(pn_tensor *x, int dim, pn_tensor *idx, pn_tensor *src) {
         pn_release(ic);
         return pn_error_null(PN_ERR_SHAPE, "index_add: src %s %s must be %s shaped like x %s %s with dim %d of size "
                              "%lld (the length of idx %s)", pn_dtype_name(src->dt), pn_shape_str(src),
-                             pn_dtype_name(x->dt), pn_dtype_name(x->dt), pn_shape_str(x), d,
+                             pn_dtype_name(x->dt), pn_dtype_name(x->dt), pn_shape_str(x), d + 1,
                              (long long)idx->sizes[0], pn_shape_str(idx));
     }
     pn_tensor *out = pn_empty_like(x), *sc = NULL;
@@ -352,7 +352,7 @@ static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *
     for (int k = 0; k < x->nd; k++)
         if (k != *d && idx->sizes[k] > x->sizes[k])
             return pn_error_null(PN_ERR_SHAPE, "%s: idx %s is larger than x %s at dim %d", op, pn_shape_str(idx),
-                                 pn_shape_str(x), k);
+                                 pn_shape_str(x), k + 1);
     if (src) {
         if (src->dt != x->dt)
             return pn_error_null(PN_ERR_DTYPE, "%s: src %s has dtype %s, x %s has %s", op, pn_shape_str(src),
@@ -364,7 +364,7 @@ static pn_tensor *gather_args(const char *op, pn_tensor *x, int dim, pn_tensor *
                                  pn_shape_str(idx), pn_shape_str(src));
     }
     char what[96];
-    snprintf(what, sizeof what, "dim %d of x %s", *d, pn_shape_str(x));
+    snprintf(what, sizeof what, "dim %d of x %s", *d + 1, pn_shape_str(x));
     if (check_range(op, "idx", idx, x->sizes[*d], what)) return NULL;
     pn_retain(idx);
     return idx;
@@ -527,15 +527,15 @@ static pn_tensor *segment_args(const char *op, pn_tensor *x, pn_tensor *offsets)
     int64_t S = oc->sizes[0] - 1, E = x->sizes[0];
     pn_status s = PN_OK;
     if (ends[0] != 0)
-        s = pn_error(PN_ERR_INDEX, "%s: offsets %s must start at 0, got offsets[0] = %lld", op, pn_shape_str(offsets),
+        s = pn_error(PN_ERR_INDEX, "%s: offsets %s must start at 0, got offsets[1] = %lld", op, pn_shape_str(offsets),
                      (long long)ends[0]);
     else if (i >= 0)
         s = pn_error(PN_ERR_INDEX, "%s: offsets must be non-decreasing, got offsets[%lld] = %lld after "
-                     "offsets[%lld] = %lld", op, (long long)i, (long long)drop[1], (long long)(i - 1),
+                     "offsets[%lld] = %lld", op, (long long)i + 1, (long long)drop[1], (long long)i,
                      (long long)drop[0]);
     else if (ends[1] != E)
         s = pn_error(PN_ERR_INDEX, "%s: offsets must end at the %lld rows of x %s, got offsets[%lld] = %lld", op,
-                     (long long)E, pn_shape_str(x), (long long)S, (long long)ends[1]);
+                     (long long)E, pn_shape_str(x), (long long)S + 1, (long long)ends[1]);
     if (s) {
         pn_release(oc);
         return NULL;

@@ -73,7 +73,7 @@ static pn_status check_class_args(const char *op, const char *xname, const pn_te
     PN_TRY(PN_KCALL(op, k, index_scan, target, C, ignore_index, &bad, &t, kept));
     if (bad >= 0)
         return pn_error(PN_ERR_INDEX, "%s: target[%lld] = %lld is out of range for %lld classes (%s %s, "
-                        "ignore_index %lld)", op, (long long)bad, (long long)t, (long long)C, xname,
+                        "ignore_index %lld)", op, (long long)bad + 1, (long long)t, (long long)C, xname,
                         pn_shape_str(x), (long long)ignore_index);
     return PN_OK;
 }

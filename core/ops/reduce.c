@@ -58,7 +58,7 @@ static pn_status make_plan(const char *op, const pn_tensor *x, int ndims, const 
         PN_TRY(pn_wrap_dim(op, (int)dims[i], x->nd, &d));
         if (x->nd == 0) continue; /* dim 0 / -1 of a scalar: nothing to reduce */
         if (pl->red[d])
-            return pn_error(PN_ERR_ARG, "%s: dim %d repeated in %s for x %s", op, d, pn_dims_str(ndims, dims),
+            return pn_error(PN_ERR_ARG, "%s: dim %d repeated in %s for x %s", op, d + 1, pn_dims_str(ndims, dims),
                             pn_shape_str(x));
         pl->red[d] = true;
     }

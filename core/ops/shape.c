@@ -1,6 +1,6 @@
 /* shape.c — joining ops: cat (along an existing dim) and stack (along a new dim).
  * Backward hands each input its slice of the gradient (a narrow/select view of g, no
- * copy). Errors name the index (0-based) of the offending tensor in the list. */
+ * copy). Errors name the position (from 1, as in the Lua list) of the offending tensor. */
 #include "../backend.h"
 
 /* Common checks: n >= 1 tensors on one device, one dtype; returns PN_OK. The copies go through
@@ -8,13 +8,13 @@
 static pn_status check_list(const char *op, int n, pn_tensor **ts) {
     if (n < 1 || !ts) return pn_error(PN_ERR_ARG, "%s: expected a non-empty list of tensors, got %d", op, n);
     for (int i = 0; i < n; i++) {
-        if (!ts[i]) return pn_error(PN_ERR_ARG, "%s: tensor %d (0-based) is nil", op, i);
+        if (!ts[i]) return pn_error(PN_ERR_ARG, "%s: tensor %d of the list is nil", op, i + 1);
         if (ts[i]->dev != ts[0]->dev)
-            return pn_error(PN_ERR_DEVICE, "%s: tensor %d (0-based) %s is on %s, tensor 0 %s on %s", op, i,
+            return pn_error(PN_ERR_DEVICE, "%s: tensor %d %s is on %s, tensor 1 %s on %s", op, i + 1,
                             pn_shape_str(ts[i]), pn_device_name(ts[i]->dev), pn_shape_str(ts[0]),
                             pn_device_name(ts[0]->dev));
         if (ts[i]->dt != ts[0]->dt)
-            return pn_error(PN_ERR_DTYPE, "%s: tensor %d (0-based) %s has dtype %s, tensor 0 %s has %s", op, i,
+            return pn_error(PN_ERR_DTYPE, "%s: tensor %d %s has dtype %s, tensor 1 %s has %s", op, i + 1,
                             pn_shape_str(ts[i]), pn_dtype_name(ts[i]->dt), pn_shape_str(ts[0]),
                             pn_dtype_name(ts[0]->dt));
     }
@@ -80,9 +80,11 @@ pn_tensor *pn_cat(int n, pn_tensor **ts, int dim) {
         bool ok = ts[i]->nd == nd;
         for (int k = 0; ok && k < nd; k++) ok = k == d || ts[i]->sizes[k] == ts[0]->sizes[k];
         if (!ok)
-            return pn_error_null(PN_ERR_SHAPE, "cat: tensor %d (0-based) %s does not match tensor 0 %s outside dim %d",
-                                 i, pn_shape_str(ts[i]), pn_shape_str(ts[0]), d);
-        shape[d] += ts[i]->sizes[d];
+            return pn_error_null(PN_ERR_SHAPE, "cat: tensor %d %s does not match tensor 1 %s outside dim %d",
+                                 i + 1, pn_shape_str(ts[i]), pn_shape_str(ts[0]), d + 1);
+        if (__builtin_add_overflow(shape[d], ts[i]->sizes[d], &shape[d]))
+            return pn_error_null(PN_ERR_ARG, "cat: the sizes along dim %d overflow (tensor %d %s)", d + 1, i + 1,
+                                 pn_shape_str(ts[i]));
     }
     int64_t *lens = malloc(sizeof *lens * (size_t)n);
     if (!lens) return pn_error_null(PN_ERR_OOM, "cat: out of memory");
@@ -121,7 +123,7 @@ pn_tensor *pn_stack(int n, pn_tensor **ts, int dim) {
     if (pn_wrap_dim("stack", dim, nd + 1, &d)) return NULL;
     for (int i = 1; i < n; i++)
         if (!pn_same_shape(ts[i], ts[0]))
-            return pn_error_null(PN_ERR_SHAPE, "stack: tensor %d (0-based) %s does not match tensor 0 %s", i,
+            return pn_error_null(PN_ERR_SHAPE, "stack: tensor %d %s does not match tensor 1 %s", i + 1,
                                  pn_shape_str(ts[i]), pn_shape_str(ts[0]));
     int64_t shape[PN_MAX_DIMS];
     for (int k = 0, j = 0; k < nd + 1; k++) shape[k] = k == d ? n : ts[0]->sizes[j++];

@@ -32,8 +32,9 @@ static pn_status infer_shape(const char *op, const pn_tensor *x, int nd, const i
             infer = i;
         } else if (shape[i] < 0) {
             return pn_error(PN_ERR_ARG, "%s: negative size in %s", op, pn_dims_str(nd, shape));
-        } else {
-            known *= shape[i];
+        } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+            return pn_error(PN_ERR_ARG, "%s: shape %s is too large (its element count overflows)", op,
+                            pn_dims_str(nd, shape));
         }
         out[i] = shape[i];
     }
@@ -121,7 +122,7 @@ pn_tensor *pn_permute(pn_tensor *x, int nd, const int64_t *perm) {
     for (int i = 0; i < nd; i++) {
         int d;
         if (pn_wrap_dim("permute", (int)perm[i], nd, &d)) return NULL;
-        if (seen[d]) return pn_error_null(PN_ERR_ARG, "permute: dim %d repeated in %s", d, pn_dims_str(nd, perm));
+        if (seen[d]) return pn_error_null(PN_ERR_ARG, "permute: dim %d repeated in %s", d + 1, pn_dims_str(nd, perm));
         seen[d] = true;
         p[i] = d;
         sh[i] = x->sizes[d];
@@ -166,9 +167,9 @@ pn_tensor *pn_narrow(pn_tensor *x, int dim, int64_t start, int64_t length) {
     if (pn_wrap_dim("narrow", dim, x->nd, &d)) return NULL;
     if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "narrow: cannot slice a 0-dim tensor");
     if (start < 0) start += x->sizes[d];
-    if (start < 0 || length < 0 || start + length > x->sizes[d])
-        return pn_error_null(PN_ERR_INDEX, "narrow: range [%lld, %lld) out of bounds for dim %d of %s",
-                             (long long)start, (long long)(start + length), d, pn_shape_str(x));
+    if (start < 0 || length < 0 || start > x->sizes[d] || length > x->sizes[d] - start) /* no overflow */
+        return pn_error_null(PN_ERR_INDEX, "narrow: start %lld, length %lld out of bounds for dim %d of %s",
+                             (long long)PN_POS(start), (long long)length, d + 1, pn_shape_str(x));
     int64_t sh[PN_MAX_DIMS];
     memcpy(sh, x->sizes, sizeof sh);
     sh[d] = length;
@@ -188,7 +189,7 @@ pn_tensor *pn_select(pn_tensor *x, int dim, int64_t index) {
     if (x->nd == 0) return pn_error_null(PN_ERR_SHAPE, "select: cannot index a 0-dim tensor");
     int64_t i = index < 0 ? index + x->sizes[d] : index;
     if (i < 0 || i >= x->sizes[d])
-        return pn_error_null(PN_ERR_INDEX, "select: index %lld out of range for dim %d of %s", (long long)index, d,
+        return pn_error_null(PN_ERR_INDEX, "select: index %lld out of range for dim %d of %s", (long long)PN_POS(index), d + 1,
                              pn_shape_str(x));
     pn_tensor *nar = pn_narrow(x, d, i, 1);
     if (!nar) return NULL;
@@ -252,8 +253,9 @@ pn_tensor *pn_expand(pn_tensor *x, int nd, const int64_t *shape) {
         else if (xs == 1 && sh[i] >= 0) st[i] = 0;
         else
             return pn_error_null(PN_ERR_SHAPE, "expand: cannot expand %s to %s (dim %d: %lld vs %lld)",
-                                 pn_shape_str(x), pn_dims_str(nd, shape), i, (long long)xs, (long long)shape[i]);
+                                 pn_shape_str(x), pn_dims_str(nd, shape), i + 1, (long long)xs, (long long)shape[i]);
     }
+    if (pn_check_shape("expand", nd, sh, x->dt)) return NULL;
     return make_view(x, nd, sh, st, x->offset, "expand", expand_bw);
 }
 

@@ -36,6 +36,9 @@ local function check_shape(op, shape)
     if type(s) ~= 'number' or s ~= math.floor(s) then
       error(op .. ': size ' .. tostring(s) .. ' at position ' .. i .. ' is not an integer', 3)
     end
+    if s >= 2 ^ 63 then
+      error(op .. ': size ' .. string.format('%.0f', s) .. ' at position ' .. i .. ' is too large', 3)
+    end
   end
 end
 
@@ -198,6 +201,8 @@ local function infer_nested(x, shape, depth)
   end
 end
 
+local INT_RANGE = { [C.PN_I32] = { -2 ^ 31, 2 ^ 31 - 1 }, [C.PN_I64] = { -2 ^ 53, 2 ^ 53 }, [C.PN_U8] = { 0, 255 } }
+
 function pn.tensor(x, o)
   o = check_opts('tensor', o, CREATE_KEYS, 2)
   if is_tensor(x) then
@@ -220,11 +225,22 @@ function pn.tensor(x, o)
   end
   flatten(x)
   if scalar then shape = {} end
+  local dt = B.dtype(o.dtype)
+  -- an integer dtype holds whole numbers in its range: anything else would be truncated or
+  -- wrapped silently (i64 beyond ±2^53: a Lua number no longer holds every integer exactly)
+  local range = INT_RANGE[dt]
   local buf = double_arr(k > 0 and k or 1)
-  for i = 1, k do buf[i - 1] = flat[i] end
+  for i = 1, k do
+    local v = flat[i]
+    if type(v) ~= 'number' then error('tensor: element ' .. i .. ' is a ' .. type(v) .. ', not a number', 2) end
+    if range and (v ~= math.floor(v) or v < range[1] or v > range[2]) then
+      error(string.format('tensor: element %d is %s, which %s cannot hold (whole numbers in [%.0f, %.0f])', i,
+        tostring(v), B.dtype_names[dt], range[1], range[2]), 2)
+    end
+    buf[i - 1] = v
+  end
   local n, a = B.int64s(shape)
   local t64 = wrap(C.pn_from_buffer(n, a, C.PN_F64, buf))
-  local dt = B.dtype(o.dtype)
   local t = t64
   if dt ~= C.PN_F64 then t = wrap(C.pn_to_dtype(t64, dt)) end
   if o.device and o.device ~= 'cpu' then t = t:to(o.device) end
@@ -333,7 +349,10 @@ end
 function M.get(t, ...)
   local idx = { ... }
   if #idx ~= t.nd then error('get: ' .. #idx .. ' indices for a tensor with ' .. t.nd .. ' dims', 2) end
-  for i = 1, #idx do idx[i] = idx[i] - 1 end
+  for i = 1, #idx do
+    idx[i] = B.position('get', 'index ' .. i, idx[i])
+    if idx[i] < 0 then idx[i] = idx[i] + tonumber(t.sizes[i - 1]) end
+  end
   local _, a = B.int64s(idx)
   local v = double_arr(1)
   check(C.pn_get(t, a, v))
@@ -364,19 +383,22 @@ end
 M.t = function(t) return M.transpose(t, 1, 2) end
 -- narrow(dim, start, length): start is 1-based like every Lua index
 function M.narrow(t, d, start, length)
-  return wrap(C.pn_narrow(t, dim(d), start > 0 and start - 1 or start, length))
+  if type(length) ~= 'number' or length ~= math.floor(length) then
+    error('narrow: length must be a whole number, got ' .. tostring(length), 2)
+  end
+  return wrap(C.pn_narrow(t, dim(d), B.position('narrow', 'start', start), length))
 end
 -- slice(dim, first, last): inclusive 1-based range, negative counts from the end
 function M.slice(t, d, first, last)
   local size = M.size(t, d)
   first = first or 1
   last = last or size
-  if first < 0 then first = size + first + 1 end
-  if last < 0 then last = size + last + 1 end
+  first = B.position('slice', 'first', first) + (first < 0 and size or 0) + 1
+  last = B.position('slice', 'last', last) + (last < 0 and size or 0) + 1
   return wrap(C.pn_narrow(t, dim(d), first - 1, math.max(0, last - first + 1)))
 end
 function M.select(t, d, index)
-  return wrap(C.pn_select(t, dim(d), index > 0 and index - 1 or index))
+  return wrap(C.pn_select(t, dim(d), B.position('select', 'index', index)))
 end
 function M.squeeze(t, d)
   return wrap(C.pn_squeeze(t, d == nil and C.PN_ALL_DIMS or dim(d)))
