@@ -212,6 +212,9 @@ typedef struct {
     const void *a_l, *a_r;        /* contiguous (H, D) for PROJ terms, or NULL */
     void *qt[2], *kt[2];          /* (BH, Nq), (BH, Nk) terms; NULL where the kind is NONE */
     void *g;                      /* (BH, Nk) Lorentz factors γ(v_j) for einstein, or NULL */
+    uint8_t *qbad, *kbad;         /* (BH, Nq), (BH, Nk): 1 for a row with a NaN or ±inf coordinate;
+                                   * NULL when every row is finite. Such a row's scores are NaN
+                                   * (NaN in, NaN out), see pn_attn_prepare */
     pn_tensor *own[5];            /* references held for q, k, v, a_l, a_r */
 } pn_attn_call;
 

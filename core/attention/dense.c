@@ -111,8 +111,11 @@ void pn_attn_call_free(pn_attn_call *c) {
     }
     free(c->g);
     free(c->alibi);
+    free(c->qbad);
+    free(c->kbad);
     c->g = NULL;
     c->alibi = NULL;
+    c->qbad = c->kbad = NULL;
     for (int i = 0; i < 5; i++) {
         pn_release(c->own[i]);
         c->own[i] = NULL;
@@ -120,15 +123,37 @@ void pn_attn_call_free(pn_attn_call *c) {
     pn_attn_setup_free(&c->st);
 }
 
-/* "[b,h,i]" (as the user indexes the tensor) for flat row index bh·N + r */
+/* "[b,h,i]" (as the Lua user indexes the tensor, from 1) for flat row index bh·N + r */
 static const char *row_index(const pn_attn_call *c, int64_t flat, int64_t N) {
     static _Thread_local char buf[96];
-    int64_t bh = flat / N, r = flat % N, b = bh / c->H, h = bh % c->H;
+    int64_t bh = flat / N, r = flat % N + 1, b = bh / c->H + 1, h = bh % c->H + 1;
     if (c->graph) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)r, (long long)h);
     else if (c->nd == 4) snprintf(buf, sizeof buf, "[%lld,%lld,%lld]", (long long)b, (long long)h, (long long)r);
     else if (c->nd == 3) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)b, (long long)r);
     else snprintf(buf, sizeof buf, "[%lld]", (long long)r);
     return buf;
+}
+
+/* Rows (BH, N) of x (rows of D) with a non-finite coordinate: *flags gets a (BH·N) array of
+ * 0/1, or stays NULL when every row is finite; returns the first such row, or -1. */
+static int64_t nonfinite_rows(const void *x, int dt, int64_t rows, int64_t D, uint8_t **flags) {
+    int64_t first = -1;
+    *flags = NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        bool bad = false;
+        if (dt == PN_F32) {
+            const float *p = (const float *)x + r * D;
+            for (int64_t d = 0; d < D; d++) bad |= !isfinite(p[d]);
+        } else {
+            const double *p = (const double *)x + r * D;
+            for (int64_t d = 0; d < D; d++) bad |= !isfinite(p[d]);
+        }
+        if (!bad) continue;
+        if (!*flags && !(*flags = calloc((size_t)rows, 1))) return -2;
+        (*flags)[r] = 1;
+        if (first < 0) first = r;
+    }
+    return first;
 }
 
 pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const char *vs) {
@@ -144,6 +169,19 @@ pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const
     }
     if (c->dt == PN_F32) compute_terms_f32(c);
     else compute_terms_f64(c);
+
+    /* non-finite inputs: a manifold score rejects them by name (the point is not on it);
+     * the others give NaN for every weight that reads such a row (row_mods) */
+    for (int side = 0; side < 2; side++) {
+        const int64_t N = side ? c->Nk : c->Nq;
+        uint8_t **flags = side ? &c->kbad : &c->qbad;
+        int64_t bad = nonfinite_rows(side ? c->k : c->q, c->dt, c->BH * N, c->D, flags);
+        if (bad == -2) return pn_error(PN_ERR_OOM, "%s: out of memory", c->op);
+        if (bad >= 0 && pl->req)
+            return pn_error(PN_ERR_ARG, "%s: %s %s is not on the manifold of score '%s': a coordinate is NaN or "
+                            "infinite at %s", c->op, side ? "k" : "q", side ? ks : qs, c->st.desc->name,
+                            row_index(c, bad, N));
+    }
 
     /* manifold checks, on the very numbers the epilogues will read */
     for (int side = 0; side < 2; side++) {

@@ -111,6 +111,14 @@ PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_
         int64_t first = i + c->off - j0 + 1; /* first masked column of this tile */
         for (int64_t j = first < 0 ? 0 : first; j < tk; j++) s[j] = (real)-INFINITY;
     }
+    /* NaN in, NaN out: every pair that reads a non-finite q or k row and is not masked */
+    if (c->qbad || c->kbad) {
+        const int64_t bh = b * c->H + h;
+        const bool qb = c->qbad && c->qbad[bh * c->Nq + i];
+        const uint8_t *kb = c->kbad ? c->kbad + bh * c->Nk + j0 : NULL;
+        for (int64_t j = 0; j < tk; j++)
+            if ((qb || (kb && kb[j])) && s[j] != (real)-INFINITY) s[j] = (real)NAN;
+    }
 }
 
 /* Online softmax over one tile row: s → p = exp(s − m_new)·g (g may be NULL); updates the
@@ -118,8 +126,21 @@ PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_
  * rescaled by. A row masked so far keeps m = −inf and p = 0. */
 PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, real *l) {
     real mx = (real)-INFINITY;
-    #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < tk; j++) mx = s[j] > mx ? s[j] : mx;
+    int nan = 0;
+    #pragma omp simd reduction(max : mx) reduction(| : nan)
+    for (int64_t j = 0; j < tk; j++) {
+        mx = s[j] > mx ? s[j] : mx;
+        nan |= s[j] != s[j];
+    }
+    /* NaN in, NaN out (a +inf score too: inf − inf). The first time, the weights and the rescale
+     * factor are NaN, which poisons the accumulated row; afterwards the row stays NaN. */
+    if (nan || mx == (real)INFINITY || *m != *m) {
+        const real fill = *m != *m ? 0 : (real)NAN;
+        for (int64_t j = 0; j < tk; j++) s[j] = fill;
+        if (*m != *m) return 1;
+        *m = *l = (real)NAN;
+        return (real)NAN;
+    }
     real mnew = mx > *m ? mx : *m;
     if (mnew == (real)-INFINITY) {
         for (int64_t j = 0; j < tk; j++) s[j] = 0;
@@ -248,13 +269,16 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, 
         real *o = out + (bh * Nq + i0 + i) * Dv;
         const real *a = w->acc + i * Dv;
         real l = w->l[i];
-        if (c->st.normalized) {
+        if (l != l) { /* a NaN row (not a fully masked one) */
+            for (int64_t d = 0; d < Dv; d++) o[d] = (real)NAN;
+        } else if (c->st.normalized) {
             real inv = l > 0 ? 1 / l : 0; /* a fully masked row gives 0 */
             for (int64_t d = 0; d < Dv; d++) o[d] = a[d] * inv;
         } else {
             memcpy(o, a, sizeof(real) * (size_t)Dv);
         }
-        if (soft) stat[bh * Nq + i0 + i] = l > 0 ? w->m[i] + pn_log(l) : (real)-INFINITY;
+        if (l != l) stat[bh * Nq + i0 + i] = l;
+        else if (soft) stat[bh * Nq + i0 + i] = l > 0 ? w->m[i] + pn_log(l) : (real)-INFINITY;
         else stat[bh * Nq + i0 + i] = l;
     }
 }
@@ -332,7 +356,7 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W) {
                 if (c->st.normalize == PN_NORM_SOFTMAX) {
                     real m = (real)-INFINITY, l = 0;
                     SFX(row_softmax)(s, Nk, NULL, &m, &l);
-                    real inv = l > 0 ? 1 / l : 0;
+                    real inv = l != l ? l : l > 0 ? 1 / l : 0;
                     for (int64_t j = 0; j < Nk; j++) s[j] *= inv;
                 } else {
                     real l = 0;

@@ -28,6 +28,12 @@ static void SFX(gscores)(const pn_attn_call *c, const int64_t *off, const int64_
     const real *q0 = c->qt[0] ? (const real *)c->qt[0] + h * N + i : NULL;
     const real *q1 = c->qt[1] ? (const real *)c->qt[1] + h * N + i : NULL;
     c->st.plan.EPI_FWD(&c->st.hp[h], 1, deg, deg, G, q0, q1, kt0 ? k0 : NULL, kt1 ? k1 : NULL, s);
+    /* NaN in, NaN out: every edge that reads a non-finite q or k row */
+    if (c->qbad || c->kbad) {
+        const bool qb = c->qbad && c->qbad[h * N + i];
+        for (int64_t e = 0; e < deg; e++)
+            if (qb || (c->kbad && c->kbad[h * N + src[e0 + e]])) s[e] = (real)NAN;
+    }
 }
 
 /* s (deg) → normalised weights w (deg), including the Lorentz factors of einstein; returns
@@ -37,7 +43,15 @@ static real SFX(gweights)(const pn_attn_call *c, const int64_t *src, int64_t e0,
     const real *g = c->g ? (const real *)c->g + h * c->Nk : NULL;
     if (c->st.normalize == PN_NORM_SOFTMAX) {
         real m = (real)-INFINITY;
-        for (int64_t e = 0; e < deg; e++) m = s[e] > m ? s[e] : m;
+        bool nan = false;
+        for (int64_t e = 0; e < deg; e++) {
+            m = s[e] > m ? s[e] : m;
+            nan |= s[e] != s[e];
+        }
+        if (nan || m == (real)INFINITY) { /* NaN in, NaN out (a +inf score too) */
+            for (int64_t e = 0; e < deg; e++) w[e] = (real)NAN;
+            return (real)NAN;
+        }
         if (m == (real)-INFINITY) {
             for (int64_t e = 0; e < deg; e++) w[e] = 0;
             return (real)-INFINITY;
@@ -60,7 +74,7 @@ static real SFX(gweights)(const pn_attn_call *c, const int64_t *src, int64_t e0,
         z += p;
     }
     if (c->st.normalized) {
-        real inv = z > 0 ? 1 / z : 0;
+        real inv = z != z ? z : z > 0 ? 1 / z : 0;
         for (int64_t e = 0; e < deg; e++) w[e] *= inv;
     }
     return z;
@@ -97,7 +111,7 @@ static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const 
                 memset(o, 0, sizeof(real) * (size_t)Dv);
                 for (int64_t e = 0; e < deg; e++) {
                     real we = drop ? w[e] * drop[(e0 + e) * H + h] : w[e];
-                    if (we == 0) continue;
+                    if (we == 0) continue; /* a dropped or zero weight reads nothing (NaN weights do) */
                     const real *vj = (const real *)c->v + (h * N + src[e0 + e]) * Dv;
                     for (int64_t d = 0; d < Dv; d++) o[d] += we * vj[d];
                 }
