@@ -125,24 +125,18 @@ PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_
  * running max *m and sum *l, and returns the factor the accumulated output row must be
  * rescaled by. A row masked so far keeps m = −inf and p = 0. */
 PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, real *l) {
+    if (*m != *m) { /* a NaN row stays NaN (its accumulator already is) */
+        for (int64_t j = 0; j < tk; j++) s[j] = 0;
+        return 1;
+    }
     real mx = (real)-INFINITY;
-    int nan = 0;
-    #pragma omp simd reduction(max : mx) reduction(| : nan)
-    for (int64_t j = 0; j < tk; j++) {
-        mx = s[j] > mx ? s[j] : mx;
-        nan |= s[j] != s[j];
-    }
-    /* NaN in, NaN out (a +inf score too: inf − inf). The first time, the weights and the rescale
-     * factor are NaN, which poisons the accumulated row; afterwards the row stays NaN. */
-    if (nan || mx == (real)INFINITY || *m != *m) {
-        const real fill = *m != *m ? 0 : (real)NAN;
-        for (int64_t j = 0; j < tk; j++) s[j] = fill;
-        if (*m != *m) return 1;
-        *m = *l = (real)NAN;
-        return (real)NAN;
-    }
+    #pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < tk; j++) mx = s[j] > mx ? s[j] : mx;
     real mnew = mx > *m ? mx : *m;
-    if (mnew == (real)-INFINITY) {
+    if (mnew == (real)-INFINITY) { /* masked so far — unless the scores are NaN (max skips NaN) */
+        int nan = 0;
+        for (int64_t j = 0; j < tk; j++) nan |= s[j] != s[j];
+        if (nan) goto poison;
         for (int64_t j = 0; j < tk; j++) s[j] = 0;
         return 1;
     }
@@ -163,9 +157,14 @@ PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, rea
             sum += p;
         }
     }
+    if (sum != sum) goto poison; /* a NaN score, or +inf (inf − inf) */
     *l = *l * alpha + sum;
     *m = mnew;
     return alpha;
+poison: /* NaN in, NaN out: NaN weights and rescale factor poison the accumulated row */
+    for (int64_t j = 0; j < tk; j++) s[j] = (real)NAN;
+    *m = *l = (real)NAN;
+    return (real)NAN;
 }
 
 /* Sigmoid weights over one tile row: s → σ(s)·g (g may be NULL), *l += Σ. */
