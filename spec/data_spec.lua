@@ -49,3 +49,49 @@ describe('data registry', function()
     assert.truthy(tostring(e):find('../shared/datasets/README.md', 1, true))
   end)
 end)
+
+describe('dataset validation', function()
+  local ffi = require 'ffi'
+  pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "'")
+
+  -- a small Planetoid-shaped file: 4 nodes, 2 features, labels as given
+  local function write(labels, num_classes)
+    local f = pn.io.open(dir .. '/cora.h5', 'w')
+    f:write('features', pn.tensor({ { 1, 0 }, { 0, 1 }, { 1, 1 }, { 0, 0 } }))
+    f:write('labels', pn.tensor(labels, { dtype = 'i32' }))
+    f:write('edges', pn.tensor({ { 0, 1 }, { 1, 0 } }, { dtype = 'i32' }))
+    for _, m in ipairs({ 'train_mask', 'val_mask', 'test_mask' }) do
+      f:write(m, pn.tensor({ 1, 1, 0, 0 }, { dtype = 'u8' }))
+    end
+    if num_classes then f:set_attr('/', 'num_classes', num_classes) end
+    f:close()
+  end
+  local function load()
+    ffi.C.setenv('PENUMBRA_DATA', dir, 1)
+    local ok, r = pcall(pn.data.load, 'cora')
+    ffi.C.unsetenv('PENUMBRA_DATA')
+    return ok, r
+  end
+
+  it('checks labels against the num_classes attribute before sizing anything by them', function()
+    write({ 0, 1, 1000000, 2 }, 7)
+    local ok, e = load()
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('labels out of range', 1, true), tostring(e))
+    assert.truthy(tostring(e):find('num_classes = 7', 1, true), tostring(e))
+    write({ 0, 1, 2, 1 }, 7)
+    local ok2, d = load()
+    assert.is_true(ok2, tostring(d))
+    assert.equal(7, d.num_classes)
+  end)
+
+  it('without the attribute, a label as large as the node count is refused', function()
+    write({ 0, 1, 1000000, 2 })
+    local ok, e = load()
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('no num_classes attribute', 1, true), tostring(e))
+  end)
+end)

@@ -35,6 +35,7 @@ return function(data)
     for _, key in ipairs({ 'features', 'labels', 'edges', 'train_mask', 'val_mask', 'test_mask' }) do
       if not f:exists(key) then bad(path, "missing dataset '/" .. key .. "'") end
     end
+    local attrs = f:attrs('/')
     local x, y, e = f:read('features'), f:read('labels'), f:read('edges')
     local masks = { train = f:read('train_mask'), val = f:read('val_mask'), test = f:read('test_mask') }
     f:close()
@@ -47,9 +48,25 @@ return function(data)
     if #es ~= 2 or es[2] ~= 2 or (e:dtype() ~= 'i32' and e:dtype() ~= 'i64') then
       bad(path, '/edges must be i32 [E,2], got ' .. e:dtype() .. ' [' .. table.concat(es, ',') .. ']')
     end
+    -- the labels are checked against the file's num_classes before anything is sized by them
+    -- (one corrupt label must not become a million-class output layer)
     local ymin, ymax = y:min():item(), y:max():item()
-    if ymin < 0 then bad(path, 'labels out of range: minimum ' .. ymin) end
-    local num_classes = ymax + 1
+    local num_classes = attrs.num_classes
+    if num_classes ~= nil then
+      if type(num_classes) ~= 'number' or num_classes < 1 or num_classes % 1 ~= 0 then
+        bad(path, 'root attribute num_classes must be a positive integer, got ' .. tostring(num_classes))
+      end
+      if ymin < 0 or ymax >= num_classes then
+        bad(path, string.format('labels out of range: min %d, max %d for num_classes = %d (root attribute)', ymin,
+          ymax, num_classes))
+      end
+    else
+      if ymin < 0 then bad(path, 'labels out of range: minimum ' .. ymin) end
+      if ymax >= n then
+        bad(path, string.format('labels out of range: max %d with %d nodes and no num_classes attribute', ymax, n))
+      end
+      num_classes = ymax + 1
+    end
     if e:numel() > 0 then
       local emin, emax = e:min():item(), e:max():item()
       if emin < 0 or emax >= n then
