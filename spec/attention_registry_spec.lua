@@ -75,10 +75,24 @@ describe('attention registry', function()
       if not d.graph_only then
         for _, p in ipairs(d.params) do
           local val = (p.default or 0.5) * 1.25
-          local out = pn.attention(q, q, v, { score = name, [p.name] = val })
-          assert.same({ 1, 1, 3, 2 }, out:shape())
+          -- a parameter is read by the score's default form or by one of its other forms (the
+          -- Poincaré model's curvature, say); given where nothing reads it, it is an error
+          local form
+          for _, f in ipairs({ {}, { model = 'poincare' }, { aggregate = 'einstein' } }) do
+            local o = { score = name, [p.name] = val }
+            for kk, vv in pairs(f) do o[kk] = vv end
+            local ok, out = pcall(pn.attention, q, q, v, o)
+            if ok then
+              assert.same({ 1, 1, 3, 2 }, out:shape())
+              form = o
+              break
+            end
+            assert.truthy(tostring(out):find('has no parameter ' .. p.name, 1, true), tostring(out))
+          end
+          assert.truthy(form, name .. '.' .. p.name .. ' is read by no form')
           if p.positive then
-            assert_error(function() pn.attention(q, q, v, { score = name, [p.name] = 0 }) end, 'attention', p.name, '> 0')
+            form[p.name] = 0
+            assert_error(function() pn.attention(q, q, v, form) end, 'attention', p.name, '> 0')
           end
         end
       end

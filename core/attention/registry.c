@@ -133,6 +133,11 @@ pn_status pn_attn_setup_init(const char *op, const pn_attn_opts *o, int dt, int6
     unsigned used = st->plan.params | (st->einstein ? PN_PBIT(PN_P_curvature) : 0u);
     for (int p = 0; p < PN_NPARAM; p++) {
         pn_tensor *t = pn_attn_param_tensor(o, p);
+        /* a number given for a parameter the score does not read is an error too, not ignored */
+        if (!t && !isnan(o->param[p]) && !(used & PN_PBIT(p)))
+            return pn_error(PN_ERR_ARG, "%s: %s = %g is given but score '%s'%s%s has no parameter %s", op,
+                            param_names[p], o->param[p], desc->name, st->plan.note,
+                            st->einstein ? " with einstein aggregation" : "", param_names[p]);
         if (!t) continue;
         if (!(used & PN_PBIT(p)))
             return pn_error(PN_ERR_ARG, "%s: %s %s is given but score '%s'%s%s has no parameter %s", op,

@@ -5,6 +5,11 @@ local B = require 'penumbra_ffi'
 local C, check = B.C, B.check
 
 local optim = {}
+local options = require 'penumbra.options'
+local SGD_OPTS = { lr = { 'number', min = 0 }, momentum = { 'number', min = 0 }, dampening = { 'number', min = 0, max = 1 },
+                   weight_decay = { 'number', min = 0 }, nesterov = 'boolean' }
+local ADAM_OPTS = { lr = { 'number', min = 0 }, betas = 'table', eps = { 'number', above = 0 },
+                    weight_decay = { 'number', min = 0 } }
 
 local function param_list(params)
   if params.parameters then params = params:parameters() end
@@ -25,7 +30,7 @@ end
 
 -- SGD(params, {lr, momentum=0, dampening=0, weight_decay=0, nesterov=false})
 function optim.SGD(params, o)
-  o = o or {}
+  o = options.check('SGD', o, SGD_OPTS, 2)
   if not o.lr then error('SGD: lr is required', 2) end
   local self = setmetatable({ params = param_list(params), lr = o.lr, momentum = o.momentum or 0,
     dampening = o.dampening or 0, weight_decay = o.weight_decay or 0, nesterov = o.nesterov or false,
@@ -50,8 +55,14 @@ end
 
 local function adam(name, decoupled, default_wd)
   return function(params, o)
-    o = o or {}
+    o = options.check(name, o, ADAM_OPTS, 2)
     local betas = o.betas or { 0.9, 0.999 }
+    for i = 1, 2 do
+      local b = betas[i]
+      if #betas ~= 2 or type(b) ~= 'number' or not (b >= 0 and b < 1) then
+        error(name .. ': betas must be two numbers in [0, 1), got ' .. tostring(b) .. ' at ' .. i, 2)
+      end
+    end
     local self = setmetatable({ params = param_list(params), lr = o.lr or 1e-3, beta1 = betas[1], beta2 = betas[2],
       eps = o.eps or 1e-8, weight_decay = o.weight_decay or default_wd, m = {}, v = {}, t = {}, steps = 0,
       name = name }, Optimizer)

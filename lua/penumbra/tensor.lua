@@ -81,26 +81,17 @@ function pn._dims(d)
 end
 
 -- ---- creation ------------------------------------------------------------------------
--- Options tables are checked against the keys the function reads, so a typo
--- ({dtpye='f64'}) is an error listing the valid keys instead of a silent f32 default.
-local function check_opts(op, o, valid, level)
-  if o == nil then return {} end
-  if type(o) ~= 'table' or is_tensor(o) then error(op .. ': options must be a table, got ' .. type(o), level + 1) end
-  for k in pairs(o) do
-    if not valid[k] then
-      local names = {}
-      for n in pairs(valid) do names[#names + 1] = n end
-      table.sort(names)
-      error(op .. ": unknown option '" .. tostring(k) .. "' (valid: " .. table.concat(names, ', ') .. ')', level + 1)
-    end
-  end
-  return o
+-- Options tables go through the one checker (penumbra.options): a typo ({dtpye='f64'}) is an
+-- error listing the valid keys instead of a silent f32 default, and values are type-checked.
+local options = require 'penumbra.options'
+local function check_opts(op, o, spec, level)
+  return options.check(op, o, spec, (level or 1) + 1)
 end
 pn._check_opts = check_opts
 
-local CREATE_KEYS = { dtype = true, device = true, requires_grad = true }
--- the *_like creators default dtype, device and shape to x's; any of them may be overridden
-local LIKE_KEYS = { dtype = true, device = true, requires_grad = true, shape = true }
+-- (dtype and device names are checked where they are looked up, with their own messages)
+local CREATE_KEYS = { dtype = 'string', device = 'string', requires_grad = 'boolean' }
+local LIKE_KEYS = options.with(CREATE_KEYS, { shape = 'table' })
 
 local function finish(t, o)
   if o.requires_grad then check(C.pn_set_requires_grad(t, 1)) end

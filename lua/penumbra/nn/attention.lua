@@ -13,8 +13,15 @@ return function(nn, pn)
   nn.MultiheadAttention = MHA
   local score_params = require 'penumbra.nn.score_params'
 
+  local options = require 'penumbra.options'
+  local MHA_OPTS = { qk_dim = { 'integer', min = 1 }, score = 'string', map = 'string', bias = 'boolean',
+                     normalize = 'string', causal = 'boolean', model = 'string', squared = 'boolean', alibi = 'boolean' }
+
   function MHA:init(d, heads, o)
-    o = o or {}
+    local score = type(o) == 'table' and o.score or 'dot'
+    if type(score) ~= 'string' then error('MultiheadAttention: score must be a string, got ' .. type(score), 3) end
+    o = options.check('MultiheadAttention', o,
+      options.score_params(options.with(MHA_OPTS), pn.attention_variant(score)), 3)
     if d % heads ~= 0 then error('MultiheadAttention: d_model ' .. d .. ' is not divisible by heads ' .. heads, 2) end
     self.d, self.heads = d, heads
     self.dv = math.floor(d / heads)

@@ -19,12 +19,28 @@ return function(nn, pn)
   local class = nn.class
 
   local score_params = require 'penumbra.nn.score_params'
+  local options = require 'penumbra.options'
+  local unit = { 'number', min = 0, below = 1 }
+  local count = { 'integer', min = 1 }
+  local CONV_OPTS = { heads = count, concat = 'boolean', score = 'string', dropout = unit, attn_dropout = unit,
+                      proj_dropout = unit, shared_qk = 'boolean', map = 'string', sparse_input = 'boolean',
+                      qk_dim = count, residual = 'boolean', bias = 'boolean' }
+  local GAT_OPTS = { hidden = count, heads = count, out_heads = count, score = 'string', map = 'string', dropout = unit,
+                     attn_dropout = unit, proj_dropout = unit, qk_dim = count, residual = 'boolean',
+                     shared_qk = 'boolean', sparse_input = 'boolean' }
+  -- the layer's options plus the chosen score's parameters (and learn_ flags), checked once
+  local function layer_opts(who, o, spec)
+    local score = type(o) == 'table' and o.score or 'gat'
+    if type(score) ~= 'string' then error(who .. ': score must be a string, got ' .. type(score), 4) end
+    local desc = pn.attention_variant(score)
+    return options.check(who, o, options.score_params(options.with(spec), desc), 4)
+  end
 
   local GATConv = class('GATConv')
   nn.GATConv = GATConv
 
   function GATConv:init(fin, fout, o)
-    o = o or {}
+    o = layer_opts('GATConv', o, CONV_OPTS)
     self.fin, self.fout = fin, fout
     self.heads = o.heads or 8
     self.concat = o.concat ~= false
@@ -113,7 +129,7 @@ return function(nn, pn)
   local GAT = class('GAT')
   nn.GAT = GAT
   function GAT:init(fin, classes, o)
-    o = o or {}
+    o = layer_opts('GAT', o, GAT_OPTS)
     local hidden, heads = o.hidden or 8, o.heads or 8
     local common = { score = o.score, map = o.map, dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout,
                      qk_dim = o.qk_dim, residual = o.residual, proj_dropout = o.proj_dropout,

@@ -52,9 +52,19 @@ function nn.init.ones_(t) pn.no_grad(function() t:fill_(1) end) return t end
 -- ---- layers ---------------------------------------------------------------------------------
 -- Linear(in, out, {bias=true, dtype='f32', init='xavier'|'kaiming', sparse_input=false}):
 -- y = x Wᵀ + b, W (out, in); sparse_input: x is mostly zeros (2-D), multiply by its nonzeros
+local options = require 'penumbra.options'
+local function size_arg(who, what, v)
+  if type(v) ~= 'number' or v % 1 ~= 0 or v < 1 then
+    error(who .. ': ' .. what .. ' must be a positive whole number, got ' .. tostring(v), 4)
+  end
+end
+
 nn.Linear = class('Linear')
 function nn.Linear:init(i, o, opts)
-  opts = opts or {}
+  opts = options.check('Linear', opts, { bias = 'boolean', dtype = 'string', sparse_input = 'boolean',
+                                         init = { 'string', one_of = { 'xavier', 'kaiming' } } }, 3)
+  size_arg('Linear', 'in_features', i)
+  size_arg('Linear', 'out_features', o)
   self.in_features, self.out_features = i, o
   self.sparse_input = opts.sparse_input or false
   local w = pn.empty({ o, i }, { dtype = opts.dtype })
@@ -72,7 +82,9 @@ function nn.Linear:extra_repr() return self.in_features .. ' → ' .. self.out_f
 
 nn.Embedding = class('Embedding')
 function nn.Embedding:init(n, d, opts)
-  opts = opts or {}
+  opts = options.check('Embedding', opts, { dtype = 'string', std = { 'number', above = 0 } }, 3)
+  size_arg('Embedding', 'num_embeddings', n)
+  size_arg('Embedding', 'dim', d)
   self.num, self.dim = n, d
   self:param('weight', nn.init.normal_(pn.empty({ n, d }, { dtype = opts.dtype }), 0, opts.std or 1))
 end
@@ -81,7 +93,8 @@ function nn.Embedding:extra_repr() return self.num .. ' × ' .. self.dim end
 
 nn.LayerNorm = class('LayerNorm')
 function nn.LayerNorm:init(d, opts)
-  opts = opts or {}
+  opts = options.check('LayerNorm', opts, { dtype = 'string', eps = { 'number', min = 0 } }, 3)
+  size_arg('LayerNorm', 'dim', d)
   self.eps = opts.eps or 1e-5
   self.dim = d
   self:param('weight', pn.ones({ d }, { dtype = opts.dtype }))
@@ -91,7 +104,12 @@ function nn.LayerNorm:forward(x) return pn.layer_norm(x, self.weight, self.bias,
 function nn.LayerNorm:extra_repr() return tostring(self.dim) end
 
 nn.Dropout = class('Dropout')
-function nn.Dropout:init(p) self.p = p or 0.5 end
+function nn.Dropout:init(p)
+  if p ~= nil and (type(p) ~= 'number' or not (p >= 0 and p < 1)) then
+    error('Dropout: p must be a number in [0, 1), got ' .. tostring(p), 3)
+  end
+  self.p = p or 0.5
+end
 function nn.Dropout:forward(x) return pn.dropout(x, self.p, self.training) end
 function nn.Dropout:extra_repr() return 'p=' .. self.p end
 

@@ -25,6 +25,8 @@
 -- x_kv, when given, must have the length of x_q: the linear kernels pair row t of the
 -- queries with the keys up to t (causal) or all keys of the same sequence.
 return function(nn, pn)
+  local options = require 'penumbra.options'
+
   -- ---- shared helpers ---------------------------------------------------------------------
   local function shape_str(t) return '[' .. table.concat(t:shape(), ',') .. ']' end
 
@@ -108,7 +110,7 @@ return function(nn, pn)
   nn.CosineAttention = CA
 
   function CA:init(d, heads, o)
-    o = o or {}
+    o = options.check('CosineAttention', o, { causal = 'boolean', dtype = 'string', bias = 'boolean', m_init = 'number' }, 3)
     common_init(self, 'CosineAttention', d, heads, o)
     self:param('m', pn.full({ heads }, o.m_init or 0.5, { dtype = o.dtype }))
   end
@@ -144,7 +146,9 @@ return function(nn, pn)
   nn.PowerAttention = PA
 
   function PA:init(d, heads, o)
-    o = o or {}
+    o = options.check('PowerAttention', o, { causal = 'boolean', dtype = 'string', bias = 'boolean', p = 'integer',
+      chunk = { 'integer', min = 0 }, scale = 'number', gating = 'boolean', learned_rotary = 'boolean',
+      rope = 'boolean', rope_base = { 'number', above = 0 }, gate_bias = 'number' }, 3)
     local p = o.p or 2
     if type(p) ~= 'number' or p % 2 ~= 0 or p < 2 then
       error('PowerAttention: p must be an even integer >= 2, got ' .. tostring(p), 2)

@@ -150,6 +150,16 @@ return function(pn, M, B)
     o.normalize = lookup(op, 'normalize', NORMALIZE, opts.normalize, C.PN_NORM_SOFTMAX)
     o.model = lookup(op, 'model', MODELS, opts.model, C.PN_MODEL_HYPERBOLOID)
     o.aggregate = lookup(op, 'aggregate', AGGREGATE, opts.aggregate, C.PN_AGG_SUM)
+    -- flags are booleans: {causal = 'false'} or {causal = 0} would otherwise switch masking on
+    for _, key in ipairs({ 'causal', 'squared', 'alibi', 'train' }) do
+      local v = opts[key]
+      if v ~= nil and type(v) ~= 'boolean' then
+        error(string.format("%s: %s must be true or false, got %s (a %s)", op, key, tostring(v), type(v)), 3)
+      end
+    end
+    if not graph and (opts.dropout ~= nil or opts.train ~= nil) then
+      error(op .. ': dropout and train apply to graph attention only (the dense forms have no attention dropout)', 3)
+    end
     o.causal = opts.causal and 1 or 0
     o.squared = opts.squared and 1 or 0
     o.alibi = opts.alibi and 1 or 0
@@ -159,6 +169,10 @@ return function(pn, M, B)
         o.param_t[id] = v
         keep[#keep + 1] = v
       elseif type(v) == 'number' then
+        -- NaN is the C side's "not given": a NaN or infinite value must not fall back to the default
+        if v ~= v or v == math.huge or v == -math.huge then
+          error(op .. ': ' .. name .. ' must be a finite number, got ' .. tostring(v), 3)
+        end
         o.param[id] = v
       elseif v ~= nil then
         error(op .. ': ' .. name .. ' must be a number or a tensor, got ' .. type(v), 3)
@@ -171,8 +185,11 @@ return function(pn, M, B)
     keep[#keep + 1] = opts.mask
     keep[#keep + 1] = opts.bias
     if opts.dropout ~= nil then
-      if type(opts.dropout) ~= 'number' then error(op .. ': dropout must be a number, got ' .. type(opts.dropout), 3) end
-      o.dropout = opts.dropout
+      local p = opts.dropout
+      if type(p) ~= 'number' or not (p >= 0 and p < 1) then
+        error(op .. ': dropout must be a number in [0, 1), got ' .. tostring(p), 3)
+      end
+      o.dropout = p
     end
     o.train = opts.train and 1 or 0
     return o

@@ -11,9 +11,10 @@
 return function(pn, M, B)
   local C, wrap = B.C, B.wrap
   local is_tensor, check_opts = pn.is_tensor, pn._check_opts
-  local CE_KEYS = { label_smoothing = true, ignore_index = true, reduction = true }
-  local NLL_KEYS = { ignore_index = true, reduction = true }
-  local REDUCTION_KEYS = { reduction = true }
+  local REDUCTION_KEYS = { reduction = { 'string', one_of = { 'none', 'mean', 'sum' } } }
+  local NLL_KEYS = { ignore_index = 'integer', reduction = REDUCTION_KEYS.reduction }
+  local CE_KEYS = { label_smoothing = { 'number', min = 0, below = 1 }, ignore_index = 'integer',
+                    reduction = REDUCTION_KEYS.reduction }
 
   local REDUCTION = { none = 0, mean = 1, sum = 2 }
   local function reduction_of(name, o)

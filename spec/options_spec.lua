@@ -1,0 +1,66 @@
+-- One options checker for the whole Lua API (lua/penumbra/options.lua): unknown keys are
+-- errors listing the valid ones; values are type- and range-checked; booleans are booleans;
+-- an option that does not apply to the chosen score is an error, never silently ignored.
+local pn = require 'penumbra'
+local check = require 'spec.helpers.check'
+local assert_error = check.assert_error_matching
+
+describe('options', function()
+  it('misspelled keys are errors listing the valid ones, everywhere', function()
+    assert_error(function() pn.zeros({ 2 }, { dtyp = 'f64' }) end, 'zeros', "unknown option 'dtyp'", 'dtype')
+    assert_error(function() pn.nn.Linear(3, 4, { bais = false }) end, 'Linear', "'bais'", 'bias')
+    local m = pn.nn.Linear(3, 4)
+    assert_error(function() pn.optim.Adam(m, { weight_decya = 1 }) end, 'Adam', "'weight_decya'", 'weight_decay')
+    assert_error(function() pn.optim.SGD(m, { lr = 0.1, momentun = 0.9 }) end, 'SGD', 'momentum')
+    assert_error(function() pn.data.planetoid('cora', { normalise_features = false }) end, 'normalize_features')
+    assert_error(function() pn.cross_entropy(pn.zeros({ 2, 3 }), { 0, 1 }, { reduce = 'sum' }) end, 'reduction')
+    assert_error(function() pn.nn.GAT(3, 4, { headz = 2 }) end, 'GAT', "'headz'", 'heads')
+    assert_error(function() pn.nn.MultiheadAttention(8, 2, { learn_r = true }) end, "score 'dot'", 'scale')
+  end)
+
+  it('values are type- and range-checked', function()
+    local m = pn.nn.Linear(3, 4)
+    assert_error(function() pn.optim.SGD(m, { lr = 0 / 0 }) end, 'SGD', 'lr', 'finite')
+    assert_error(function() pn.optim.Adam(m, { lr = -1 }) end, 'Adam', 'lr', '>= 0')
+    assert_error(function() pn.optim.Adam(m, { betas = { 0.9, 1.5 } }) end, 'Adam', 'betas')
+    assert_error(function() pn.nn.Dropout(1.5) end, 'Dropout', '[0, 1)')
+    assert_error(function() pn.nn.LayerNorm(4, { eps = -1 }) end, 'LayerNorm', 'eps')
+    assert_error(function() pn.nn.Linear(3, 4, { bias = 'no' }) end, 'Linear', 'bias', 'boolean')
+    assert_error(function() pn.nn.Linear(3.5, 4) end, 'Linear', 'in_features')
+    assert_error(function() pn.nn.GAT(3, 4, { heads = 0 }) end, 'GAT', 'heads', '>= 1')
+    assert_error(function() pn.nn.GAT(3, 4, { dropout = 1 }) end, 'GAT', 'dropout', '< 1')
+    assert_error(function() pn.nn.GAT(3, 4, { score = 'umbral', r = -1 }) end, 'GAT', 'r', '> 0')
+    assert_error(function() pn.zeros({ 2 }, { requires_grad = 1 }) end, 'zeros', 'requires_grad', 'boolean')
+    assert_error(function() pn.cross_entropy(pn.zeros({ 2, 3 }), { 0, 1 }, { label_smoothing = 1 }) end, 'label_smoothing')
+  end)
+
+  describe('attention options', function()
+    local q = pn.rand({ 1, 2, 4, 3 }) * 0.4 + 0.05
+    local v = pn.rand({ 1, 2, 4, 2 })
+    it('a NaN or infinite parameter is an error, not the default', function()
+      for _, bad in ipairs({ 0 / 0, math.huge }) do
+        assert_error(function() pn.attention(q, q, v, { score = 'laplacian', gamma = bad }) end, 'gamma', 'finite')
+        assert_error(function() pn.attention(q, q, v, { score = 'dot', scale = bad }) end, 'scale', 'finite')
+      end
+    end)
+    it('flags are booleans', function()
+      assert_error(function() pn.attention(q, q, v, { causal = 'false' }) end, 'causal', 'true or false')
+      assert_error(function() pn.attention(q, q, v, { causal = 0 }) end, 'causal', 'true or false')
+      assert_error(function() pn.attention(q, q, v, { score = 'penumbral', squared = 1 }) end, 'squared')
+    end)
+    it('a parameter the score (or its model) does not read is an error', function()
+      assert_error(function() pn.attention(q, q, v, { score = 'dot', r = 0.5 }) end, "score 'dot'", 'no parameter r')
+      assert_error(function() pn.attention(q, q, v, { score = 'hyperbolic', curvature = 2 }) end,
+        'curvature', 'no parameter curvature')
+      assert_error(function() pn.attention(q, q, v, { score = 'hyperbolic', model = 'halfspace', curvature = 2 }) end,
+        'no parameter curvature')
+      -- where it is read, it works
+      local ok = pcall(pn.attention, q * 0.5, q * 0.5, v, { score = 'hyperbolic', model = 'poincare', curvature = 2 })
+      assert.is_true(ok)
+    end)
+    it('dropout and train belong to graph attention', function()
+      assert_error(function() pn.attention(q, q, v, { dropout = 0.5, train = true }) end, 'graph attention only')
+      assert_error(function() pn.attention(q, q, v, { train = true }) end, 'graph attention only')
+    end)
+  end)
+end)
