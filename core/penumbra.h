@@ -66,8 +66,9 @@ int64_t pn_live_nodes(void);         /* autograd nodes alive */
 int pn_num_threads(void);
 void pn_set_num_threads(int n);
 const char *pn_version(void);
-/* Ctrl-C for long runs: after pn_interrupt_install a first SIGINT only sets a flag that the
- * experiment loop polls (pn_interrupted); a second one terminates as usual. */
+/* Stopping long runs: after pn_interrupt_install a first SIGINT, SIGTERM or SIGHUP only sets a
+ * flag that the experiment loop polls (pn_interrupted returns the signal number, 0 when none);
+ * a second one terminates as usual. */
 void pn_interrupt_install(void);
 int pn_interrupted(void);
 void pn_interrupt_clear(void);

@@ -109,6 +109,44 @@ describe('experiment runner', function()
     assert.truthy(n >= 1 and n < 200)
   end)
 
+  -- SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal) stop a run as Ctrl-C does
+  for _, sig in ipairs({ 'TERM', 'HUP' }) do
+    it('leaves a readable file marked interrupted after SIG' .. sig, function()
+      local home = os.getenv('PENUMBRA_HOME') or '.'
+      local script = os.tmpname() .. '.lua'
+      local f = io.open(script, 'w')
+      f:write("local toy = dofile('" .. home .. "/spec/fixtures/toy_experiment.lua')\n",
+              "toy({ epochs = '200', sleep = '0.05', _quiet = true })\n")
+      f:close()
+      local dir = runs .. '/sig' .. sig
+      os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
+        'kill -%s $pid; wait $pid) >/dev/null 2>&1', home, dir, script, sig))
+      os.remove(script)
+      local p = io.popen('ls "' .. dir .. '/toy"/*.h5 2>/dev/null | head -1')
+      local path = p:read('*l'); p:close()
+      assert.truthy(path, 'no run file written')
+      local a = attrs(path)
+      assert.equal('interrupted', a.status)
+      assert.truthy(a.error:find(sig == 'TERM' and 'SIGTERM' or 'SIGHUP', 1, true), a.error)
+    end)
+  end
+
+  it('./bench runs shows a run whose process died as dead, not running', function()
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local script = os.tmpname() .. '.lua'
+    local f = io.open(script, 'w')
+    f:write("local toy = dofile('" .. home .. "/spec/fixtures/toy_experiment.lua')\n",
+            "toy({ epochs = '200', sleep = '0.05', _quiet = true })\n")
+    f:close()
+    local dir = runs .. '/sigkill'
+    os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
+      'pkill -KILL -P $pid; kill -KILL $pid; wait $pid) >/dev/null 2>&1', home, dir, script))
+    os.remove(script)
+    local rows = require('penumbra.runs').list(dir)
+    assert.equal(1, #rows)
+    assert.equal('dead (was running)', rows[1].status)
+  end)
+
   it('refuses an unwritable runs directory before training', function()
     local ffi = require 'ffi'
     ffi.C.setenv('PENUMBRA_RUNS', '/proc/penumbra-cannot-write', 1)

@@ -286,6 +286,9 @@ function Judge:summary(result, unit, steps_run)
   end
 end
 
+local SIGNALS = { [1] = 'SIGHUP', [2] = 'Ctrl-C', [15] = 'SIGTERM' }
+local function signal_name(n) return SIGNALS[n] or ('signal ' .. tostring(n)) end
+
 -- The run file runs/<name>/<UTC stamp>-s<seed>.h5 (a new name if taken) with its metadata.
 local function open_run(def, cfg, seed, unit)
   local runs_dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. def.name
@@ -309,6 +312,8 @@ local function open_run(def, cfg, seed, unit)
   run:set('unit', unit)
   run:set('git_commit', shell('git -C "' .. (os.getenv('PENUMBRA_HOME') or '.') .. '" rev-parse HEAD'))
   run:set('host', shell('hostname'))
+  -- who writes it: `./bench runs` tells a live run from one whose process died (SIGKILL, a crash)
+  run:set('pid', tonumber(shell('echo $PPID')) or -1)
   run:set('start_time', utc_iso())
   run:set('status', 'running')
   run:set('threads', pn.num_threads and pn.num_threads() or 1)
@@ -368,7 +373,7 @@ function M.run(def, overrides)
     local state = def.setup(cfg, run)
     local model = def.model and def.model(state)
     for step = 1, max_steps do
-      if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) before ' .. unit .. ' ' .. step, 0) end
+      if C.pn_interrupted() ~= 0 then error('interrupted (' .. signal_name(C.pn_interrupted()) .. ') before ' .. unit .. ' ' .. step, 0) end
       -- online data: a fresh batch (or graph) per step
       local batch = def.batch and def.batch(state, cfg, step)
       local m = def.train(state, cfg, step, batch) or {}
@@ -397,7 +402,9 @@ function M.run(def, overrides)
       print_progress(summarise_line(def.name, unit, step, m, judge.best, elapsed, eta, judge.monitor), elapsed, step == 1)
       if evaluated and judge:stop() then break end
     end
-    if C.pn_interrupted() ~= 0 then error('interrupted (Ctrl-C) after ' .. unit .. ' ' .. steps_run, 0) end
+    if C.pn_interrupted() ~= 0 then
+      error('interrupted (' .. signal_name(C.pn_interrupted()) .. ') after ' .. unit .. ' ' .. steps_run, 0)
+    end
     if tty then io.stderr:write('\n') end
     -- restore the best checkpoint before the test evaluation
     if model and judge.best_step > 0 then model:load(path, 'params') end

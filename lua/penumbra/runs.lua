@@ -183,7 +183,24 @@ local function find_h5(dir)
 end
 
 -- One row per run file: {path, experiment, seed, status, best_key, best, test_acc, epochs, date,
--- error}. Files that are not run files (./bench compare tables) get kind = 'compare'.
+-- error}; a run still marked running whose process is gone on this host shows as dead. Files that are not run files (./bench compare tables) get kind = 'compare'.
+-- Is the process that writes a run file (attrs pid, host) still alive? Unknown (another host,
+-- no pid: files from before the attribute) counts as alive.
+local this_host
+function M.writer_alive(attrs)
+  local pid, host = tonumber(attrs.pid), attrs.host
+  if not pid or pid <= 0 or not host then return true end
+  if not this_host then
+    local p = io.popen('hostname 2>/dev/null')
+    this_host = p and (p:read('*l') or '') or ''
+    if p then p:close() end
+  end
+  if host ~= this_host then return true end
+  local f = io.open('/proc/' .. pid .. '/stat', 'r')
+  if f then f:close() end
+  return f ~= nil
+end
+
 function M.list(dir)
   dir = dir or os.getenv('PENUMBRA_RUNS') or 'runs'
   local rows = {}
@@ -196,6 +213,7 @@ function M.list(dir)
       local okr, e = pcall(function()
         row.experiment, row.seed, row.status = r.experiment, r.seed, r.status
         row.date = r.attrs.start_time
+        if row.status == 'running' and not M.writer_alive(r.attrs) then row.status = 'dead (was running)' end
         if not r:is_run() then
           row.kind = r.attrs.table and 'compare' or 'other'
         else
