@@ -157,6 +157,44 @@ describe('experiment runner', function()
   end)
 end)
 
+describe('experiment config limits', function()
+  it('checks every key with a limit before the run file exists, defaults too', function()
+    local before = io.popen('ls "' .. runs .. '/toy" 2>/dev/null | wc -l'):read('*n')
+    for _, bad in ipairs({ { epochs = '-1' }, { epochs = '0' }, { epochs = '2.5' }, { seed = '1e20' },
+                           { patience = '-5' }, { lr = 'fast' } }) do
+      bad._quiet = true
+      local ok, e = pcall(toy, bad)
+      assert.is_false(ok)
+      local k = next(bad) == '_quiet' and next(bad, '_quiet') or next(bad)
+      assert.truthy(tostring(e):find('experiment: ' .. k, 1, true), tostring(e))
+    end
+    local after = io.popen('ls "' .. runs .. '/toy" 2>/dev/null | wc -l'):read('*n')
+    assert.equal(before, after) -- no run file for a rejected config
+  end)
+
+  it("a recipe's limits: lr > 0 and finite, dataset and score from the registries", function()
+    local recipe = require 'penumbra.recipes.gat_planetoid'
+    for _, bad in ipairs({ { lr = 'nan' }, { lr = '-1' }, { heads = '0' }, { dropout = '1' }, { score = 'umbrall' },
+                           { dataset = 'coraa' } }) do
+      local saved = rawget(_G, 'args')
+      _G.args = bad
+      bad._quiet = true
+      local ok, e = pcall(recipe, { dataset = 'cora', score = 'umbral', r = 0.1 })
+      _G.args = saved
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find('experiment: ', 1, true), tostring(e))
+    end
+  end)
+
+  it('a failed run raises one message naming the run file, no traceback', function()
+    local ok, e = pcall(toy, { _quiet = true, fail_setup = 'true' })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('failed: ', 1, true))
+    assert.truthy(tostring(e):find('run file: ', 1, true))
+    assert.is_nil(tostring(e):find('stack traceback', 1, true))
+  end)
+end)
+
 describe('./bench compare', function()
   it('runs scripts over seeds and tabulates mean ± std', function()
     local home = os.getenv('PENUMBRA_HOME') or '.'
@@ -267,6 +305,6 @@ describe('experiment runner, step-based', function()
     assert.truthy(tostring(e):find('on_eval', 1, true))
     ok, e = pcall(stepper, { _quiet = true, eval_every = '0' })
     assert.is_false(ok)
-    assert.truthy(tostring(e):find('eval_every must be a positive integer', 1, true), tostring(e))
+    assert.truthy(tostring(e):find('eval_every must be >= 1', 1, true), tostring(e))
   end)
 end)

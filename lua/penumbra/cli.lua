@@ -22,9 +22,18 @@ usage: ./bench <command | script.lua> [args]
                                        "N passed, N failed, N skipped"
   ./bench --help                       this text
 
-environment: PENUMBRA_DATA (dataset dir), PENUMBRA_BUILD (build dir),
+environment: PENUMBRA_DATA (dataset dir, searched first; then datasets/ and ../shared/datasets),
+             PENUMBRA_RUNS (where run files go, default runs/), PENUMBRA_BUILD (build dir),
+             PN_TRACEBACK=1 (add the Lua traceback to error messages),
              OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (threads)
 ]]
+
+-- An error a user caused (a bad key, a missing file, a failed run) is printed once, as its
+-- message; PN_TRACEBACK=1 adds the Lua traceback (for bugs in a script or in penumbra).
+local function report(e)
+  if os.getenv('PN_TRACEBACK') then return debug.traceback(tostring(e), 2) end
+  return tostring(e)
+end
 
 local root = os.getenv('PENUMBRA_HOME') or '.'
 
@@ -60,7 +69,7 @@ local function run_script(path, rest)
   _G.args = kv
   _G.arg = positional
   arg[0] = path
-  local ok, e = xpcall(f, debug.traceback)
+  local ok, e = xpcall(f, report)
   if not ok then
     io.stderr:write(tostring(e) .. '\n')
     os.exit(1)
@@ -77,7 +86,7 @@ if cmd == nil or cmd == '--help' or cmd == '-h' or cmd == 'help' then
 elseif cmd == 'test' then
   run_tests(rest)
 elseif cmd == 'compare' then
-  local ok, err = xpcall(function() require('penumbra.compare').main(rest) end, debug.traceback)
+  local ok, err = xpcall(function() require('penumbra.compare').main(rest) end, report)
   if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
 elseif cmd == 'plot' or cmd == 'runs' or cmd == 'show' or cmd == 'repl' then
   -- errors of these commands are the user's (a missing file, an unknown option): print the
@@ -87,7 +96,7 @@ elseif cmd == 'plot' or cmd == 'runs' or cmd == 'show' or cmd == 'repl' then
     elseif cmd == 'runs' then require('penumbra.runs').main_runs(rest)
     elseif cmd == 'show' then require('penumbra.runs').main_show(rest)
     else require('penumbra.repl').main(rest) end
-  end, function(e) return os.getenv('PN_TRACEBACK') and debug.traceback(tostring(e), 2) or tostring(e) end)
+  end, report)
   if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
 elseif cmd:match('%.lua$') then
   run_script(cmd, rest)

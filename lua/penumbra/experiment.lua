@@ -5,6 +5,10 @@
 --     recipe = 'penumbra.recipes.gat_planetoid',          -- optional: the module that rebuilds the
 --                                                          -- model (stored; the REPL loads it)
 --     config = { epochs = 1000, patience = 100, lr = 0.005, seed = 0, ... },  -- defaults
+--     limits = { lr = { 'number', above = 0 }, heads = { 'integer', min = 1 } },  -- optional: the
+--                                                          -- type and range of keys (penumbra.options
+--                                                          -- rules); epochs, steps, eval_every,
+--                                                          -- patience, seed, threads have the runner's
 --                                                          -- (steps = N instead of epochs: step-
 --                                                          -- based; eval_every = k; both optional)
 --     setup = function(cfg, run) return state end,        -- build data, model, optimiser
@@ -49,8 +53,17 @@ local M = {}
 local json = require 'penumbra.json'
 M.json = json.encode -- kept: scripts and specs call pn.experiment.json
 
--- cfg = defaults overridden by overrides (strings from the command line or typed values)
-function M.config(defaults, overrides)
+-- The runner's own keys, when a config has them: their type and range (a recipe declares its
+-- other keys' in def.limits, in the same rule format as penumbra.options)
+local options = require 'penumbra.options'
+M.RUNNER_LIMITS = {
+  epochs = { 'integer', min = 1 }, steps = { 'integer', min = 1 }, eval_every = { 'integer', min = 1 },
+  patience = { 'integer', min = 1 }, seed = { 'integer', min = 0, max = 2 ^ 53 }, threads = { 'integer', min = 0 },
+}
+
+-- cfg = defaults overridden by overrides (strings from the command line or typed values); then
+-- every key with a limit (the runner's, and limits = {key = rule}) is checked, defaults too
+function M.config(defaults, overrides, limits)
   local cfg = {}
   for k, v in pairs(defaults) do cfg[k] = v end
   for k, v in pairs(overrides or {}) do
@@ -76,6 +89,19 @@ function M.config(defaults, overrides)
     else
       if tv ~= 'string' then error("experiment: " .. k .. " must be a string, got " .. tv, 0) end
       cfg[k] = v
+    end
+  end
+  for k, rule in pairs(limits or {}) do
+    if defaults[k] == nil then error("experiment: limits name '" .. tostring(k) .. "', which is not a config key", 0) end
+  end
+  local keys = {}
+  for k in pairs(cfg) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local rule = (limits or {})[k] or M.RUNNER_LIMITS[k]
+    if rule then
+      local ok, e = pcall(options.check_value, 'experiment', k, cfg[k], rule)
+      if not ok then error((tostring(e):gsub('^[^:]*:%d+: ', '')), 0) end
     end
   end
   return cfg
@@ -192,7 +218,7 @@ end
 
 local DEF_KEYS = { name = true, config = true, setup = true, train = true, evaluate = true, model = true,
                    monitor = true, mode = true, also = true, track = true, finish = true, batch = true,
-                   on_eval = true, eval_every = true, unit = true, recipe = true }
+                   on_eval = true, eval_every = true, unit = true, recipe = true, limits = true }
 
 local function check_def(def)
   if type(def) ~= 'table' then error('experiment: expected a definition table, got ' .. type(def), 0) end
@@ -344,7 +370,7 @@ function M.run(def, overrides)
   for k, v in pairs(overrides or {}) do
     if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
   end
-  local cfg = M.config(def.config or {}, user)
+  local cfg = M.config(def.config or {}, user, def.limits)
   -- the length of training: cfg.steps (step-based: online batches, NMT, link prediction) or
   -- cfg.epochs (full-batch: one step is one epoch); evaluation every eval_every steps and at
   -- the last one; patience counts evaluations without progress
@@ -449,11 +475,12 @@ function M.run(def, overrides)
     end
   end
   if not ok then
+    -- one message (the traceback of the failure only with PN_TRACEBACK=1); the run file keeps it
+    local trace = os.getenv('PN_TRACEBACK') and ('\n' .. tostring(err)) or ''
     if status == 'interrupted' then
-      io.stderr:write('experiment interrupted; run file kept: ' .. path .. '\n')
+      error('experiment ' .. def.name .. ' ' .. tostring(err_msg) .. '; run file kept: ' .. path .. trace, 0)
     end
-    error((status == 'failed' and err_msg) and ('experiment ' .. def.name .. ' failed: ' .. err_msg .. '\n' .. tostring(err))
-      or tostring(err), 0)
+    error('experiment ' .. def.name .. ' failed: ' .. tostring(err_msg) .. ' (run file: ' .. path .. ')' .. trace, 0)
   end
   return result, run
 end

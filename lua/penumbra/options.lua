@@ -24,6 +24,12 @@ local function keys_of(spec)
   return table.concat(l, ', ')
 end
 
+-- numbers as a reader writes them: whole ones without an exponent
+local function num(v)
+  if type(v) == 'number' and v % 1 == 0 and math.abs(v) < 1e21 then return string.format('%.0f', v) end
+  return tostring(v)
+end
+
 local function fail(op, level, fmt, ...)
   error(op .. ': ' .. string.format(fmt, ...), level + 1)
 end
@@ -43,10 +49,10 @@ local function check_value(op, key, v, rule, level)
     end
     if v ~= v or v == math.huge or v == -math.huge then fail(op, level, '%s must be a finite number, got %s', key, tostring(v)) end
     if t == 'integer' and v % 1 ~= 0 then fail(op, level, '%s must be a whole number, got %s', key, tostring(v)) end
-    if rule.min and v < rule.min then fail(op, level, '%s must be >= %s, got %s', key, tostring(rule.min), tostring(v)) end
-    if rule.max and v > rule.max then fail(op, level, '%s must be <= %s, got %s', key, tostring(rule.max), tostring(v)) end
-    if rule.above and not (v > rule.above) then fail(op, level, '%s must be > %s, got %s', key, tostring(rule.above), tostring(v)) end
-    if rule.below and not (v < rule.below) then fail(op, level, '%s must be < %s, got %s', key, tostring(rule.below), tostring(v)) end
+    if rule.min and v < rule.min then fail(op, level, '%s must be >= %s, got %s', key, num(rule.min), num(v)) end
+    if rule.max and v > rule.max then fail(op, level, '%s must be <= %s, got %s', key, num(rule.max), num(v)) end
+    if rule.above and not (v > rule.above) then fail(op, level, '%s must be > %s, got %s', key, num(rule.above), num(v)) end
+    if rule.below and not (v < rule.below) then fail(op, level, '%s must be < %s, got %s', key, num(rule.below), num(v)) end
     return
   end
   if type(v) ~= t then fail(op, level, '%s must be a %s, got %s (a %s)', key, t, tostring(v), type(v)) end
@@ -54,6 +60,11 @@ local function check_value(op, key, v, rule, level)
     for _, x in ipairs(rule.one_of) do if x == v then return end end
     fail(op, level, "%s must be one of %s, got '%s'", key, table.concat(rule.one_of, ', '), tostring(v))
   end
+end
+
+-- one value against one rule (the same rules as check); errors name op and key
+function M.check_value(op, key, v, rule, level)
+  check_value(op, key, v, rule, (level or 1) + 1)
 end
 
 function M.check(op, o, spec, level)

@@ -55,10 +55,16 @@ local function experiment(o)
     gamma = o.gamma or 1, r = o.r or 0, qk_dim = o.qk_dim or 8,
     map = o.map or 'default', seed = 0, threads = 0,
   }
+  local unit = { 'number', min = 0, below = 1 }
   return pn.experiment{
     name = o.name or (o.dataset .. '_' .. o.score),
     recipe = 'penumbra.recipes.gat_planetoid',
     config = config,
+    limits = { lr = { 'number', above = 0 }, weight_decay = { 'number', min = 0 }, hidden = { 'integer', min = 1 },
+               heads = { 'integer', min = 1 }, out_heads = { 'integer', min = 1 }, dropout = unit, attn_dropout = unit,
+               proj_dropout = unit, gamma = { 'number', above = 0 }, r = { 'number', min = 0 },
+               qk_dim = { 'integer', min = 1 }, dataset = { 'string', one_of = pn.data.list() },
+               score = { 'string', one_of = pn.attention_variants() } },
     monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' }, -- GAT: patience on acc or loss
     setup = function(cfg)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
