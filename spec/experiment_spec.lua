@@ -220,6 +220,24 @@ describe('./bench compare', function()
     assert.truthy(text:find('| attn entropy |', 1, true))
     assert.truthy(text:find('| 0.500 | 0 |', 1, true))
   end)
+
+  it('fails on a bad key, bad seeds, or a failed seed, instead of saving a table of NaN with rc 0', function()
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local compare = require('penumbra.compare')
+    local script = home .. '/spec/fixtures/toy_script.lua'
+    local out = io.output()
+    io.output(os.tmpname())
+    local ok1, e1 = pcall(compare.main, { script, 'seeds=2', 'epochs=4', 'bogus=1' })
+    local ok2, e2 = pcall(compare.main, { script, 'seeds=0' })
+    local ok3, e3 = pcall(compare.main, { script, 'seeds=abc' })
+    local ok4, e4 = pcall(compare.main, { script, 'seeds=2', 'epochs=4', 'nan_at=3' }) -- every seed's loss turns NaN
+    io.output():close()
+    io.output(out)
+    assert.is_false(ok1); assert.truthy(tostring(e1):find("unknown config key 'bogus'", 1, true), tostring(e1))
+    assert.is_false(ok2); assert.truthy(tostring(e2):find('seeds must be a whole number >= 1', 1, true))
+    assert.is_false(ok3); assert.truthy(tostring(e3):find("got 'abc'", 1, true))
+    assert.is_false(ok4); assert.truthy(tostring(e4):find('2 run(s) failed', 1, true), tostring(e4))
+  end)
 end)
 
 describe('experiment runner, step-based', function()

@@ -27,7 +27,11 @@ function M.main(argv)
   end
   if #scripts == 0 then error('compare: no experiment scripts given (e.g. ./bench compare experiments/cora_*.lua seeds=10)', 0) end
   local seeds = tonumber(kv.seeds or 3)
+  if not seeds or seeds < 1 or seeds % 1 ~= 0 then
+    error("compare: seeds must be a whole number >= 1, got '" .. tostring(kv.seeds) .. "'", 0)
+  end
   kv.seeds = nil
+  local failures = {}
   local rows = {}
   for _, script in ipairs(scripts) do
     local name = script:match('([^/]+)%.lua$') or script
@@ -47,7 +51,11 @@ function M.main(argv)
         io.stderr:write(string.format(' test %.4f (%d epochs, %.1fs)\n', r.test_acc or 0 / 0, r.epochs, r.seconds))
       else
         row.failed = row.failed + 1
-        io.stderr:write(' FAILED: ' .. tostring(err or (r and r.status)) .. '\n')
+        local why = tostring(err or (r and r.status)):gsub('\n.*', '')
+        io.stderr:write(' FAILED: ' .. why .. '\n')
+        failures[#failures + 1] = name .. ' seed ' .. seed .. ': ' .. why
+        -- a config error (a bad key or value: the same for every seed) stops the compare at once
+        if why:find('^experiment: ') then error('compare: ' .. failures[#failures], 0) end
       end
     end
     rows[#rows + 1] = row
@@ -90,6 +98,9 @@ function M.main(argv)
   h:set_attr('/', 'table', md)
   h:close()
   io.write('saved ' .. mdpath .. ' and ' .. h5path .. '\n')
+  if #failures > 0 then -- the table is kept (it says how many failed), but the compare failed
+    error(string.format('compare: %d run(s) failed; first: %s', #failures, failures[1]), 0)
+  end
   return rows
 end
 
