@@ -13,6 +13,8 @@ end
 setenv_runs()
 
 local function attrs(path) return pn.io.attrs(path, '/') end
+-- the checkpoint file a run file names
+local function ckpt_of(path) return require('penumbra.runs').checkpoint_path(path, attrs(path)) end
 
 describe('experiment runner', function()
   it('merges type-checked overrides and rejects unknown keys', function()
@@ -41,7 +43,8 @@ describe('experiment runner', function()
     assert.equal(8, f:read('metrics/loss'):numel())
     assert.same({ 1, 2, 3, 4, 5, 6, 7, 8 }, f:read('metrics/loss_step'):totable())
     assert.equal(8, f:read('metrics/val_acc'):numel())
-    assert.is_true(f:exists('params/weight'))
+    assert.is_false(f:exists('params')) -- the checkpoint has its own file
+    assert.is_true(pn.io.open(ckpt_of(r.path), 'r'):exists('params/weight'))
     local s = f:attrs('summary')
     assert.equal('finished', s.status)
     assert.truthy(s.test_acc > 0.8)
@@ -73,7 +76,7 @@ describe('experiment runner', function()
     assert.equal('failed', a.status)
     local f = pn.io.open(path, 'r')
     assert.equal(3, f:read('metrics/loss'):numel())
-    assert.is_true(f:exists('params/weight'))
+    assert.is_true(pn.io.open(ckpt_of(path), 'r'):exists('params/weight'))
     for _, v in ipairs(f:read('metrics/loss'):totable()) do assert.truthy(v == v) end
     f:close()
   end)
@@ -303,7 +306,7 @@ describe('experiment runner, step-based', function()
     local a = f:attrs('/')
     assert.equal('spec.fixtures.toy_recipe', a.recipe)
     assert.equal('step', a.unit)
-    assert.equal(r.best_step, f:attrs('params').step)
+    assert.equal(r.best_step, pn.io.attrs(ckpt_of(r.path), 'params').step)
     f:close()
     local run = require('penumbra.runs').open(r.path)
     assert.equal('step 23: acc ' .. string.format('%.3f', r.val_acc) .. '\nnext line é', run:read_text('samples/latest'))

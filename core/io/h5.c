@@ -45,6 +45,14 @@ struct pn_h5 {
 
 /* Entry of every public function: HDF5 must not print to stderr; stale errors go. */
 static void h5_quiet(void) {
+    /* No HDF5 clean-up at exit: after a write fails (a full disk) a file may not close, and the
+     * library's own atexit pass would then crash retrying it. A file we could not close stays
+     * as it was at its last successful flush; every other file is closed by its owner. */
+    static int no_atexit;
+    if (!no_atexit) {
+        H5dont_atexit();
+        no_atexit = 1;
+    }
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     H5Eclear2(H5E_DEFAULT);
 }

@@ -146,15 +146,71 @@ end
 local now = require('penumbra.stats').now
 M.now = now
 
+-- A write that failed: the message says which file and, when the disk is full, which disk.
+local function write_failed(what, path, e)
+  local msg = tostring(e):gsub('^[^:]*:%d+: ', '')
+  if msg:find('No space left', 1, true) or msg:find('errno = 28', 1, true) then
+    local dir = path:match('^(.*)/[^/]*$') or '.'
+    local df = shell('df -P "' .. dir .. '" | tail -1')
+    local mount = df:match('(%S+)$') or dir
+    return string.format('the disk holding %s (%s) is full: cannot write the %s %s', dir, mount, what, path)
+  end
+  return 'cannot write the ' .. what .. ' ' .. path .. ': ' .. msg
+end
+
+-- ---- disk space ------------------------------------------------------------------------------
+-- HDF5 cannot promise a readable file when a write fails half-way (its metadata is then partly
+-- written), so a run never lets its run file reach a full disk: before each append it checks
+-- that the disk keeps a reserve (2 × the run file, at least 256 KiB) for the final status and
+-- summary, and before each checkpoint that the checkpoint fits as well. Checkpoints go to their
+-- own file through a temporary name, so a failed one frees its space and changes nothing.
+pcall(ffi.cdef, [[
+  struct pn_statvfs { unsigned long f_bsize, f_frsize, f_blocks, f_bfree, f_bavail, f_files, f_ffree, f_favail,
+                      f_fsid, f_flag, f_namemax; int spare[6]; };
+  int statvfs(const char *path, struct pn_statvfs *buf);
+]])
+local function disk_free(path)
+  local st = ffi.new('struct pn_statvfs')
+  if ffi.C.statvfs(path, st) ~= 0 then return math.huge end -- unknown: do not stop the run for it
+  return tonumber(st.f_bavail) * tonumber(st.f_frsize)
+end
+local function file_size(path)
+  local f = io.open(path, 'rb')
+  if not f then return 0 end
+  local n = f:seek('end')
+  f:close()
+  return n or 0
+end
+M.RESERVE_MIN = 256 * 1024
+
+local function check_space(path, need, what)
+  local dir = path:match('^(.*)/[^/]*$') or '.'
+  local reserve = math.max(M.RESERVE_MIN, 2 * file_size(path))
+  local free = disk_free(dir)
+  if free < need + reserve then
+    local df = shell('df -P "' .. dir .. '" | tail -1')
+    error(string.format('the disk holding %s (%s) is full: %d KiB free, %s needs %d KiB plus a reserve of %d KiB ' ..
+      'for the run file', dir, df:match('(%S+)$') or dir, math.floor(free / 1024), what, math.ceil(need / 1024),
+      math.ceil(reserve / 1024)), 0)
+  end
+end
+
 -- ---- the run file -----------------------------------------------------------------------------
 local Run = {}
 Run.__index = Run
 
 function Run:log(metrics, step)
+  check_space(self.path, 4096, 'the metrics of this step')
   for k, v in pairs(metrics) do
     if type(v) == 'number' then
-      self.f:append('metrics/' .. k, pn.tensor({ v }, { dtype = 'f64' }))
-      self.f:append('metrics/' .. k .. '_step', pn.tensor({ step }, { dtype = 'i64' }))
+      local ok, e = pcall(function()
+        self.f:append('metrics/' .. k, pn.tensor({ v }, { dtype = 'f64' }))
+        self.f:append('metrics/' .. k .. '_step', pn.tensor({ step }, { dtype = 'i64' }))
+      end)
+      if not ok then
+        self.broken = true -- nothing more is written to the file: it stays as at its last flush
+        error(write_failed('run file', self.path, e), 0)
+      end
       local hist = self.metrics[k] or {}
       hist[#hist + 1] = v
       self.metrics[k] = hist
@@ -162,20 +218,46 @@ function Run:log(metrics, step)
   end
 end
 
-function Run:flush() self.f:flush() end
-
--- parameters of model under /params, via a temporary group renamed at the end, so a crash
--- mid-write leaves the previous checkpoint intact
-function Run:checkpoint(model, attrs)
-  local f = self.f
-  if f:exists('params_tmp') then f:delete('params_tmp') end
-  for name, t in pairs(model:state_dict()) do
-    f:write('params_tmp/' .. name:gsub('%.', '/'), t)
+function Run:flush()
+  local ok, e = pcall(self.f.flush, self.f)
+  if not ok then
+    self.broken = true
+    error(write_failed('run file', self.path, e), 0)
   end
-  if f:exists('params') then f:delete('params') end
-  f:move('params_tmp', 'params')
-  for k, v in pairs(attrs or {}) do f:set_attr('params', k, v) end
-  f:flush()
+end
+
+-- The checkpoint: /params of model in its own HDF5 file <run>.ckpt, written to a temporary file
+-- and renamed over the previous one, so a crash or a full disk mid-write leaves the previous
+-- checkpoint (and the run file, which only names it) intact.
+function Run:checkpoint(model, attrs)
+  local ckpt = self.path:gsub('%.h5$', '') .. '.ckpt'
+  local tmp = ckpt .. '.tmp'
+  local bytes = 65536
+  for _, t in pairs(model:state_dict()) do bytes = bytes + t:numel() * (t:dtype() == 'f64' and 8 or 4) end
+  check_space(self.path, bytes, 'the checkpoint')
+  local ok, e = pcall(function()
+    local f = pio.open(tmp, 'w')
+    local okw, ew = pcall(function()
+      for name, t in pairs(model:state_dict()) do f:write('params/' .. name:gsub('%.', '/'), t) end
+      for k, v in pairs(attrs or {}) do f:set_attr('params', k, v) end
+      f:flush()
+    end)
+    f:close()
+    if not okw then error(ew, 0) end
+  end)
+  if ok then
+    local okr, er = os.rename(tmp, ckpt)
+    if not okr then ok, e = false, er end
+  end
+  if not ok then
+    os.remove(tmp) -- frees the space the failed write took
+    error(write_failed('checkpoint', ckpt, e), 0)
+  end
+  if not self.ckpt_named then
+    self:set('checkpoint', (ckpt:match('([^/]+)$')))
+    self.ckpt_named = true
+  end
+  self.ckpt = ckpt
 end
 
 function Run:set(k, v) self.f:set_attr('/', k, v) end
@@ -415,6 +497,7 @@ function M.run(def, overrides)
         for kk, vv in pairs(def.evaluate(state, cfg, 'val', step) or {}) do m['val_' .. kk] = vv end
       end
       run:log(m, step)
+      run:flush() -- the step is on disk before the checkpoint and the artefacts are written
       if evaluated then
         if judge:evaluate(m, step) and model then
           run:checkpoint(model, { [unit] = step, step = step, [judge.monitor] = m[judge.monitor] })
@@ -433,7 +516,7 @@ function M.run(def, overrides)
     end
     if tty then io.stderr:write('\n') end
     -- restore the best checkpoint before the test evaluation
-    if model and judge.best_step > 0 then model:load(path, 'params') end
+    if model and judge.best_step > 0 then model:load(run.ckpt, 'params') end
     judge:summary(result, unit, steps_run)
     if def.evaluate then
       for kk, vv in pairs(def.evaluate(state, cfg, 'test') or {}) do result['test_' .. kk] = vv end
@@ -456,13 +539,24 @@ function M.run(def, overrides)
   result['seconds_per_' .. unit] = steps_run > 0 and elapsed / steps_run or 0
   result.status = status
   result.path = path
-  pcall(function()
-    run:summary(result)
-    run:set('status', status)
-    run:set('end_time', utc_iso())
-    if err_msg then run:set('error', err_msg) end
-    run.f:close()
-  end)
+  -- the end of the run file: status, summary, close — unless a write to it failed already
+  -- (then it stays exactly as at its last flush, readable; `./bench runs` sees its writer gone)
+  if not run.broken then
+    local okc, ec = pcall(function()
+      run:summary(result)
+      run:set('status', status)
+      run:set('end_time', utc_iso())
+      if err_msg then run:set('error', err_msg) end
+      run.f:flush()
+    end)
+    if not okc then
+      run.broken = true
+      err_msg = err_msg or write_failed('run file', path, ec)
+      status = 'failed'
+      ok = false
+    end
+  end
+  if not run.broken then pcall(run.f.close, run.f) end
   if tty then io.stderr:write('\n') end
   if not quiet then
     local keys = {}

@@ -161,7 +161,7 @@ local function rebuild(run, recipe, name)
   local dims = recipe.dims and recipe.dims(run) or run.data
   if not dims then error('the dataset is not loaded and the recipe cannot read dims from the checkpoint', 0) end
   local model = recipe.model(c, dims)
-  model:load(run.path, 'params')
+  model:load(run.ckpt, 'params')
   model:eval()
   local what = recipe.describe and recipe.describe(c, dims) or 'model'
   return model, string.format('%s from /params (recipe %s)', what, name)
@@ -170,7 +170,11 @@ end
 local Run = {}
 Run.__index = Run
 
-function Run:read(name) return pn.io.load(self.path, name) end
+-- a dataset of the run file; /params/… from the checkpoint file it names (runs.checkpoint_path)
+function Run:read(name)
+  if name:match('^/?params/') then return pn.io.load(self.ckpt, name) end
+  return pn.io.load(self.path, name)
+end
 function Run:datasets() return pn.io.list(self.path) end
 
 local function lazy_group(path, group, tags)
@@ -199,7 +203,8 @@ function R.load_run(path, opts)
     if r:has('metrics/' .. m .. '_step') then run.steps[m] = r:read('metrics/' .. m .. '_step') end
   end
   run.attention_tags, run.radii_tags = r:tags('attention'), r:tags('radii')
-  local has_params = r:has('params')
+  run.ckpt = runs.checkpoint_path(path, r.attrs)
+  local has_params = run.ckpt ~= path and io.open(run.ckpt, 'rb') ~= nil or r:has('params')
   r:close()
   run.attention = lazy_group(path, 'attention', run.attention_tags)
   run.radii = lazy_group(path, 'radii', run.radii_tags)

@@ -38,6 +38,15 @@ M.Run = Run
 local function basename(p) return (p:match('([^/]+)$') or p) end
 M.basename = basename
 
+-- The file that holds a run's /params: the checkpoint file the run file names (attr
+-- checkpoint, next to it), or the run file itself (files from before checkpoints moved out).
+function M.checkpoint_path(path, attrs)
+  if attrs and type(attrs.checkpoint) == 'string' and attrs.checkpoint ~= '' then
+    return (path:match('^(.*/)') or '') .. attrs.checkpoint
+  end
+  return path
+end
+
 function M.open(path)
   if type(path) ~= 'string' then error('runs: path must be a string, got ' .. type(path), 2) end
   local fh = io.open(path, 'rb')
@@ -355,6 +364,16 @@ function M.show(path)
       for _, k in ipairs(sorted_keys(a)) do parts[#parts + 1] = k .. ' ' .. fmt_value(a[k]) end
       w(string.format('  (%d parameter tensors, %d values under /params%s)', nparams, params_count,
         #parts > 0 and ('; checkpoint ' .. table.concat(parts, ', ')) or ''))
+    end
+    local ckpt = M.checkpoint_path(path, r.attrs)
+    if ckpt ~= path then -- the checkpoint lives in its own file
+      local okc, c = pcall(function()
+        local a = pio.attrs(ckpt, 'params')
+        local parts = {}
+        for _, k in ipairs(sorted_keys(a)) do parts[#parts + 1] = k .. ' ' .. fmt_value(a[k]) end
+        return string.format('%d tensors (%s)', #pio.list(ckpt, 'params'), table.concat(parts, ', '))
+      end)
+      w('checkpoint ' .. ckpt .. ': ' .. (okc and c or ('unreadable: ' .. tostring(c):gsub('\n.*', ''))))
     end
   end)
   r:close()
