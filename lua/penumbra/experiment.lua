@@ -288,13 +288,18 @@ function Run:write_text(name, text, attrs)
 end
 
 -- ---- the runner ---------------------------------------------------------------------------------
+-- eta = {lo, hi}: the time left if patience runs out now (no more progress) and if the run
+-- goes to its last step; one figure when they agree
 local function summarise_line(name, unit, step, m, best, elapsed, eta, monitor)
   local parts = { string.format('%s %s %d', name, unit, step) }
   if m.loss then parts[#parts + 1] = string.format('loss %.4f', m.loss) end
   if m[monitor] then parts[#parts + 1] = string.format('%s %.4f', monitor, m[monitor]) end
   if best == best and best ~= math.huge and best ~= -math.huge then parts[#parts + 1] = string.format('best %.4f', best) end
   parts[#parts + 1] = fmt_time(elapsed)
-  if eta then parts[#parts + 1] = 'ETA ≤ ' .. fmt_time(eta) end
+  if eta then
+    if eta[2] - eta[1] < 1 then parts[#parts + 1] = 'ETA ' .. fmt_time(eta[2])
+    else parts[#parts + 1] = 'ETA ' .. fmt_time(eta[1]) .. ' (no progress) to ' .. fmt_time(eta[2]) .. ' (all ' .. unit .. 's)' end
+  end
   return table.concat(parts, ' | ')
 end
 
@@ -507,7 +512,8 @@ function M.run(def, overrides)
       end
       run:flush()
       local elapsed = now() - t0
-      local eta = elapsed / step * math.min(max_steps - step, (judge.patience - judge.bad) * eval_every)
+      local per = elapsed / step
+      local eta = { per * math.min(max_steps - step, (judge.patience - judge.bad) * eval_every), per * (max_steps - step) }
       print_progress(summarise_line(def.name, unit, step, m, judge.best, elapsed, eta, judge.monitor), elapsed, step == 1)
       if evaluated and judge:stop() then break end
     end
