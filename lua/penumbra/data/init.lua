@@ -19,11 +19,21 @@ local function exists(path)
   return false
 end
 
+local warned = {}
 function data.search_path()
   local home = os.getenv('PENUMBRA_HOME') or '.'
   local dirs = {}
   local env = os.getenv('PENUMBRA_DATA')
-  if env and env ~= '' then dirs[#dirs + 1] = env end
+  if env and env ~= '' then
+    -- a typo must not pass unnoticed: say that the search goes on elsewhere
+    local ok = os.execute("test -d '" .. env:gsub("'", "'\\''") .. "'")
+    if not (ok == 0 or ok == true) and not warned[env] then
+      warned[env] = true
+      io.stderr:write('penumbra: PENUMBRA_DATA=' .. env .. ' is not a directory; looking in ' .. home ..
+        '/datasets and ' .. home .. '/../shared/datasets instead\n')
+    end
+    dirs[#dirs + 1] = env
+  end
   dirs[#dirs + 1] = home .. '/datasets'
   dirs[#dirs + 1] = home .. '/../shared/datasets'
   return dirs
@@ -73,6 +83,14 @@ end
 
 function data.load(name, opts)
   return entry(name, 2).loader(opts or {})
+end
+
+-- SHA-256 of a dataset file (hex), for run files to record exactly which data they used
+function data.checksum(path)
+  local p = io.popen("sha256sum '" .. tostring(path):gsub("'", "'\\''") .. "' 2>/dev/null")
+  local line = p and p:read('*l') or nil
+  if p then p:close() end
+  return line and line:match('^(%x+)') or nil
 end
 
 -- the loaders (each file registers its datasets)

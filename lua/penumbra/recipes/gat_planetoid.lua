@@ -66,9 +66,12 @@ local function experiment(o)
                qk_dim = { 'integer', min = 1 }, dataset = { 'string', one_of = pn.data.list() },
                score = { 'string', one_of = pn.attention_variants() } },
     monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' }, -- GAT: patience on acc or loss
-    setup = function(cfg)
+    setup = function(cfg, run)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = R.data(cfg)
+      -- which file the run trained on, and its checksum: the run can be matched to its data later
+      run:set('dataset_file', d.path)
+      run:set('dataset_sha256', pn.data.checksum(d.path) or '?')
       local model = R.model(cfg, d)
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
       return { d = d, model = model, opt = opt }
