@@ -45,7 +45,19 @@ local function run_tests(paths)
   arg[0] = 'busted'
   -- busted's runner raises a bare error() on failure when not standalone; run it
   -- protected and exit from here, closing the Lua state so finalizers free tensors.
+  -- what the specs leave in /tmp (os.tmpname files and the run directories made from them) is
+  -- removed afterwards: only the entries that appeared during this run
+  local function tmp_entries()
+    local set, p = {}, io.popen('ls -d /tmp/lua_* 2>/dev/null')
+    for l in p:lines() do set[l] = true end
+    p:close()
+    return set
+  end
+  local before = tmp_entries()
   local ok, err = pcall(require 'busted.runner', { standalone = false })
+  for path in pairs(tmp_entries()) do
+    if not before[path] and path:match('^/tmp/lua_[%w]+[%w%._-]*$') then os.execute("rm -rf '" .. path .. "'") end
+  end
   local r = _G.PN_TEST_RESULT
   if not r then
     io.stderr:write('bench test: the runner stopped before reporting: ' .. tostring(err) .. '\n')
