@@ -152,6 +152,18 @@ describe('repl: a run file', function()
     assert.truthy(text:find("recipe module 'spec.fixtures.no_such_recipe' cannot be loaded", 1, true), text)
   end)
 
+  it('writes no colour escape codes into a pipe unless asked for', function()
+    local termplot = require 'penumbra.termplot'
+    -- the specs' stdout is busted's pipe or file, not a terminal
+    local ffi = require 'ffi'
+    if ffi.C.isatty(1) == 1 then return pending('stdout is a terminal here') end
+    local saved = os.getenv('PN_COLOR')
+    assert.equal('ascii', saved == nil and termplot.color_mode() or 'ascii')
+    local pic = termplot.heatmap({ { 1, 2 }, { 3, 4 } }, saved == nil and {} or { color = 'ascii' })
+    assert.is_nil(pic:find('\27[', 1, true))
+    assert.equal('256', termplot.color_mode('256')) -- an explicit choice still wins
+  end)
+
   it('helpers: heatmap of a tag or tensor, hist, spark, plot, help', function()
     local run = repl.load_run(RUN, { data = false })
     local env = setmetatable({ pn = pn, run = run }, { __index = _G })

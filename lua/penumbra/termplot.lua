@@ -10,8 +10,8 @@
 --     with cell = 1 each line holds two matrix rows: the label on the left names the upper
 --     row, the one on the right the lower row. Matrices wider than the terminal are
 --     block-averaged. A colour scale with its numbers ends the picture.
---     color: explicit, else $PN_COLOR, else 'truecolor' when $COLORTERM says truecolor/24bit,
---     else '256'.
+--     color: explicit, else $PN_COLOR, else 'ascii' when stdout is not a terminal (a pipe, a
+--     file), else 'truecolor' when $COLORTERM says truecolor/24bit, else '256'.
 --   termplot.hist(values, {bins=20, width=40, title=}) -> horizontal bars with counts
 --   termplot.spark(values, {width=60}) -> one line of ▁▂▃▄▅▆▇█
 local M = {}
@@ -56,11 +56,16 @@ function M.rgb_to_256(r, g, b)
   return 16 + 36 * ri + 6 * gi + bi
 end
 
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int isatty(int fd);')
+
 function M.color_mode(opt)
   local m = opt or os.getenv('PN_COLOR')
   if m == 'truecolor' or m == '24bit' then return 'truecolor' end
   if m == '256' then return '256' end
   if m == 'ascii' or m == 'none' then return 'ascii' end
+  -- no escape codes into a pipe or a file unless asked for (color= or $PN_COLOR)
+  if ffi.C.isatty(1) ~= 1 then return 'ascii' end
   local ct = os.getenv('COLORTERM') or ''
   if ct == 'truecolor' or ct == '24bit' then return 'truecolor' end
   return '256'
