@@ -586,3 +586,37 @@ describe('io: extendable datasets, delete, move', function()
     os.remove(path)
   end)
 end)
+
+describe('HDF5 unsigned 64-bit data', function()
+  it('loads what i64 holds and refuses what it does not (no silent clip or wrap)', function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p '" .. dir .. "'")
+    local function u64_file(name, values)
+      local bin = io.open(dir .. '/' .. name .. '.bin', 'wb')
+      for _, v in ipairs(values) do -- little-endian u64, from a list of 8 bytes each
+        bin:write(string.char(unpack(v)))
+      end
+      bin:close()
+      local cfg = io.open(dir .. '/' .. name .. '.cfg', 'w')
+      cfg:write('PATH u\nINPUT-CLASS UIN\nINPUT-SIZE 64\nINPUT-BYTE-ORDER LE\nRANK 1\nDIMENSION-SIZES ' .. #values ..
+                '\nOUTPUT-CLASS UIN\nOUTPUT-SIZE 64\nOUTPUT-ARCHITECTURE NATIVE\n')
+      cfg:close()
+      local ok = os.execute(string.format("h5import '%s/%s.bin' -c '%s/%s.cfg' -o '%s/%s.h5' >/dev/null 2>&1",
+        dir, name, dir, name, dir, name))
+      assert.truthy(ok == 0 or ok == true, 'h5import failed')
+      return dir .. '/' .. name .. '.h5'
+    end
+    local one = { 1, 0, 0, 0, 0, 0, 0, 0 }
+    local max = { 255, 255, 255, 255, 255, 255, 255, 255 }
+    local good = u64_file('good', { one, { 2, 0, 0, 0, 0, 0, 0, 0 } })
+    assert.same({ 1, 2 }, pn.io.load(good, 'u'):totable())
+    assert.equal('i64', pn.io.load(good, 'u'):dtype())
+    local bad = u64_file('bad', { one, max })
+    local ok, e = pcall(pn.io.load, bad, 'u')
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('element 2', 1, true), tostring(e))
+    assert.truthy(tostring(e):find('18446744073709551615', 1, true), tostring(e))
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)

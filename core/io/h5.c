@@ -330,6 +330,19 @@ static pn_status read_numeric(hid_t obj, int is_attr, hid_t ftype, pn_tensor *ou
     int64_t n = pn_numel(out);
     if (n == 0) return PN_OK;
     herr_t rc;
+    if (H5Tget_class(ftype) == H5T_INTEGER && H5Tget_size(ftype) == 8 && H5Tget_sign(ftype) != H5T_SGN_2) {
+        /* u64 → i64: read as u64 and refuse what i64 cannot hold (HDF5 would clip it silently) */
+        rc = is_attr ? H5Aread(obj, H5T_NATIVE_UINT64, pn_ptr(out))
+                     : H5Dread(obj, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, pn_ptr(out));
+        if (rc < 0) return pn_error(PN_ERR_IO, "%s: cannot read %s in %s%s", op, what, f->path, h5_detail());
+        const uint64_t *u = (const uint64_t *)pn_ptr(out);
+        for (int64_t i = 0; i < n; i++)
+            if (u[i] > (uint64_t)INT64_MAX)
+                return pn_error(PN_ERR_IO, "%s: %s in %s is unsigned 64-bit and element %lld (from 1, row-major) is "
+                                "%llu, beyond the i64 that penumbra holds", op, what, f->path, (long long)i + 1,
+                                (unsigned long long)u[i]);
+        return PN_OK;
+    }
     if (H5Tget_class(ftype) != H5T_ENUM) {
         hid_t mt = mem_type_of(out->dt);
         rc = is_attr ? H5Aread(obj, mt, pn_ptr(out)) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, pn_ptr(out));
