@@ -445,6 +445,31 @@ function pn.no_grad(fn, ...)
   return unpack(res, 2, res.n)
 end
 function pn.grad_enabled() return C.pn_grad_enabled() ~= 0 end
+
+-- Grad mode belongs to the coroutine that set it: a coroutine that yields inside pn.no_grad
+-- must not leave its resumer running without gradients. resume/wrap swap the mode in and out
+-- (the C flag is one global; a coroutine starts with its resumer's mode).
+do
+  local modes = setmetatable({}, { __mode = 'k' }) -- suspended coroutine -> its grad mode
+  local raw_resume, raw_create = coroutine.resume, coroutine.create
+  function coroutine.resume(co, ...)
+    local caller = C.pn_grad_enabled()
+    local own = modes[co]
+    if own ~= nil then C.pn_set_grad_enabled(own) end
+    local r = pack(raw_resume(co, ...))
+    modes[co] = C.pn_grad_enabled()
+    C.pn_set_grad_enabled(caller)
+    return unpack(r, 1, r.n)
+  end
+  function coroutine.wrap(f)
+    local co = raw_create(f)
+    return function(...)
+      local r = pack(coroutine.resume(co, ...))
+      if not r[1] then error(r[2], 0) end
+      return unpack(r, 2, r.n)
+    end
+  end
+end
 function pn.set_grad_enabled(on) return C.pn_set_grad_enabled(on and 1 or 0) ~= 0 end
 
 -- ---- printing --------------------------------------------------------------------------------
