@@ -123,6 +123,7 @@ pn_status pn_ag_save(pn_node *n, pn_tensor *t) {
     for (int i = 0; i < PN_NODE_SAVED; i++) {
         if (!n->saved[i]) {
             n->saved[i] = t;
+            n->saved_version[i] = t->storage->version;
             pn_retain(t);
             return PN_OK;
         }
@@ -340,6 +341,18 @@ pn_status pn_backward(pn_tensor *root, pn_tensor *grad, int retain) {
             pn_release(gout);
             st = pn_error(PN_ERR_OOM, "backward: out of memory");
             goto done;
+        }
+        for (int i = 0; gout && i < PN_NODE_SAVED; i++) {
+            const pn_tensor *sv = n->saved[i];
+            if (sv && sv->storage->version != n->saved_version[i]) {
+                pn_release(gout);
+                if (gin != gin_small) free(gin);
+                st = pn_error(PN_ERR_STATE, "backward of %s: a tensor it saved (%s %s) was modified in place after "
+                              "the forward (copy_, fill_, an optimiser step…); its gradient would be wrong. Modify "
+                              "a clone, or run backward before the update", n->name, pn_dtype_name(sv->dt),
+                              pn_shape_str(sv));
+                goto done;
+            }
         }
         if (gout) {
             st = n->backward(n, gout, gin);

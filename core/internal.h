@@ -49,7 +49,11 @@ struct pn_storage {
     size_t nbytes;
     int64_t refcount;
     int dev;
+    uint64_t version; /* bumped by every in-place update: a saved tensor's must not change */
 };
+/* An in-place update of t's storage (copy_, fill_, axpy_, scale_, optimiser steps): autograd
+ * refuses to backpropagate through a node whose saved tensors changed since they were saved. */
+static inline void pn_bump_version(pn_tensor *t) { __atomic_add_fetch(&t->storage->version, 1, __ATOMIC_RELAXED); }
 pn_storage *pn_storage_new(size_t nbytes, int dev);  /* uninitialised */
 void pn_storage_retain(pn_storage *s);
 void pn_storage_release(pn_storage *s);
@@ -203,6 +207,7 @@ struct pn_node {
     int n_in;
     pn_edge *in;                        /* n_in edges; an edge with neither is not needed */
     pn_tensor *saved[PN_NODE_SAVED];    /* retained; released after backward */
+    uint64_t saved_version[PN_NODE_SAVED]; /* their storages' versions when saved */
     double sc[PN_NODE_SCALARS];         /* scalar arguments of the forward */
     int64_t iv[PN_NODE_INTS];           /* integer arguments (dims, shapes, op codes) */
     void *extra;                        /* op-owned data, freed with free_extra */

@@ -25,6 +25,7 @@ pn_storage *pn_storage_new(size_t nbytes, int dev) {
     }
     s->nbytes = nbytes;
     s->refcount = 1;
+    s->version = 0;
     s->dev = dev;
     return s;
 }

@@ -330,6 +330,7 @@ pn_status pn_copy_(pn_tensor *dst, const pn_tensor *src) {
     if (nd != dst->nd || pn_shape_numel(nd, shape) != pn_numel(dst))
         return pn_error(PN_ERR_SHAPE, "copy_: src %s does not broadcast to dst %s", pn_shape_str(src),
                         pn_shape_str(dst));
+    pn_bump_version(dst);
     return PN_KCALL("copy_", k, copy, dst, src);
 }
 
@@ -358,6 +359,7 @@ pn_status pn_fill_(pn_tensor *t, double v) {
     if (!t) return pn_error(PN_ERR_ARG, "fill_: nil tensor");
     const pn_kernels *k;
     PN_TRY(pn_backend_for("fill_", t->dev, &k));
+    pn_bump_version(t);
     return PN_KCALL("fill_", k, fill, t, v);
 }
 
@@ -392,6 +394,7 @@ pn_status pn_axpy_(pn_tensor *y, double alpha, const pn_tensor *x) {
     int dev;
     const pn_kernels *k;
     PN_TRY(pn_kernels_for("axpy_", 2, (const pn_tensor *const[]){y, x}, (const char *const[]){"y", "x"}, &dev, &k));
+    pn_bump_version(y);
     return PN_KCALL("axpy_", k, axpy, y, alpha, x);
 }
 
@@ -427,6 +430,7 @@ pn_status pn_scale_(pn_tensor *y, double alpha) {
     if (!y) return pn_error(PN_ERR_ARG, "scale_: nil tensor");
     const pn_kernels *k;
     PN_TRY(pn_backend_for("scale_", y->dev, &k));
+    pn_bump_version(y);
     return PN_KCALL("scale_", k, scale, y, alpha);
 }
 

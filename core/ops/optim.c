@@ -1,7 +1,7 @@
 /* optim.c — fused optimiser updates. One pass over each parameter instead of the half
  * dozen temporaries the same update costs when composed from ops; not recorded by
  * autograd (optimisers run outside the graph). Formulas follow torch.optim. */
-#include "../internal.h"
+#include "../backend.h"
 
 static pn_status check_same(const char *op, const char *an, const pn_tensor *a, const char *bn, const pn_tensor *b) {
     if (!a || !b) return pn_error(PN_ERR_ARG, "%s: %s or %s is nil", op, an, bn);
@@ -39,6 +39,17 @@ pn_status pn_adam_step_(pn_tensor *p, const pn_tensor *g, pn_tensor *m, pn_tenso
     if (step < 1) return pn_error(PN_ERR_ARG, "adam_step: step %lld must be >= 1", (long long)step);
     if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1))
         return pn_error(PN_ERR_ARG, "adam_step: betas (%g, %g) must lie in [0, 1)", beta1, beta2);
+    int dev;
+    const pn_kernels *k;
+    PN_TRY(pn_kernels_for("adam_step", 4, (const pn_tensor *const[]){p, g, m, v},
+                          (const char *const[]){"param", "grad", "exp_avg", "exp_avg_sq"}, &dev, &k));
+    pn_bump_version(p), pn_bump_version(m), pn_bump_version(v);
+    return PN_KCALL("adam_step", k, adam_step, p, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+}
+
+/* CPU kernel: all contiguous, one shape and float dtype */
+pn_status pn_cpu_adam_step(pn_tensor *p, const pn_tensor *g, pn_tensor *m, pn_tensor *v, double lr, double beta1,
+                           double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
     int64_t n = pn_numel(p);
     double bc1 = 1 - pow(beta1, (double)step), bc2_sqrt = sqrt(1 - pow(beta2, (double)step));
     double step_size = lr / bc1;
@@ -70,6 +81,18 @@ pn_status pn_sgd_step_(pn_tensor *p, const pn_tensor *g, pn_tensor *buf, double 
     if (momentum != 0 && !buf) return pn_error(PN_ERR_ARG, "sgd_step: momentum %g needs a momentum buffer", momentum);
     if (nesterov && (momentum <= 0 || dampening != 0))
         return pn_error(PN_ERR_ARG, "sgd_step: nesterov needs momentum > 0 and dampening 0");
+    int dev;
+    const pn_kernels *k;
+    PN_TRY(pn_kernels_for("sgd_step", 3, (const pn_tensor *const[]){p, g, buf},
+                          (const char *const[]){"param", "grad", "momentum_buffer"}, &dev, &k));
+    pn_bump_version(p);
+    if (buf) pn_bump_version(buf);
+    return PN_KCALL("sgd_step", k, sgd_step, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step);
+}
+
+/* CPU kernel: all contiguous, one shape and float dtype; buf NULL without momentum */
+pn_status pn_cpu_sgd_step(pn_tensor *p, const pn_tensor *g, pn_tensor *buf, double lr, double momentum,
+                          double dampening, double weight_decay, int nesterov, int first_step) {
     int64_t n = pn_numel(p);
     if (p->dt == PN_F32) SGD_BODY(float);
     else SGD_BODY(double);
