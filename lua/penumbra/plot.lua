@@ -298,8 +298,14 @@ function P.attention_map(path, opts)
     local tags = r:tags('attention')
     local tag = opts.tag
     if not tag then
-      if #tags == 0 then plot_error('heatmap: ' .. path .. ' has no /attention maps') end
-      tag = tags[1]
+      -- the first tag that is a map (2-D or 3-D): /attention also holds per-head summaries
+      -- such as entropy_layer1 (1-D)
+      for _, t in ipairs(tags) do
+        local nd = #r:read('attention/' .. t):shape()
+        if nd == 2 or nd == 3 then tag = t; break end
+      end
+      if not tag then plot_error('heatmap: ' .. path .. ' has no /attention maps (2-D or 3-D); tags: ' ..
+        (#tags > 0 and table.concat(tags, ', ') or 'none')) end
     end
     local key = 'attention/' .. tag
     if not r.f:exists(key) then
@@ -335,8 +341,10 @@ function prepare.heatmap(files, opts)
   local am = P.attention_map(files[1], opts)
   local warnings = {}
   if not opts.tag and #am.tags > 1 then
+    local others = {}
+    for _, t in ipairs(am.tags) do if t ~= am.tag then others[#others + 1] = t end end
     warnings[1] = string.format('drawing /attention/%s; the file also has %s (choose with --tag)', am.tag,
-      table.concat(am.tags, ', ', 2))
+      table.concat(others, ', '))
   end
   local lines = {}
   local lo, hi = math.huge, -math.huge
