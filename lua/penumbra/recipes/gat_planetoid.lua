@@ -20,13 +20,18 @@ local R = {}
 -- The model a config describes, for a dataset's dims (num_features, num_classes). The REPL
 -- rebuilds checkpoints with this too (the run file's `recipe` attribute names this module).
 function R.model(cfg, dims)
-  return pn.nn.GAT(dims.num_features, dims.num_classes, {
+  local o = {
     score = cfg.score, hidden = cfg.hidden, heads = cfg.heads, out_heads = cfg.out_heads,
-    dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, gamma = cfg.gamma,
-    r = (cfg.r or 0) > 0 and cfg.r or nil, qk_dim = cfg.qk_dim,
+    dropout = cfg.dropout, attn_dropout = cfg.attn_dropout, qk_dim = cfg.qk_dim,
     proj_dropout = cfg.proj_dropout, shared_qk = cfg.shared_qk,
     map = (cfg.map and cfg.map ~= 'default') and cfg.map or nil,
-    sparse_input = true }) -- Planetoid features are 1% nonzero
+    sparse_input = true } -- Planetoid features are 1% nonzero
+  -- the config's score parameters (gamma, r) go to the scores that read them; r = 0 means the
+  -- score's default
+  local desc = pn.attention_variant(cfg.score or 'gat')
+  if desc.params.gamma then o.gamma = cfg.gamma end
+  if desc.params.r and (cfg.r or 0) > 0 then o.r = cfg.r end
+  return pn.nn.GAT(dims.num_features, dims.num_classes, o)
 end
 
 function R.data(cfg) return pn.data.load(cfg.dataset) end

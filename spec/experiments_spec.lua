@@ -1,0 +1,29 @@
+-- Every experiment script runs: one epoch each, quietly, into a temporary runs directory (a
+-- script whose model cannot be built for its score, say, fails here and not in a user's hands).
+local pn = require 'penumbra'
+
+local home = os.getenv('PENUMBRA_HOME') or '.'
+local runs = os.tmpname()
+os.remove(runs)
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int setenv(const char *, const char *, int);')
+
+describe('experiment scripts', function()
+  local p = io.popen("ls '" .. home .. "'/experiments/*.lua")
+  local scripts = {}
+  for l in p:lines() do scripts[#scripts + 1] = l end
+  p:close()
+  it('there are some', function() assert.is_true(#scripts >= 12) end)
+  for _, script in ipairs(scripts) do
+    it(script:match('[^/]+$') .. ' runs an epoch', function()
+      ffi.C.setenv('PENUMBRA_RUNS', runs, 1)
+      local saved = rawget(_G, 'args')
+      _G.args = { epochs = '1', _quiet = true }
+      local ok, r = pcall(dofile, script)
+      _G.args = saved
+      assert.is_true(ok, tostring(r))
+      assert.equal('finished', r.status)
+      assert.truthy(r.test_acc >= 0 and r.test_acc <= 1)
+    end)
+  end
+end)
