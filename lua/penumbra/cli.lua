@@ -32,7 +32,8 @@ environment: PENUMBRA_DATA (dataset dir, searched first; then datasets/ and ../s
 -- message; PN_TRACEBACK=1 adds the Lua traceback (for bugs in a script or in penumbra).
 local function report(e)
   if os.getenv('PN_TRACEBACK') then return debug.traceback(tostring(e), 2) end
-  return tostring(e)
+  -- the message alone: a "file.lua:123: " position says nothing to the user who typed the command
+  return (tostring(e):gsub('^[^%s:]+%.lua:%d+: ', ''))
 end
 
 local root = os.getenv('PENUMBRA_HOME') or '.'

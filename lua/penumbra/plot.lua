@@ -615,6 +615,11 @@ function P.render(job, out, opts)
   size = size or DEFAULT_SIZE[ext] or { 900, 560 }
   local term, kind, note = P.terminal_for(out, size)
   if note then P.notify(note) end
+  local out_dir = out:match('^(.*)/[^/]*$')
+  if out_dir and out_dir ~= '' then
+    local okd = os.execute("test -d '" .. out_dir:gsub("'", "'\\''") .. "'")
+    if not (okd == 0 or okd == true) then plot_error('the directory of --out ' .. out .. ' does not exist') end
+  end
   local dir, base = make_tmpdir()
   local tmp_out = out:gsub('(%.%w+)$', '.tmp' .. tostring(os.time()) .. '%1')
   local ok, err = pcall(function()
