@@ -89,62 +89,44 @@ describe('experiment runner', function()
     assert.same(la, lb)
   end)
 
-  it('leaves a readable file marked interrupted after SIGINT', function()
+  -- runs the slow toy experiment in a child ./bench with its runs under runs/<name>, sends
+  -- `stop` (shell commands; $pid is the child) after 3 s, and returns the runs directory
+  local function stopped_run(name, stop)
     local home = os.getenv('PENUMBRA_HOME') or '.'
     local script = os.tmpname() .. '.lua'
     local f = io.open(script, 'w')
     f:write("local toy = dofile('" .. home .. "/spec/fixtures/toy_experiment.lua')\n",
             "toy({ epochs = '200', sleep = '0.05', _quiet = true })\n")
     f:close()
-    local dir = runs .. '/sigint'
-    -- one SIGINT, as Ctrl-C sends (timeout(1) would signal the child twice: pid and group,
-    -- and a second Ctrl-C is meant to stop at once)
-    local cmd = string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
-      'kill -INT $pid; wait $pid) >/dev/null 2>&1', home, dir, script)
-    os.execute(cmd)
+    local dir = runs .. '/' .. name
+    os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
+      '%s; wait $pid) >/dev/null 2>&1', home, dir, script, stop))
     os.remove(script)
+    return dir
+  end
+  local function run_file_of(dir)
     local p = io.popen('ls "' .. dir .. '/toy"/*.h5 2>/dev/null | head -1')
     local path = p:read('*l'); p:close()
     assert.truthy(path, 'no run file written')
-    local a = attrs(path)
-    assert.equal('interrupted', a.status)
-    local n = pn.io.load(path, 'metrics/loss'):numel()
-    assert.truthy(n >= 1 and n < 200)
-  end)
+    return path
+  end
 
-  -- SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal) stop a run as Ctrl-C does
-  for _, sig in ipairs({ 'TERM', 'HUP' }) do
-    it('leaves a readable file marked interrupted after SIG' .. sig, function()
-      local home = os.getenv('PENUMBRA_HOME') or '.'
-      local script = os.tmpname() .. '.lua'
-      local f = io.open(script, 'w')
-      f:write("local toy = dofile('" .. home .. "/spec/fixtures/toy_experiment.lua')\n",
-              "toy({ epochs = '200', sleep = '0.05', _quiet = true })\n")
-      f:close()
-      local dir = runs .. '/sig' .. sig
-      os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
-        'kill -%s $pid; wait $pid) >/dev/null 2>&1', home, dir, script, sig))
-      os.remove(script)
-      local p = io.popen('ls "' .. dir .. '/toy"/*.h5 2>/dev/null | head -1')
-      local path = p:read('*l'); p:close()
-      assert.truthy(path, 'no run file written')
+  -- one signal, as Ctrl-C sends (timeout(1) would signal the child twice: pid and group, and a
+  -- second one is meant to stop at once); SIGTERM (kill, a scheduler) and SIGHUP (a closed
+  -- terminal) stop a run as Ctrl-C does
+  for _, sig in ipairs({ { 'INT', 'Ctrl-C' }, { 'TERM', 'SIGTERM' }, { 'HUP', 'SIGHUP' } }) do
+    it('leaves a readable file marked interrupted after SIG' .. sig[1], function()
+      local path = run_file_of(stopped_run('sig' .. sig[1], 'kill -' .. sig[1] .. ' $pid'))
       local a = attrs(path)
       assert.equal('interrupted', a.status)
-      assert.truthy(a.error:find(sig == 'TERM' and 'SIGTERM' or 'SIGHUP', 1, true), a.error)
+      assert.truthy(a.error:find(sig[2], 1, true), a.error)
+      local n = pn.io.load(path, 'metrics/loss'):numel()
+      assert.truthy(n >= 1 and n < 200)
     end)
   end
 
   it('./bench runs shows a run whose process died as dead, not running', function()
-    local home = os.getenv('PENUMBRA_HOME') or '.'
-    local script = os.tmpname() .. '.lua'
-    local f = io.open(script, 'w')
-    f:write("local toy = dofile('" .. home .. "/spec/fixtures/toy_experiment.lua')\n",
-            "toy({ epochs = '200', sleep = '0.05', _quiet = true })\n")
-    f:close()
-    local dir = runs .. '/sigkill'
-    os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
-      'pkill -KILL -P $pid; kill -KILL $pid; wait $pid) >/dev/null 2>&1', home, dir, script))
-    os.remove(script)
+    local dir = stopped_run('sigkill', 'pkill -KILL -P $pid; kill -KILL $pid')
     local rows = require('penumbra.runs').list(dir)
     assert.equal(1, #rows)
     assert.equal('dead (was running)', rows[1].status)

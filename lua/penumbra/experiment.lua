@@ -509,8 +509,8 @@ function M.run(def, overrides)
         end
         -- artefacts of this evaluation (translations, attention maps, radii)
         if def.on_eval then def.on_eval(state, cfg, run, step, m) end
+        run:flush() -- what the evaluation added (the checkpoint's name, artefacts)
       end
-      run:flush()
       local elapsed = now() - t0
       local per = elapsed / step
       local eta = { per * math.min(max_steps - step, (judge.patience - judge.bad) * eval_every), per * (max_steps - step) }

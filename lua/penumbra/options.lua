@@ -12,10 +12,7 @@ local M = {}
 local HINT = {} -- spec[HINT]: a sentence added to the unknown-key error (e.g. which score is in use)
 M.HINT = HINT
 
-local function is_tensor(v)
-  local ok, pn = pcall(require, 'penumbra.tensor') -- loaded by the time options are checked
-  return ok and pn.is_tensor and pn.is_tensor(v) or false
-end
+local is_tensor = require('penumbra_ffi').is_tensor
 
 local function keys_of(spec)
   local l = {}
