@@ -69,10 +69,11 @@ describe('dataset validation', function()
     if num_classes then f:set_attr('/', 'num_classes', num_classes) end
     f:close()
   end
-  local function load()
+  local function load() -- with PENUMBRA_DATA pointing at dir, then as it was
+    local saved = os.getenv('PENUMBRA_DATA')
     ffi.C.setenv('PENUMBRA_DATA', dir, 1)
     local ok, r = pcall(pn.data.load, 'cora')
-    ffi.C.unsetenv('PENUMBRA_DATA')
+    if saved then ffi.C.setenv('PENUMBRA_DATA', saved, 1) else ffi.C.unsetenv('PENUMBRA_DATA') end
     return ok, r
   end
 
