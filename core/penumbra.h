@@ -309,12 +309,13 @@ const char *pn_attention_param_about(int id);
 int pn_attention_param_find(const char *name);
 /* q, k (B, H, N, D) | (B, N, D) | (N, D); v (…, Nk, Dv) → (…, Nq, Dv) */
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o);
-pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o);  /* (…, Nq, Nk) */
+/* (…, Nq, Nk); recorded for autograd (the backward is attention's with v = I, V never built) */
+pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *o);
 /* node-major: q, k (N, H, D) or (N, D); v (N, H, Dv) or (N, Dv); CSR from pn_graph_csr */
 pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src,
                               const pn_attn_opts *o);
 /* per-edge attention weights α (E, H), or (E) for (N, D) q: edge e in CSR order (no dropout,
- * aggregate ignored — einstein's Lorentz factors belong to v; not recorded) */
+ * aggregate ignored — einstein's Lorentz factors belong to v; recorded for autograd) */
 pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *offsets, pn_tensor *src,
                                       const pn_attn_opts *o);
 

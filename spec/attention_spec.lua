@@ -432,6 +432,55 @@ describe('attention gradients (f64 finite differences)', function()
     gradcheck(function() return pn.attention(q, k, v, { aggregate = 'einstein', curvature = kap }) end, { v, kap })
   end)
 
+  -- the weights themselves are differentiable (attention regularisers, heatmap analyses)
+  for _, name in ipairs(DENSE) do
+    local case = cases_of(name)[1]
+    for ni, norm in ipairs(NORMS) do
+      it('attention_weights ' .. case[1] .. ' / ' .. norm .. ': q, k, bias and learnable scalars', function()
+        local mode = MASKS[ni % #MASKS + 1]
+        local q, k = make_qkv(case, { 2, 2, 3, 3 }, { 2, 2, 4, 3 }, { 2, 2, 4, 2 }, 'f64', 70 + ni)
+        q:requires_grad_(); k:requires_grad_()
+        local opts = merge(case[3], mask_opts(mode, 4, 3, 4, 'f64', ni))
+        opts.score, opts.normalize = name, norm
+        local inputs = { q, k }
+        if opts.bias then opts.bias:requires_grad_(); inputs[#inputs + 1] = opts.bias end
+        for _, pd in ipairs(VARIANTS[name].params) do
+          local val = opts[pd.name]
+          if type(val) == 'number' then
+            opts[pd.name] = pn.tensor({ val, val * 1.1 }, { dtype = 'f64' }):requires_grad_()
+            inputs[#inputs + 1] = opts[pd.name]
+          end
+        end
+        gradcheck(function() return pn.attention_weights(q, k, opts) end, inputs, { atol = 1e-6, rtol = 1e-5 })
+      end)
+    end
+  end
+
+  it('attention_weights: the gradient equals the one through attention with v = I, over many tiles', function()
+    -- W = attention(q, k, I): two forms of the same function must give the same q, k gradients
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      for _, causal in ipairs({ false, true }) do
+        local Nq, Nk = 70, 140
+        local q, k = make_qkv(case, { 1, 2, Nq, 3 }, { 1, 2, Nk, 3 }, { 1, 2, Nk, 2 }, 'f64', 77)
+        local opts = merge(case[3], { score = name, causal = causal })
+        local rows = {}
+        for j = 1, Nk do rows[j] = {} for c2 = 1, Nk do rows[j][c2] = j == c2 and 1 or 0 end end
+        local eye = pn.tensor({ { rows, rows } }, { dtype = 'f64' })
+        local c = pn.randn({ 1, 2, Nq, Nk }, { dtype = 'f64' })
+        local grads = {}
+        for form = 1, 2 do
+          local qq, kk = q:clone():requires_grad_(), k:clone():requires_grad_()
+          local w = form == 1 and pn.attention_weights(qq, kk, opts) or pn.attention(qq, kk, eye, opts)
+          ;(w * c):sum():backward()
+          grads[form] = { vals(qq.grad), vals(kk.grad) }
+        end
+        assert_close(grads[1][1], grads[2][1], 1e-10, name .. ' dq')
+        assert_close(grads[1][2], grads[2][2], 1e-10, name .. ' dk')
+      end
+    end
+  end)
+
   it('a broadcast bias gets its gradient summed to its own shape', function()
     local case = cases_of('laplacian')[1]
     local q, k, v = make_qkv(case, { 2, 2, 3, 3 }, { 2, 2, 4, 3 }, { 2, 2, 4, 2 }, 'f64', 21)

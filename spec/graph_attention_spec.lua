@@ -401,14 +401,76 @@ describe('graph attention weights per edge', function()
     end)
   end
 
-  it('is not recorded, ignores dropout, and names itself in errors', function()
-    local q = nodes(N, H, D, 'free', 35):requires_grad_()
+  it('ignores dropout and names itself in errors', function()
+    local q = nodes(N, H, D, 'free', 35)
     local k = nodes(N, H, D, 'free', 36)
     local w = pn.graph_attention_weights(q, k, g, { dropout = 0.5, train = true })
-    assert.is_false(w.requires_grad)
     assert_close(vals(w), vals(pn.graph_attention_weights(q, k, g, {})), 0, 'dropout ignored')
     assert_error(function() pn.graph_attention_weights(q, nodes(5, H, D, 'free', 1), g, {}) end, 'graph_attention_weights', 'nodes')
     assert_error(function() pn.graph_attention_weights(q, k, csr_of(5, allowed), {}) end, 'graph_attention_weights', 'offsets', '[6]', '[6,2,3]')
     assert_error(function() pn.graph_attention_weights(q, k, {}, {}) end, 'graph_attention_weights', 'graph')
+  end)
+
+  -- the weights are differentiable (entropy regularisers, analyses): gradchecks, and the same
+  -- gradients as graph_attention with one-hot values (the weights in another form)
+  for _, name in ipairs(VARIANTS) do
+    it(name .. ': gradients of the weights (q, k, learnable scalars, a_l, a_r), every normalize', function()
+      local case = cases_of(name)[1]
+      -- node 3 has no incoming edge
+      local g2 = { offsets = pn.tensor({ 0, 3, 5, 5, 7, 9 }, { dtype = 'i64' }),
+                   src = pn.tensor({ 0, 1, 3, 2, 4, 0, 3, 4, 2 }, { dtype = 'i64' }) }
+      for ni, norm in ipairs(NORMS) do
+        local q, k = nodes(5, H, D, case[1], 50 + ni), nodes(5, H, D, case[1], 57)
+        q:requires_grad_(); k:requires_grad_()
+        local opts = merge(case[2], { score = name, normalize = norm })
+        local inputs = { q, k }
+        if name == 'gat' then
+          opts.a_l = nodes(H, 1, D, 'free', 33):squeeze(2):clone():requires_grad_()
+          opts.a_r = nodes(H, 1, D, 'free', 34):squeeze(2):clone():requires_grad_()
+          inputs[3], inputs[4] = opts.a_l, opts.a_r
+        end
+        for _, pd in ipairs(VARIANTS[name].params) do
+          local p = pd.name
+          if type(opts[p]) == 'number' then
+            opts[p] = pn.tensor({ opts[p], opts[p] * 1.1 }, { dtype = 'f64' }):requires_grad_()
+            inputs[#inputs + 1] = opts[p]
+          end
+        end
+        gradcheck(function() return pn.graph_attention_weights(q, k, g2, opts) end, inputs)
+      end
+    end)
+  end
+
+  it('weight gradients equal those through graph_attention with one-hot values', function()
+    local eye5 = {}
+    for i = 1, N do eye5[i] = {} for h = 1, H do eye5[i][h] = {} for j = 1, N do eye5[i][h][j] = i == j and 1 or 0 end end end
+    for _, name in ipairs(VARIANTS) do
+      local case = cases_of(name)[1]
+      local q0, k0 = nodes(N, H, D, case[1], 61), nodes(N, H, D, case[1], 62)
+      local c = pn.randn({ g.src:shape()[1], H }, { dtype = 'f64' })
+      -- the same cotangent on the (N, H, N) one-hot output: c at [i, h, src], 0 elsewhere
+      local cd = {}
+      for i = 1, N do cd[i] = {} for h = 1, H do cd[i][h] = {} for j = 1, N do cd[i][h][j] = 0 end end end
+      local ct, e = c:totable(), 0
+      for i = 1, N do for j = 1, N do if allowed(i, j) then
+        e = e + 1
+        for h = 1, H do cd[i][h][j] = ct[e][h] end
+      end end end
+      local grads = {}
+      for form = 1, 2 do
+        local q, k = q0:clone():requires_grad_(), k0:clone():requires_grad_()
+        local opts = merge(case[2], { score = name })
+        if name == 'gat' then
+          opts.a_l = nodes(H, 1, D, 'free', 33):squeeze(2):clone():requires_grad_()
+          opts.a_r = nodes(H, 1, D, 'free', 34):squeeze(2):clone():requires_grad_()
+        end
+        local L
+        if form == 1 then L = (pn.graph_attention_weights(q, k, g, opts) * c):sum()
+        else L = (pn.graph_attention(q, k, pn.tensor(eye5, { dtype = 'f64' }), g, opts) * pn.tensor(cd, { dtype = 'f64' })):sum() end
+        L:backward()
+        grads[form] = { vals(q.grad), vals(k.grad), opts.a_l and vals(opts.a_l.grad) or {} }
+      end
+      for j = 1, 3 do assert_close(grads[1][j], grads[2][j], 1e-12, name .. ' gradient ' .. j) end
+    end
   end)
 end)

@@ -28,7 +28,8 @@
  *    with κ = curvature, v in Klein coordinates (Gulcehre Eq. 3); it always divides by
  *    Σ α γ, for sigmoid weights too; gradients reach v through γ(v) as well.
  *  - pn_attention_weights returns the normalised α_ij (softmax rows sum to one; sigmoid
- *    gives σ(s), sigmoid_normalized σ/Σσ), without Lorentz factors, and is not recorded. */
+ *    gives σ(s), sigmoid_normalized σ/Σσ), without Lorentz factors. It is recorded: its
+ *    backward is the output's with V = I (dP = dW, D_i = Σ_j dW_ij·W_ij, no dV). */
 #include "attention.h"
 #include "../backend.h"
 #include "fastmath.h"
@@ -383,6 +384,35 @@ static void dense_saved_free(void *p) {
 
 static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
 
+/* Records out = op(q, k, v, o) for autograd when an input needs it (v = NULL: the weights,
+ * out = w); takes *stat (set to NULL) when it does. */
+static pn_status dense_record(const char *op, pn_tensor *out, pn_tensor **stat, pn_tensor *q, pn_tensor *k,
+                              pn_tensor *v, const pn_attn_opts *o) {
+    /* autograd inputs: q, k, v, bias, then the parameter tensors given (slots in sv->slot) */
+    pn_tensor *ins[4 + PN_NPARAM] = {q, k, v, o->bias};
+    int nin = 4, slot[PN_NPARAM];
+    pn_attn_param_inputs(o, ins, &nin, slot);
+    if (!pn_ag_needed(nin, ins)) return PN_OK;
+    dense_saved *sv = calloc(1, sizeof *sv);
+    pn_node *nd_ = sv ? pn_ag_record(out, op, dense_bw, nin, ins) : NULL;
+    if (!nd_) {
+        free(sv);
+        return sv ? PN_ERR_OOM : pn_error(PN_ERR_OOM, "%s: out of memory", op);
+    }
+    sv->o = *o;
+    pn_attn_opts_retain(&sv->o);
+    memcpy(sv->slot, slot, sizeof slot);
+    sv->q = pn_detach(q);
+    sv->k = pn_detach(k);
+    sv->v = v ? pn_detach(v) : NULL;
+    sv->out = pn_detach(out);
+    sv->stat = *stat;
+    *stat = NULL;
+    nd_->extra = sv;
+    nd_->free_extra = dense_saved_free;
+    return !sv->q || !sv->k || (v && !sv->v) || !sv->out ? PN_ERR_OOM : PN_OK;
+}
+
 /* The front end's device step: every tensor of the call on one device, and its kernels. */
 static pn_status dense_device(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
                               const pn_attn_opts *o, int *dev, const pn_kernels **kt) {
@@ -413,31 +443,7 @@ pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_
     int64_t sshape[2] = {BH, Nq};
     pn_tensor *stat = out ? pn_empty(2, sshape, q->dt, dev) : NULL;
     if (!stat || PN_KCALL(op, kt, attention_dense_fwd, q, k, v, o, out, stat)) goto fail;
-    /* autograd inputs: q, k, v, bias, then the parameter tensors given (slots in sv->slot) */
-    pn_tensor *ins[4 + PN_NPARAM] = {q, k, v, o->bias};
-    int nin = 4, slot[PN_NPARAM];
-    pn_attn_param_inputs(o, ins, &nin, slot);
-    if (pn_ag_needed(nin, ins)) {
-        dense_saved *sv = calloc(1, sizeof *sv);
-        pn_node *nd_ = sv ? pn_ag_record(out, op, dense_bw, nin, ins) : NULL;
-        if (!nd_) {
-            free(sv);
-            if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", op);
-            goto fail;
-        }
-        sv->o = *o;
-        pn_attn_opts_retain(&sv->o);
-        memcpy(sv->slot, slot, sizeof slot);
-        sv->q = pn_detach(q);
-        sv->k = pn_detach(k);
-        sv->v = pn_detach(v);
-        sv->out = pn_detach(out);
-        sv->stat = stat;
-        stat = NULL;
-        nd_->extra = sv;
-        nd_->free_extra = dense_saved_free;
-        if (!sv->q || !sv->k || !sv->v || !sv->out) goto fail;
-    }
+    if (dense_record(op, out, &stat, q, k, v, o)) goto fail;
     pn_release(stat);
     return out;
 fail:
@@ -467,25 +473,30 @@ pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *
     int dev;
     const pn_kernels *kt;
     if (dense_device(op, q, k, NULL, o, &dev, &kt)) return NULL;
-    int64_t wshape[PN_MAX_DIMS];
-    memcpy(wshape, q->sizes, sizeof(int64_t) * (size_t)q->nd);
-    wshape[q->nd - 1] = k->sizes[k->nd - 2];
-    pn_tensor *w = pn_empty(q->nd, wshape, q->dt, dev);
-    if (w && PN_KCALL(op, kt, attention_dense_weights, q, k, o, w)) {
+    const int nd = q->nd;
+    const int64_t BH = (nd == 4 ? q->sizes[0] * q->sizes[1] : (nd == 3 ? q->sizes[0] : 1)), Nq = q->sizes[nd - 2];
+    int64_t wshape[PN_MAX_DIMS], sshape[2] = {BH, Nq};
+    memcpy(wshape, q->sizes, sizeof(int64_t) * (size_t)nd);
+    wshape[nd - 1] = k->sizes[nd - 2];
+    pn_tensor *w = pn_empty(nd, wshape, q->dt, dev);
+    pn_tensor *stat = w ? pn_empty(2, sshape, q->dt, dev) : NULL;
+    if (!stat || PN_KCALL(op, kt, attention_dense_weights, q, k, o, w, stat) ||
+        dense_record(op, w, &stat, q, k, NULL, o)) {
         pn_release(w);
         w = NULL;
     }
+    pn_release(stat);
     return w;
 }
 
 pn_status pn_cpu_attention_dense_weights(const pn_tensor *q, const pn_tensor *k, const pn_attn_opts *o,
-                                         pn_tensor *w) {
+                                         pn_tensor *w, pn_tensor *stat) {
     pn_attn_call c;
     PN_TRY(dense_call_init(&c, "attention_weights", q, k, NULL, o, 1));
     pn_status s = PN_OK;
     if (pn_numel(w) > 0) {
         BLAS_SERIAL_BEGIN;
-        s = c.dt == PN_F32 ? weights_f32(&c, VP(w)) : weights_f64(&c, VP(w));
+        s = c.dt == PN_F32 ? weights_f32(&c, VP(w), VP(stat)) : weights_f64(&c, VP(w), VP(stat));
         BLAS_SERIAL_END;
     }
     pn_attn_call_free(&c);
@@ -497,7 +508,7 @@ pn_status pn_cpu_attention_dense_weights(const pn_tensor *q, const pn_tensor *k,
  * calls the kernel, which adds into them. */
 static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     dense_saved *sv = n->extra;
-    const char *op = "attention";
+    const char *op = sv->v ? "attention" : "attention_weights";
     int dev;
     const pn_kernels *kt;
     PN_TRY(dense_device(op, sv->q, sv->k, sv->v, &sv->o, &dev, &kt));
@@ -505,9 +516,9 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     pn_status st = PN_OK;
     pn_tensor *dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, dev);
     pn_tensor *dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, dev);
-    pn_tensor *dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, dev);
+    pn_tensor *dv = sv->v ? pn_zeros(sv->v->nd, sv->v->sizes, dt, dev) : NULL;
     pn_tensor *gb = NULL, *dparam[PN_ATTN_MAX_PARAMS] = {NULL};
-    bool oom = !dq || !dk || !dv;
+    bool oom = !dq || !dk || (sv->v && !dv);
     if (sv->o.bias && pn_ag_input_needs(n, 3)) oom |= !(gb = pn_zeros(sv->o.bias->nd, sv->o.bias->sizes, dt, dev));
     for (int p = 0; p < PN_NPARAM; p++) {
         const pn_tensor *t = sv->o.param_t[p];
@@ -519,7 +530,7 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     if (!st) {
         if (pn_ag_input_needs(n, 0)) gin[0] = dq, dq = NULL;
         if (pn_ag_input_needs(n, 1)) gin[1] = dk, dk = NULL;
-        if (pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
+        if (dv && pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
         if (gb) gin[3] = gb, gb = NULL;
         for (int p = 0; p < PN_NPARAM; p++)
             if (dparam[p]) gin[sv->slot[p]] = dparam[p], dparam[p] = NULL;
@@ -575,7 +586,7 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
                                      const pn_attn_opts *o, const pn_tensor *out_, const pn_tensor *stat_,
                                      const pn_tensor *gout, pn_tensor *dq, pn_tensor *dk, pn_tensor *dv, pn_tensor *gb,
                                      pn_tensor *const *dparam) {
-    const char *op = "attention";
+    const char *op = v ? "attention" : "attention_weights"; /* no v: the weights' backward */
     pn_attn_call c;
     PN_TRY(dense_call_init(&c, op, q, k, v, o, 1));
     const int dt = c.dt;
@@ -602,11 +613,11 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
     bool oom = false;
     for (int64_t s = 0; s < S; s++) {
         bb.dk[s] = s == 0 ? pn_ptr(dk) : calloc((size_t)(c.BH * c.Nk * c.D + 1), es);
-        bb.dv[s] = s == 0 ? pn_ptr(dv) : calloc((size_t)(c.BH * c.Nk * c.Dv + 1), es);
+        bb.dv[s] = !dv ? NULL : s == 0 ? pn_ptr(dv) : calloc((size_t)(c.BH * c.Nk * c.Dv + 1), es);
         for (int m = 0; m < 2; m++)
             if (pl->kterm[m] != PN_TERM_NONE) oom |= !(bb.dkt[s][m] = calloc((size_t)nkey, es));
         if (c.st.einstein) oom |= !(bb.dg[s] = calloc((size_t)nkey, es));
-        oom |= !bb.dk[s] || !bb.dv[s];
+        oom |= !bb.dk[s] || (dv && !bb.dv[s]);
     }
     for (int m = 0; m < 2; m++)
         if (pl->qterm[m] != PN_TERM_NONE) oom |= !(bb.dqt[m] = calloc((size_t)(c.BH * c.Nq + 1), sizeof(double)));
@@ -634,7 +645,8 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
 #define FILL_BWD_ARGS(a)                                                                   \
     do {                                                                                   \
         memset(&(a), 0, sizeof(a));                                                        \
-        (a).dout = VP(gc), (a).out = VP(out_), (a).stat = VP(stat_), (a).dq = VP(dq); \
+        (a).dout = VP(gc), (a).out = VP(out_), (a).stat = VP(stat_), (a).dq = VP(dq);     \
+        (a).weights = v == NULL;                                                           \
         for (int64_t s = 0; s < S; s++) {                                                  \
             (a).dk[s] = bb.dk[s], (a).dv[s] = bb.dv[s], (a).dg[s] = bb.dg[s];              \
             (a).dkt[s][0] = bb.dkt[s][0], (a).dkt[s][1] = bb.dkt[s][1];                    \
@@ -661,7 +673,7 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
     /* splits summed in a fixed order */
     for (int64_t s = 1; s < S; s++) {
         add_into(dt, bb.dk[0], bb.dk[s], c.BH * c.Nk * c.D);
-        add_into(dt, bb.dv[0], bb.dv[s], c.BH * c.Nk * c.Dv);
+        if (dv) add_into(dt, bb.dv[0], bb.dv[s], c.BH * c.Nk * c.Dv);
         for (int m = 0; m < 2; m++)
             if (bb.dkt[0][m]) add_into(dt, bb.dkt[0][m], bb.dkt[s][m], c.BH * c.Nk);
         if (bb.dg[0]) add_into(dt, bb.dg[0], bb.dg[s], c.BH * c.Nk);

@@ -315,8 +315,9 @@ static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
 }
 
 /* ---- weights ------------------------------------------------------------------------------------ */
-/* W (BH, Nq, Nk): the normalised weights α_ij (no Lorentz factors). */
-static pn_status SFX(weights)(const pn_attn_call *c, real *W) {
+/* W (BH, Nq, Nk): the normalised weights α_ij (no Lorentz factors); stat (BH, Nq): the row
+ * statistic the forward would save (logsumexp or Σσ), which the weights' backward reads. */
+static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
     const int64_t nqt = (c->Nq + PN_TQ - 1) / PN_TQ, items = c->BH * nqt, Nk = c->Nk;
     int oom = 0;
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * c->D > PN_PAR_MIN)
@@ -357,9 +358,11 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W) {
                     SFX(row_softmax)(s, Nk, NULL, &m, &l);
                     real inv = l != l ? l : l > 0 ? 1 / l : 0;
                     for (int64_t j = 0; j < Nk; j++) s[j] *= inv;
+                    stat[bh * c->Nq + i0 + i] = l != l ? l : l > 0 ? m + pn_log(l) : (real)-INFINITY;
                 } else {
                     real l = 0;
                     SFX(row_sigmoid)(s, Nk, NULL, &l);
+                    stat[bh * c->Nq + i0 + i] = l;
                     if (c->st.normalize == PN_NORM_SIGMOID_NORMALIZED) {
                         real inv = l > 0 ? 1 / l : 0;
                         for (int64_t j = 0; j < Nk; j++) s[j] *= inv;
@@ -374,7 +377,8 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W) {
 
 /* ---- backward ----------------------------------------------------------------------------------- */
 typedef struct {
-    const real *dout, *out, *stat;  /* (BH, Nq, Dv), (BH, Nq, Dv), (BH, Nq) */
+    const real *dout, *out, *stat;  /* (BH, Nq, Dv), (BH, Nq, Dv), (BH, Nq); weights: (BH, Nq, Nk) */
+    bool weights;                   /* the weights' backward: out = W, dout = dW, no v */
     real *dq;                       /* (BH, Nq, D), zeroed; rows owned by their tile */
     real *dk[PN_MAX_SPLITS], *dv[PN_MAX_SPLITS];      /* per split: (BH, Nk, D), (BH, Nk, Dv), zeroed */
     real *dkt[PN_MAX_SPLITS][2], *dg[PN_MAX_SPLITS];  /* per split: (BH, Nk) or NULL, zeroed */
@@ -408,11 +412,11 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized;
     const real *K = (const real *)c->k + bh * Nk * D;
-    const real *V = (const real *)c->v + bh * Nk * Dv;
+    const real *V = c->v ? (const real *)c->v + bh * Nk * Dv : NULL;
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
     const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
     const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
-    real *dK = a->dk[split] + bh * Nk * D, *dV = a->dv[split] + bh * Nk * Dv;
+    real *dK = a->dk[split] + bh * Nk * D, *dV = a->dv[split] ? a->dv[split] + bh * Nk * Dv : NULL;
     real *dkt0 = a->dkt[split][0] ? a->dkt[split][0] + bh * Nk : NULL;
     real *dkt1 = a->dkt[split][1] ? a->dkt[split][1] + bh * Nk : NULL;
     real *dg = a->dg[split] ? a->dg[split] + bh * Nk : NULL;
@@ -422,8 +426,10 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     for (int64_t t = split; t < nqt; t += a->S) {
         const int64_t i0 = t * PN_TQ, tq = Nq - i0 < PN_TQ ? Nq - i0 : PN_TQ;
         const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
-        const real *dO = a->dout + (bh * Nq + i0) * Dv;
-        const real *O = a->out + (bh * Nq + i0) * Dv;
+        /* the weights' backward is the output's with V = I: O = W, dO = dW and dP = dW */
+        const int64_t Do = a->weights ? Nk : Dv;
+        const real *dO = a->dout + (bh * Nq + i0) * Do;
+        const real *O = a->out + (bh * Nq + i0) * Do;
         const real *stat = a->stat + bh * Nq + i0;
         const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
         const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
@@ -434,7 +440,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             real s = 0;
             if (normalized) {
                 #pragma omp simd reduction(+ : s)
-                for (int64_t d = 0; d < Dv; d++) s += dO[i * Dv + d] * O[i * Dv + d];
+                for (int64_t d = 0; d < Do; d++) s += dO[i * Do + d] * O[i * Do + d];
             }
             w->Drow[i] = s;
         }
@@ -469,9 +475,13 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                     }
                 }
             }
-            SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, Dv, dV + j0 * Dv, Dv); /* dV += Pᵀ·dO */
-            SFX(gemm_nt)(tq, tk, Dv, dO, Dv, V + j0 * Dv, Dv, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
-            if (Dv == 0) memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
+            if (a->weights) {
+                for (int64_t i = 0; i < tq; i++) memcpy(w->dP + i * PN_TK, dO + i * Do + j0, sizeof(real) * (size_t)tk);
+            } else {
+                SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, Dv, dV + j0 * Dv, Dv); /* dV += Pᵀ·dO */
+                SFX(gemm_nt)(tq, tk, Dv, dO, Dv, V + j0 * Dv, Dv, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
+                if (Dv == 0) memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
+            }
             /* dS, then the score's VJP turns it into dG (in place) */
             for (int64_t i = 0; i < tq; i++) {
                 real *ds = w->dP + i * PN_TK;

@@ -252,6 +252,38 @@ static void graph_saved_free(void *p) {
 
 static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
 
+/* Records out = op(q, k, v, g, o) for autograd when an input needs it (v = NULL: the weights,
+ * out = w); takes *stat and *drop (set to NULL) when it does. proj: gat's a_l, a_r are inputs. */
+static pn_status graph_record(const char *op, pn_tensor *out, pn_tensor **stat, pn_tensor **drop, pn_tensor *q,
+                              pn_tensor *k, pn_tensor *v, pn_tensor *offsets, pn_tensor *src, const pn_attn_opts *o,
+                              bool proj) {
+    /* autograd inputs: q, k, v, the parameter tensors given (slots in sv->slot), a_l, a_r */
+    pn_tensor *ins[3 + PN_NPARAM + 2] = {q, k, v};
+    int nin = 3, slot[PN_NPARAM], a_slot = -1;
+    pn_attn_param_inputs(o, ins, &nin, slot);
+    if (proj) a_slot = nin, ins[nin++] = o->a_l, ins[nin++] = o->a_r;
+    if (!pn_ag_needed(nin, ins)) return PN_OK;
+    graph_saved *sv = calloc(1, sizeof *sv);
+    pn_node *nd = sv ? pn_ag_record(out, op, graph_bw, nin, ins) : NULL;
+    if (!nd) {
+        free(sv);
+        return sv ? PN_ERR_OOM : pn_error(PN_ERR_OOM, "%s: out of memory", op);
+    }
+    sv->o = *o;
+    pn_attn_opts_retain(&sv->o);
+    memcpy(sv->slot, slot, sizeof slot);
+    sv->a_slot = a_slot;
+    sv->q = pn_detach(q), sv->k = pn_detach(k), sv->v = v ? pn_detach(v) : NULL;
+    sv->offsets = offsets, sv->src = src;
+    pn_retain(offsets), pn_retain(src);
+    sv->out = pn_detach(out);
+    sv->stat = *stat, *stat = NULL;
+    sv->drop = *drop, *drop = NULL;
+    nd->extra = sv;
+    nd->free_extra = graph_saved_free;
+    return !sv->q || !sv->k || (v && !sv->v) || !sv->out ? PN_ERR_OOM : PN_OK;
+}
+
 /* The front end's device step: every tensor of the call on one device, and its kernels. */
 static pn_status graph_device(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
                               const pn_tensor *offsets, const pn_tensor *src, const pn_attn_opts *o, int *dev,
@@ -285,33 +317,7 @@ pn_tensor *pn_graph_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tenso
     /* the dropout draws u ~ U[0,1) (Philox, on the device); the kernel turns them into the mask */
     if (o->train && o->dropout > 0 && E > 0 && !(drop = pn_rand(2, (const int64_t[]){E, H}, q->dt, dev))) goto fail;
     if (PN_KCALL(OP, kt, attention_graph_fwd, q, k, v, offsets, src, o, out, stat, drop)) goto fail;
-    /* autograd inputs: q, k, v, the parameter tensors given (slots in sv->slot), a_l, a_r */
-    pn_tensor *ins[3 + PN_NPARAM + 2] = {q, k, v};
-    int nin = 3, slot[PN_NPARAM], a_slot = -1;
-    pn_attn_param_inputs(o, ins, &nin, slot);
-    if (proj) a_slot = nin, ins[nin++] = o->a_l, ins[nin++] = o->a_r;
-    if (pn_ag_needed(nin, ins)) {
-        graph_saved *sv = calloc(1, sizeof *sv);
-        pn_node *nd = sv ? pn_ag_record(out, OP, graph_bw, nin, ins) : NULL;
-        if (!nd) {
-            free(sv);
-            if (!sv) pn_error(PN_ERR_OOM, "%s: out of memory", OP);
-            goto fail;
-        }
-        sv->o = *o;
-        pn_attn_opts_retain(&sv->o);
-        memcpy(sv->slot, slot, sizeof slot);
-        sv->a_slot = a_slot;
-        sv->q = pn_detach(q), sv->k = pn_detach(k), sv->v = pn_detach(v);
-        sv->offsets = offsets, sv->src = src;
-        pn_retain(offsets), pn_retain(src);
-        sv->out = pn_detach(out);
-        sv->stat = stat, stat = NULL;
-        sv->drop = drop, drop = NULL;
-        nd->extra = sv;
-        nd->free_extra = graph_saved_free;
-        if (!sv->q || !sv->k || !sv->v || !sv->out) goto fail;
-    }
+    if (graph_record(OP, out, &stat, &drop, q, k, v, offsets, src, o, proj)) goto fail;
     pn_release(stat);
     pn_release(drop);
     return out;
@@ -344,10 +350,10 @@ pn_status pn_cpu_attention_graph_fwd(const pn_tensor *q, const pn_tensor *k, con
 }
 
 /* Per-edge weights (E, H), or (E) for (N, D) inputs: row e is the weight node i gives src[e]
- * for e in [offsets[i], offsets[i+1]). Inspection only (entropy, heatmaps): no dropout,
- * not recorded. These are the attention weights α: aggregate is ignored, since einstein's
- * Lorentz factors belong to the values, which this op does not take — and the scores only
- * read q and k, so k stands in for the unused v. */
+ * for e in [offsets[i], offsets[i+1]); no dropout, recorded for autograd (q, k, the score's
+ * parameters, a_l, a_r). These are the attention weights α: aggregate is ignored, since
+ * einstein's Lorentz factors belong to the values, which this op does not take — and the
+ * scores only read q and k, so k stands in for the unused v. */
 pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *offsets, pn_tensor *src,
                                       const pn_attn_opts *o) {
     const char *op = "graph_attention_weights";
@@ -357,31 +363,36 @@ pn_tensor *pn_graph_attention_weights(pn_tensor *q, pn_tensor *k, pn_tensor *off
     if (o) {
         os = *o;
         os.aggregate = PN_AGG_SUM;
+        os.train = 0;
     }
     if (graph_call_init(op, &c, q, k, k, offsets, src, o ? &os : NULL, &g, 0)) return NULL;
+    const bool proj = c.st.plan.qterm[0] == PN_TERM_PROJ || c.st.plan.qterm[1] == PN_TERM_PROJ;
     pn_attn_call_free(&c);
     int dev;
     const pn_kernels *kt;
-    if (graph_device(op, q, k, k, offsets, src, &os, &dev, &kt)) return NULL;
-    const int64_t E = src->sizes[0];
-    pn_tensor *w = q->nd == 3 ? pn_empty(2, (const int64_t[]){E, q->sizes[1]}, q->dt, dev)
+    if (graph_device(op, q, k, NULL, offsets, src, &os, &dev, &kt)) return NULL;
+    const int64_t E = src->sizes[0], N = q->sizes[0], H = q->nd == 3 ? q->sizes[1] : 1;
+    pn_tensor *w = q->nd == 3 ? pn_empty(2, (const int64_t[]){E, H}, q->dt, dev)
                               : pn_empty(1, (const int64_t[]){E}, q->dt, dev);
-    if (w && PN_KCALL(op, kt, attention_graph_weights, q, k, offsets, src, &os, w)) {
+    pn_tensor *stat = w ? pn_empty(2, (const int64_t[]){H, N}, q->dt, dev) : NULL, *drop = NULL;
+    if (!stat || PN_KCALL(op, kt, attention_graph_weights, q, k, offsets, src, &os, w, stat) ||
+        graph_record(op, w, &stat, &drop, q, k, NULL, offsets, src, &os, proj)) {
         pn_release(w);
         w = NULL;
     }
+    pn_release(stat);
     return w;
 }
 
 pn_status pn_cpu_attention_graph_weights(const pn_tensor *q, const pn_tensor *k, const pn_tensor *offsets,
-                                         const pn_tensor *src, const pn_attn_opts *o, pn_tensor *w) {
+                                         const pn_tensor *src, const pn_attn_opts *o, pn_tensor *w, pn_tensor *stat) {
     pn_attn_call c;
     csr g;
     PN_TRY(graph_call_init("graph_attention_weights", &c, q, k, k, offsets, src, o, &g, 1));
     pn_status s = PN_OK;
     if (c.Nq > 0)
-        s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w))
-                           : gforward_f64(&c, g.off, g.src, g.maxdeg, NULL, NULL, NULL, VP(w));
+        s = c.dt == PN_F32 ? gforward_f32(&c, g.off, g.src, g.maxdeg, NULL, NULL, VP(stat), VP(w))
+                           : gforward_f64(&c, g.off, g.src, g.maxdeg, NULL, NULL, VP(stat), VP(w));
     pn_attn_call_free(&c);
     csr_free(&g);
     return s;
@@ -392,17 +403,18 @@ pn_status pn_cpu_attention_graph_weights(const pn_tensor *q, const pn_tensor *k,
  * the kernel, which fills them. */
 static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     graph_saved *sv = n->extra;
+    const char *op = sv->v ? OP : "graph_attention_weights"; /* no v: the weights' backward */
     pn_attn_opts o = sv->o;
     o.train = 0; /* the saved mask is reused; nothing new is drawn */
     int dev;
     const pn_kernels *kt;
-    PN_TRY(graph_device(OP, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &dev, &kt));
+    PN_TRY(graph_device(op, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, &dev, &kt));
     const int dt = sv->q->dt;
     pn_tensor *dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, dev);
     pn_tensor *dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, dev);
-    pn_tensor *dv = pn_zeros(sv->v->nd, sv->v->sizes, dt, dev);
+    pn_tensor *dv = sv->v ? pn_zeros(sv->v->nd, sv->v->sizes, dt, dev) : NULL;
     pn_tensor *da[2] = {NULL, NULL}, *dparam[PN_ATTN_MAX_PARAMS] = {NULL};
-    bool oom = !dq || !dk || !dv;
+    bool oom = !dq || !dk || (sv->v && !dv);
     for (int i = 0; i < 2 && sv->a_slot >= 0; i++) {
         const pn_tensor *a = i ? o.a_r : o.a_l;
         if (pn_ag_input_needs(n, sv->a_slot + i)) oom |= !(da[i] = pn_zeros(a->nd, a->sizes, dt, dev));
@@ -414,12 +426,12 @@ static pn_status graph_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     }
     pn_status st = oom ? PN_ERR_OOM : PN_OK;
     if (!st)
-        st = PN_KCALL(OP, kt, attention_graph_bwd, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, sv->out, sv->stat,
+        st = PN_KCALL(op, kt, attention_graph_bwd, sv->q, sv->k, sv->v, sv->offsets, sv->src, &o, sv->out, sv->stat,
                       sv->drop, gout, dq, dk, dv, dparam, da[0], da[1]);
     if (!st) {
         if (pn_ag_input_needs(n, 0)) gin[0] = dq, dq = NULL;
         if (pn_ag_input_needs(n, 1)) gin[1] = dk, dk = NULL;
-        if (pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
+        if (dv && pn_ag_input_needs(n, 2)) gin[2] = dv, dv = NULL;
         for (int p = 0; p < PN_NPARAM; p++)
             if (dparam[p]) gin[sv->slot[p]] = dparam[p], dparam[p] = NULL;
         for (int i = 0; i < 2; i++)
@@ -437,9 +449,11 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
                                      const pn_tensor *out_, const pn_tensor *stat_, const pn_tensor *drop_,
                                      const pn_tensor *gout, pn_tensor *dq_t, pn_tensor *dk_t, pn_tensor *dv_t,
                                      pn_tensor *const *dparam_t, pn_tensor *da_l_t, pn_tensor *da_r_t) {
+    /* no v: the weights' backward (gout = dw (E, H) | (E)); k stands in for v as in the forward */
+    const char *op = v ? OP : "graph_attention_weights";
     pn_attn_call c;
     csr g;
-    PN_TRY(graph_call_init(OP, &c, q, k, v, offsets, src, o, &g, 1));
+    PN_TRY(graph_call_init(op, &c, q, k, v ? v : k, offsets, src, o, &g, 1));
     const int dt = c.dt;
     const size_t es = pn_elsize(dt);
     const int64_t N = c.Nq, H = c.H, E = g.E, NH = N * H + 1, EH = E * H + 1;
@@ -469,7 +483,7 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
         oom |= !(da_r = calloc((size_t)(H * c.D), sizeof(double)));
     }
     if (oom) {
-        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", OP);
+        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
         goto done;
     }
     /* transposed CSR: edges grouped by source, increasing edge id within a group */
@@ -480,7 +494,7 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     {
         int64_t *fill = malloc(sizeof(int64_t) * (size_t)(N + 1));
         if (!fill) {
-            st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", OP);
+            st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
             goto done;
         }
         memcpy(fill, roff, sizeof(int64_t) * (size_t)(N + 1));
@@ -489,12 +503,14 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     }
     if (dt == PN_F32) {
         gbw_args_f32 a = {.dout = VP(gc), .out = VP(out_), .stat = VP(stat_), .drop = drop_ ? VP(drop_) : NULL,
+                          .weights = v == NULL,
                           .dq = dq, .dqt = {dqt[0], dqt[1]}, .dparam = dparam, .eG = eG, .ek = {ek[0], ek[1]}, .ew = ew,
                           .edg = edg};
         st = gbackward1_f32(&c, g.off, g.src, g.maxdeg, &a);
         if (!st) gbackward2_f32(&c, roff, rev, dst, &a, dk, dv, dkt, dg);
     } else {
         gbw_args_f64 a = {.dout = VP(gc), .out = VP(out_), .stat = VP(stat_), .drop = drop_ ? VP(drop_) : NULL,
+                          .weights = v == NULL,
                           .dq = dq, .dqt = {dqt[0], dqt[1]}, .dparam = dparam, .eG = eG, .ek = {ek[0], ek[1]}, .ew = ew,
                           .edg = edg};
         st = gbackward1_f64(&c, g.off, g.src, g.maxdeg, &a);
@@ -504,7 +520,7 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     double gp[PN_NPARAM * 64 + 1];
     double *gph = H > 64 ? calloc((size_t)(PN_NPARAM * H), sizeof(double)) : NULL;
     if (H > 64 && !gph) {
-        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", OP);
+        st = pn_error(PN_ERR_OOM, "%s: out of memory in backward", op);
         goto done;
     }
     double *gpar = gph ? gph : gp;
@@ -517,7 +533,7 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
 
     node_major_into(dt, dq, H, N, c.D, dq_t);
     node_major_into(dt, dk, H, N, c.D, dk_t);
-    node_major_into(dt, dv, H, N, c.Dv, dv_t);
+    if (dv_t) node_major_into(dt, dv, H, N, c.Dv, dv_t);
     for (int p = 0; p < PN_NPARAM; p++)
         if (dparam_t[p]) pn_attn_param_grad_into(dparam_t[p], gpar + p * H, H);
     pn_tensor *da_t[2] = {da_l_t, da_r_t};

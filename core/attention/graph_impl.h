@@ -81,8 +81,8 @@ static real SFX(gweights)(const pn_attn_call *c, const int64_t *src, int64_t e0,
 }
 
 /* out (N, H, Dv) node-major, stat (H, N); drop (E, H) scaled dropout mask or NULL.
- * pn_graph_attention_weights passes out = stat = NULL and wedge (E, H), which receives the
- * weights w per edge in CSR order (before dropout) instead of the aggregation. */
+ * pn_graph_attention_weights passes out = NULL and wedge (E, H), which receives the weights w
+ * per edge in CSR order (before dropout) instead of the aggregation. */
 static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t maxdeg,
                                const real *drop, real *out, real *stat, real *wedge) {
     const int64_t N = c->Nq, H = c->H, Dv = c->Dv;
@@ -105,8 +105,8 @@ static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const 
                 const real st = SFX(gweights)(c, src, e0, deg, h, s, w);
                 if (wedge)
                     for (int64_t e = 0; e < deg; e++) wedge[(e0 + e) * H + h] = w[e];
-                if (!out) continue;
                 stat[h * N + i] = st;
+                if (!out) continue;
                 real *o = out + (i * H + h) * Dv;
                 memset(o, 0, sizeof(real) * (size_t)Dv);
                 for (int64_t e = 0; e < deg; e++) {
@@ -124,6 +124,7 @@ static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const 
 
 typedef struct {
     const real *dout, *out, *stat, *drop; /* (N, H, Dv), (N, H, Dv), (H, N), (E, H) or NULL */
+    bool weights;                         /* the weights' backward: dout = dW (E, H), no v */
     real *dq;                             /* (H, N, D) head-major, zeroed */
     double *dqt[2];                       /* (H, N) or NULL */
     double *dparam;                       /* (N, H, PN_NPARAM) */
@@ -152,7 +153,8 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
             const int64_t e0 = off[i], deg = off[i + 1] - off[i];
             for (int64_t h = 0; h < H; h++) {
                 const pn_score_params *pp = &c->st.hp[h];
-                const real *dO = a->dout + (i * H + h) * Dv, *O = a->out + (i * H + h) * Dv;
+                const real *dO = a->weights ? NULL : a->dout + (i * H + h) * Dv;
+                const real *O = a->weights ? NULL : a->out + (i * H + h) * Dv;
                 const real *g = c->g ? (const real *)c->g + h * N : NULL;
                 SFX(gscores)(c, off, src, i, h, G, k0, k1, s);
                 /* the forward's weights, from the saved statistic */
@@ -167,17 +169,25 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
                         w[e] = normalized ? (st > 0 ? sg * ge / st : 0) : sg * ge;
                     }
                 }
+                /* the weights' backward: dP = dW per edge, D_i = Σ_e dW_e·w_e, nothing reaches v */
+                const real *dW = a->weights ? a->dout + e0 * H + h : NULL;
                 real Di = 0;
-                if (normalized)
+                if (normalized && dW)
+                    for (int64_t e = 0; e < deg; e++) Di += dW[e * H] * w[e];
+                else if (normalized)
                     for (int64_t d = 0; d < Dv; d++) Di += dO[d] * O[d];
                 for (int64_t e = 0; e < deg; e++) {
                     const int64_t j = src[e0 + e], eh = (e0 + e) * H + h;
                     const real m = a->drop ? a->drop[eh] : 1;
-                    const real *vj = (const real *)c->v + (h * N + j) * Dv;
                     real dp = 0;
-                    for (int64_t d = 0; d < Dv; d++) dp += dO[d] * vj[d];
+                    if (dW) {
+                        dp = dW[e * H];
+                    } else {
+                        const real *vj = (const real *)c->v + (h * N + j) * Dv;
+                        for (int64_t d = 0; d < Dv; d++) dp += dO[d] * vj[d];
+                    }
                     dp *= m;
-                    a->ew[eh] = m * w[e];
+                    a->ew[eh] = dW ? 0 : m * w[e];
                     real ds;
                     if (norm == PN_NORM_SOFTMAX) ds = w[e] * (dp - Di);
                     else if (normalized) ds = w[e] * (1 - s[e]) * (dp - Di);

@@ -1,12 +1,14 @@
 -- penumbra.ops.attention — fused distance-family attention (core/attention/, DESIGN §3.1).
 --
 --   pn.attention(q, k, v, opts)          q, k (B,H,Nq|Nk,D) | (B,N,D) | (N,D); v (…, Nk, Dv) → (…, Nq, Dv)
---   pn.attention_weights(q, k, opts)     → (…, Nq, Nk) normalised weights (heatmaps, tests; not recorded)
+--   pn.attention_weights(q, k, opts)     → (…, Nq, Nk) normalised weights (heatmaps, regularisers;
+--                                        differentiable in q, k, bias and the score's parameters)
 --   pn.graph_attention(q, k, v, g, opts) node-major q, k (N,H,D) | (N,D), v (N,H,Dv) | (N,Dv);
 --                                        g = pn.graph(…) = {offsets=, src=, num_nodes=} (CSR by destination)
 --   pn.graph_attention_weights(q, k, g, opts)   → (E, H) | (E): the weight of each edge of g (in
 --                                        g.src order): the attention weights α (entropy, heatmaps;
---                                        no dropout, aggregate ignored, not recorded)
+--                                        no dropout, aggregate ignored; differentiable in q, k,
+--                                        the score's parameters, a_l, a_r)
 --   pn.attention_variants([{all=true}])  → {'dot', 'laplacian', …} from the registry (core/attention/variants.def),
 --                                        list.<name> = its description (params with defaults, map, domain);
 --                                        all=true adds the spec-only variants (sqdist)
