@@ -15,5 +15,7 @@ set boxwidth 0.6
 set xtics scale 0
 if (rotate) { set xtics rotate by 30 right }
 set offsets 0, 0, graph 0.12, 0
-plot datafile using 1:3:4:xtic(2) with boxerrorbars lc rgb colour(1) lw 1.5, \
-     datafile using 1:($3 + $4):(sprintf("%.4f\n± %.4f", $3, $4)) with labels offset 0, 1.4 font ',9'
+# one run: the bar and its value, no error bar and no "± 0"; more: mean ± std and the count
+label(m, sd, c) = c > 1 ? sprintf("%.4f\n± %.4f (n=%d)", m, sd, c) : sprintf("%.4f\n1 run", m)
+plot datafile using 1:3:($5 > 1 ? $4 : 0):xtic(2) with boxerrorbars lc rgb colour(1) lw 1.5, \
+     datafile using 1:($3 + $4):(label($3, $4, $5)) with labels offset 0, 1.4 font ',9'

@@ -7,12 +7,15 @@
 #   smooth      1: raw values faint, moving average bold; 0: raw values only
 #   points      1: few points, mark them
 #   plot_title, xlab, ylab, logy
+#   key_mode    1: legend below (few series); 2: beside the axes, one column (many); 0: none
 load dir . 'common.gp'
 set title plot_title
 set xlabel xlab
 set ylabel ylab
 if (logy) { set logscale y }
-set key below horizontal height 1
+if (key_mode == 1) { set key below horizontal height 1 }
+if (key_mode == 2) { set key outside right top vertical Left reverse font ',8' spacing 0.9 samplen 2 }
+if (key_mode == 0) { unset key }
 pt_style = points ? 'linespoints pt 7 ps 0.6' : 'lines'
 if (smooth) {
   plot for [i=1:n] datafile index (i-1) using 1:2 with lines lw 1 dt metric_of[i] lc rgb faint(run_of[i]), \

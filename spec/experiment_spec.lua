@@ -59,7 +59,7 @@ describe('experiment runner', function()
     assert.is_false(ok)
     assert.truthy(tostring(e):find('setup failed on purpose'))
     -- newest toy run file
-    local p = io.popen('ls -t "' .. runs .. '/toy"/*.h5 | head -1')
+    local p = io.popen('ls -t "' .. runs .. '"/toy*/*.h5 | head -1')
     local path = p:read('*l'); p:close()
     local a = attrs(path)
     assert.equal('failed', a.status)
@@ -70,7 +70,7 @@ describe('experiment runner', function()
     local ok, e = pcall(toy, { _quiet = true, nan_at = '4' })
     assert.is_false(ok)
     assert.truthy(tostring(e):find('NaN at epoch 4'))
-    local p = io.popen('ls -t "' .. runs .. '/toy"/*.h5 | head -1')
+    local p = io.popen('ls -t "' .. runs .. '"/toy*/*.h5 | head -1')
     local path = p:read('*l'); p:close()
     local a = attrs(path)
     assert.equal('failed', a.status)
@@ -105,7 +105,7 @@ describe('experiment runner', function()
     return dir
   end
   local function run_file_of(dir)
-    local p = io.popen('ls "' .. dir .. '/toy"/*.h5 2>/dev/null | head -1')
+    local p = io.popen('ls "' .. dir .. '"/toy*/*.h5 2>/dev/null | head -1')
     local path = p:read('*l'); p:close()
     assert.truthy(path, 'no run file written')
     return path
@@ -144,7 +144,7 @@ end)
 
 describe('experiment config limits', function()
   it('checks every key with a limit before the run file exists, defaults too', function()
-    local before = io.popen('ls "' .. runs .. '/toy" 2>/dev/null | wc -l'):read('*n')
+    local before = io.popen('ls "' .. runs .. '"/toy* 2>/dev/null | wc -l'):read('*n')
     for _, bad in ipairs({ { epochs = '-1' }, { epochs = '0' }, { epochs = '2.5' }, { seed = '1e20' },
                            { patience = '-5' }, { lr = 'fast' } }) do
       bad._quiet = true
@@ -153,7 +153,7 @@ describe('experiment config limits', function()
       local k = next(bad) == '_quiet' and next(bad, '_quiet') or next(bad)
       assert.truthy(tostring(e):find('experiment: ' .. k, 1, true), tostring(e))
     end
-    local after = io.popen('ls "' .. runs .. '/toy" 2>/dev/null | wc -l'):read('*n')
+    local after = io.popen('ls "' .. runs .. '"/toy* 2>/dev/null | wc -l'):read('*n')
     assert.equal(before, after) -- no run file for a rejected config
   end)
 
@@ -199,7 +199,9 @@ describe('./bench compare', function()
     assert.same({ 4, 4 }, rows[1].epochs)
     local m, s = require('penumbra.compare').mean_std({ 1, 2, 3 })
     assert.equal(2, m); assert.equal(1, s)
-    assert.truthy(text:find('| toy_script |', 1, true))
+    -- the row says what ran: the experiment and the overrides that change its result
+    assert.equal('toy epochs=4', rows[1].name)
+    assert.truthy(text:find('| toy epochs=4 |', 1, true), text)
     -- a number the runs' finish returns joins the result; attn_entropy gets its column
     assert.same({ 0.25, 0.75 }, rows[1].ent)
     assert.truthy(text:find('| attn entropy |', 1, true))

@@ -96,7 +96,7 @@ local function write_run(path, o)
   o = o or {}
   local f = pn.io.open(path, 'w')
   f:set_attr('/', 'experiment', o.experiment or 'synthetic')
-  f:set_attr('/', 'config', '{"dataset":"none","lr":0.01,"seed":' .. (o.seed or 0) .. ',"tags":["a","b"],"nested":{"x":1.5e-3}}')
+  f:set_attr('/', 'config', '{"dataset":"none","lr":' .. (o.lr or 0.01) .. ',"seed":' .. (o.seed or 0) .. ',"tags":["a","b"],"nested":{"x":1.5e-3}}')
   f:set_attr('/', 'seed', o.seed or 0)
   f:set_attr('/', 'status', 'finished')
   f:set_attr('/', 'start_time', o.start or '2025-01-02T03:04:05Z')
@@ -350,6 +350,40 @@ describe('plot data files', function()
     local ok, err = pcall(plot.prepare, 'compare', { RUN1 }, { metric = 'bleu' })
     assert.is_false(ok)
     assert.truthy(tostring(err):find('no summary value bleu', 1, true))
+  end)
+
+  it('compare: run files of one experiment with different configs are separate bars, named by the difference', function()
+    -- files from before the variant attribute: the config tells the groups apart
+    local run3 = tmpdir .. '/runs/synthetic/c-s0.h5'
+    write_run(run3, { seed = 0, lr = 0.02, test_acc = 0.9 })
+    local job, paths = data_of('compare', { RUN1, run3, RUN2 }, {})
+    local rows = parse_blocks(read_file(paths.datafile))[1]
+    assert.equal(2, #rows)
+    assert.equal('synthetic lr=0.01', rows[1].strings[1])
+    assert.equal(2, rows[1].numbers[4])
+    assert.equal('synthetic lr=0.02', rows[2].strings[1])
+    assert.equal(1, rows[2].numbers[4])
+    assert.truthy(near(0.9, rows[2].numbers[2]))
+    local vars = {}
+    for _, kv in ipairs(job.vars) do vars[kv[1]] = kv[2] end
+    assert.truthy(vars.plot_title:find('counts under the bars', 1, true), vars.plot_title)
+    -- a bad file among good ones is skipped with a warning (as curves does), not fatal
+    local junk = tmpdir .. '/runs/synthetic/junk.h5'
+    local f = io.open(junk, 'w'); f:write('not hdf5'); f:close()
+    job = plot.prepare('compare', { junk, RUN1, tmpdir .. '/runs/none.h5' }, {})
+    assert.equal(1, #job.rows)
+    assert.equal(2, #job.warnings)
+    assert.truthy(job.warnings[1]:find('junk.h5', 1, true))
+    assert.truthy(job.warnings[2]:find('none.h5', 1, true))
+    -- one run: no spread claimed
+    for _, kv in ipairs(job.vars) do vars[kv[1]] = kv[2] end
+    assert.truthy(vars.plot_title:find('one run each (no spread)', 1, true), vars.plot_title)
+    assert.is_nil(vars.plot_title:find('± 0', 1, true))
+    local ok, err = pcall(plot.prepare, 'compare', { junk }, {})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('no readable run file', 1, true))
+    os.remove(run3)
+    os.remove(junk)
   end)
 
   it('rejects unknown kinds, missing files and no files', function()

@@ -43,6 +43,7 @@ function M.main(argv)
       io.stderr:flush()
       local r, err = run_one(script, o)
       if r and r.status == 'finished' then
+        row.name = r.variant or row.name -- what it ran: 'cora_umbral epochs=20'
         row.test[#row.test + 1] = r.test_acc
         row.val[#row.val + 1] = r.val_acc
         row.epochs[#row.epochs + 1] = r.epochs
@@ -74,7 +75,9 @@ function M.main(argv)
     local sm = mean_std(r.spe)
     local ent = ''
     if with_ent then ent = #r.ent > 0 and string.format(' %.3f |', (mean_std(r.ent))) or ' – |' end
-    lines[#lines + 1] = string.format('| %s | %.4f ± %.4f | %.4f | %.0f | %.3f |%s %d |', r.name, tm, ts, vm, em, sm, ent, r.failed)
+    -- one finished seed has no spread: its value alone, not "± 0.0000"
+    local acc = #r.test > 1 and string.format('%.4f ± %.4f', tm, ts) or string.format('%.4f (1 run)', tm)
+    lines[#lines + 1] = string.format('| %s | %s | %.4f | %.0f | %.3f |%s %d |', r.name, acc, vm, em, sm, ent, r.failed)
   end
   local md = table.concat(lines, '\n') .. '\n'
   io.write(md)

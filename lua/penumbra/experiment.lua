@@ -107,6 +107,36 @@ function M.config(defaults, overrides, limits)
   return cfg
 end
 
+-- Config keys that do not change what a run computes: a run's name leaves them out.
+M.UNNAMED_KEYS = { seed = true, quiet = true, threads = true }
+
+-- What a run ran, by name: the experiment, then every config value that differs from the
+-- experiment's defaults ('cora_umbral' as written; 'cora_umbral epochs=20 score=gat' with
+-- overrides). Runs of one variant differ only in the seed; compare and plot group by it.
+function M.variant_name(name, defaults, cfg)
+  local parts = {}
+  local keys = {}
+  for k in pairs(cfg) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local v = cfg[k]
+    if not M.UNNAMED_KEYS[k] and v ~= (defaults or {})[k] then
+      local text = tostring(v)
+      if type(v) == 'number' then -- the shortest form that reads back as the same number
+        text = string.format('%.15g', v)
+        if tonumber(text) ~= v then text = string.format('%.17g', v) end
+      end
+      parts[#parts + 1] = k .. '=' .. text
+    end
+  end
+  return #parts == 0 and name or (name .. ' ' .. table.concat(parts, ' '))
+end
+
+-- the folder of a variant's runs: runs/<name>, or runs/<name>+k=v+… (path-safe characters)
+function M.variant_dir(variant)
+  return (variant:gsub(' ', '+'):gsub('[^%w_%.%-+=,]', '_'))
+end
+
 -- ---- run metadata ---------------------------------------------------------------------------
 local function shell(cmd)
   local p = io.popen(cmd .. ' 2>/dev/null')
@@ -402,9 +432,10 @@ end
 local SIGNALS = { [1] = 'SIGHUP', [2] = 'Ctrl-C', [15] = 'SIGTERM' }
 local function signal_name(n) return SIGNALS[n] or ('signal ' .. tostring(n)) end
 
--- The run file runs/<name>/<UTC stamp>-s<seed>.h5 (a new name if taken) with its metadata.
+-- The run file runs/<variant>/<UTC stamp>-s<seed>.h5 (a new name if taken) with its metadata.
 local function open_run(def, cfg, seed, unit)
-  local runs_dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. def.name
+  local variant = M.variant_name(def.name, def.config, cfg)
+  local runs_dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. M.variant_dir(variant)
   if not writable_dir(runs_dir) then
     error('experiment: cannot write run files to ' .. runs_dir .. ' (set PENUMBRA_RUNS to a writable folder)', 0)
   end
@@ -416,8 +447,9 @@ local function open_run(def, cfg, seed, unit)
     path = string.format('%s/%s-s%d-%d.h5', runs_dir, stamp, seed, k)
   end
   local f = pio.open(path, 'w')
-  local run = setmetatable({ f = f, path = path, metrics = {}, cfg = cfg }, Run)
+  local run = setmetatable({ f = f, path = path, metrics = {}, cfg = cfg, variant = variant }, Run)
   run:set('experiment', def.name)
+  run:set('variant', variant)
   -- the module that can rebuild this run's model and data (the REPL loads it by name)
   if def.recipe then run:set('recipe', def.recipe) end
   run:set('config', json.encode(cfg))
@@ -545,6 +577,7 @@ function M.run(def, overrides)
   result['seconds_per_' .. unit] = steps_run > 0 and elapsed / steps_run or 0
   result.status = status
   result.path = path
+  result.variant = run.variant
   -- the end of the run file: status, summary, close — unless a write to it failed already
   -- (then it stays exactly as at its last flush, readable; `./bench runs` sees its writer gone)
   if not run.broken then

@@ -73,6 +73,23 @@ local function open_run(path)
   return r
 end
 
+-- The kinds that draw several runs open them all first: a file that cannot be read (missing,
+-- not HDF5, truncated) is skipped with a warning; only when none is left is it an error.
+-- Returns the opened runs, their paths (in order) and the warnings.
+local function open_runs(kind, files)
+  local opened, paths, warnings = {}, {}, {}
+  for _, f in ipairs(files) do
+    local ok, r = pcall(runs.open, f)
+    if ok then
+      opened[#opened + 1], paths[#paths + 1] = r, f
+    else
+      warnings[#warnings + 1] = 'skipped ' .. tostring(r):gsub('^runs: ', '')
+    end
+  end
+  if #opened == 0 then plot_error(kind .. ': no readable run file: ' .. table.concat(warnings, '; ')) end
+  return opened, paths, warnings
+end
+
 local function default_out(path, suffix)
   local base = path:gsub('%.h5$', '')
   return base .. '.' .. suffix .. '.png'
@@ -109,8 +126,8 @@ function prepare.curves(files, opts)
   local metrics = opts.metric and split_commas(opts.metric) or nil
   local smooth = tonumber(opts.smooth or 1) or 1
   if smooth < 1 or smooth % 1 ~= 0 then plot_error('curves: --smooth must be a positive integer, got ' .. tostring(opts.smooth)) end
-  local opened = {}
-  for i, f in ipairs(files) do opened[i] = open_run(f) end
+  local opened, missing
+  opened, files, missing = open_runs('curves', files)
   if not metrics then
     metrics = { 'loss' }
     local any_loss = false
@@ -124,7 +141,6 @@ function prepare.curves(files, opts)
   local blocks, titles, tfiles, run_of, metric_of = {}, {}, {}, {}, {}
   local all_epochs = true
   local max_points = 0
-  local missing = {}
   for i, r in ipairs(opened) do
     if not r.experiment then all_epochs = false end
     for mi, m in ipairs(metrics) do
@@ -147,7 +163,7 @@ function prepare.curves(files, opts)
   end
   local experiments, first = {}, nil
   for _, r in ipairs(opened) do
-    experiments[r.experiment or '?'] = true
+    experiments[r.variant or '?'] = true
     first = first or r
   end
   for _, r in ipairs(opened) do r:close() end
@@ -158,11 +174,20 @@ function prepare.curves(files, opts)
   local what = table.concat(metrics, ', ')
   local title
   if #files == 1 then title = first:label() .. ': ' .. what
-  elseif nexp == 1 then title = (first.experiment or '?') .. ': ' .. what .. ' (' .. #files .. ' runs)'
+  elseif nexp == 1 then title = (first.variant or '?') .. ': ' .. what .. ' (' .. #files .. ' runs)'
   else title = what .. ' (' .. #files .. ' runs)' end
   if smooth > 1 then title = title .. ', moving average over ' .. smooth end
+  -- the legend: below the axes for a few series; beside them (one column, small type, on a
+  -- wider canvas) for many, so it never covers the curves; none past 40 (it would not fit)
+  local key_mode, size = 1, nil
+  if #blocks > 40 then
+    key_mode = 0
+    missing[#missing + 1] = string.format('%d series: too many for a legend, drawn without one (pass fewer files)', #blocks)
+  elseif #blocks > 8 then
+    key_mode, size = 2, { 1200, 640 }
+  end
   return {
-    kind = 'curves', script = 'curves.gp', warnings = missing,
+    kind = 'curves', script = 'curves.gp', warnings = missing, size = size,
     data = { datafile = table.concat(blocks, '\n\n\n') .. '\n' },
     vars = {
       { 'n', #blocks }, { 'titles', titles }, { 'smooth', smooth > 1 and 1 or 0 },
@@ -170,6 +195,7 @@ function prepare.curves(files, opts)
       { 'points', max_points <= 30 and 1 or 0 },
       { 'plot_title', opts.title or title }, { 'xlab', all_epochs and 'epoch' or 'step' },
       { 'ylab', #metrics == 1 and metrics[1] or 'value' }, { 'logy', opts.logy and 1 or 0 },
+      { 'key_mode', key_mode },
     },
     default_out = default_out(files[1], 'curves'),
   }
@@ -178,9 +204,9 @@ end
 -- ---- radius -----------------------------------------------------------------------------------
 function prepare.radius(files, opts)
   local series = {}
-  local notes = {}
-  for _, f in ipairs(files) do
-    local r = open_run(f)
+  local opened, paths, notes = open_runs('radius', files)
+  for fi, r in ipairs(opened) do
+    local f = paths[fi]
     local tags = opts.tag and { opts.tag } or r:tags('radii')
     if #tags == 0 then notes[#notes + 1] = f .. ' has no /radii' end
     for _, tag in ipairs(tags) do
@@ -385,10 +411,14 @@ function prepare.heatmap(files, opts)
 end
 
 -- ---- compare ----------------------------------------------------------------------------------
--- rows {name, values} from a ./bench compare file (groups with <metric> arrays, ordered as in
--- its Markdown table) or from run files (grouped by experiment, values from /summary)
+-- Rows {name, values} from ./bench compare files (groups with <metric> arrays, ordered as in
+-- their Markdown table) and from run files, grouped by what they ran: the same experiment and
+-- config apart from the seed (runs.config_key). A group is named by its run files' variant
+-- ('cora_umbral epochs=20'); files from before that attribute get the experiment plus the
+-- config values that tell its groups apart. Unreadable files and files without the metric
+-- are skipped with a warning.
 local function compare_rows(files, metric)
-  local rows, by_name, seeds = {}, {}, nil
+  local rows, by_name, seeds, warnings = {}, {}, nil, {}
   local function row(name)
     if not by_name[name] then
       by_name[name] = { name = name, values = {} }
@@ -396,17 +426,28 @@ local function compare_rows(files, metric)
     end
     return by_name[name]
   end
-  for _, f in ipairs(files) do
-    local r = open_run(f)
+  local opened, paths, skipped = open_runs('compare', files)
+  for _, w in ipairs(skipped) do warnings[#warnings + 1] = w end
+  local groups, by_key = {}, {} -- run-file groups, in the order first seen
+  for i, r in ipairs(opened) do
+    local f = paths[i]
     local ok, e = pcall(function()
       if r:is_run() then
         local v = r.summary[metric]
         if type(v) ~= 'number' then
-          plot_error(string.format('compare: %s has no summary value %s (it has: %s)', f, metric,
-            table.concat(runs.sorted_keys(r.summary), ', ')))
+          warnings[#warnings + 1] = string.format('skipped %s: no summary value %s (it has: %s)', f, metric,
+            table.concat(runs.sorted_keys(r.summary), ', '))
+          return
         end
-        local rr = row(r.experiment)
-        rr.values[#rr.values + 1] = v
+        local key = r.experiment .. '\0' .. runs.config_key(r)
+        local g = by_key[key]
+        if not g then
+          g = { experiment = r.experiment, variant = r.attrs.variant, config = r.config, values = {} }
+          by_key[key] = g
+          groups[#groups + 1] = g
+          row(key) -- keeps the order of first appearance among all rows
+        end
+        g.values[#g.values + 1] = v
       else
         seeds = r.attrs.seeds or seeds
         local order = {}
@@ -426,8 +467,9 @@ local function compare_rows(files, metric)
         table.sort(rest)
         for _, name in ipairs(rest) do names[#names + 1] = name end
         if #names == 0 then
-          plot_error(string.format('compare: %s holds no <experiment>/%s arrays (datasets: %s)', f, metric,
-            table.concat(r.f:list('/'), ', ')))
+          warnings[#warnings + 1] = string.format('skipped %s: no <experiment>/%s arrays (datasets: %s)', f, metric,
+            table.concat(r.f:list('/'), ', '))
+          return
         end
         for _, name in ipairs(names) do
           local rr = row(name)
@@ -436,15 +478,53 @@ local function compare_rows(files, metric)
       end
     end)
     r:close()
-    if not ok then error(e, 0) end
+    if not ok then warnings[#warnings + 1] = 'skipped ' .. f .. ': ' .. tostring(e):gsub('^[^:]*:%d+: ', '') end
   end
-  return rows, seeds
+  -- name the run-file groups: their variant, else the experiment plus the differing values
+  local per_exp = {}
+  for _, g in ipairs(groups) do
+    per_exp[g.experiment] = per_exp[g.experiment] or {}
+    table.insert(per_exp[g.experiment], g)
+  end
+  for key, g in pairs(by_key) do
+    local name = g.variant
+    if not name then
+      local same = per_exp[g.experiment]
+      local parts = {}
+      if #same > 1 then
+        for _, k in ipairs(runs.sorted_keys(g.config)) do
+          local differs = false
+          for _, o in ipairs(same) do if runs.canon(o.config[k]) ~= runs.canon(g.config[k]) then differs = true end end
+          if differs and k ~= 'seed' then parts[#parts + 1] = k .. '=' .. runs.canon(g.config[k]) end
+        end
+      end
+      name = g.experiment .. (#parts > 0 and (' ' .. table.concat(parts, ' ')) or '')
+    end
+    local rr = by_name[key]
+    rr.values = g.values
+    rr.name = name
+  end
+  -- drop the placeholders of compare-file rows that got no values
+  local out = {}
+  for _, rr in ipairs(rows) do if #rr.values > 0 then out[#out + 1] = rr end end
+  if #out == 0 then plot_error('compare: nothing to draw: ' .. table.concat(warnings, '; ')) end
+  -- two groups with one name (a variant named the same with another config): tell them apart
+  local seen = {}
+  for _, rr in ipairs(out) do seen[rr.name] = (seen[rr.name] or 0) + 1 end
+  local k = {}
+  for _, rr in ipairs(out) do
+    if seen[rr.name] > 1 then
+      k[rr.name] = (k[rr.name] or 0) + 1
+      rr.name = rr.name .. ' #' .. k[rr.name]
+    end
+  end
+  return out, seeds, warnings
 end
 P.compare_rows = compare_rows
 
 function prepare.compare(files, opts)
   local metric = opts.metric or 'test_acc'
-  local rows, seeds = compare_rows(files, metric)
+  local rows, seeds, warnings = compare_rows(files, metric)
   local lines = {}
   local longest = 0
   for i, r in ipairs(rows) do
@@ -453,12 +533,22 @@ function prepare.compare(files, opts)
     lines[i] = string.format('%d %s %s %s %d', i, data_string(r.name), num(m), num(s), #r.values)
     longest = math.max(longest, #r.name)
   end
-  local counts = {}
-  for _, r in ipairs(rows) do counts[#r.values] = true end
+  local counts, nmax = {}, 0
+  for _, r in ipairs(rows) do
+    counts[#r.values] = true
+    nmax = math.max(nmax, #r.values)
+  end
   local nvals = 0
   for _ in pairs(counts) do nvals = nvals + 1 end
-  local over = seeds and (seeds .. ' seeds') or (nvals == 1 and (#rows[1].values .. ' runs each') or 'runs')
-  local title = string.format('%s: mean ± std over %s', metric, over)
+  -- one run has no spread: say "one run", not "± 0.0000 over 1 runs"
+  local title
+  if nmax == 1 then
+    title = string.format('%s: one run each (no spread)', metric)
+  else
+    local over = seeds and (seeds .. ' seeds') or (nvals == 1 and (#rows[1].values .. ' runs each') or
+      'runs (counts under the bars)')
+    title = string.format('%s: mean ± std over %s', metric, over)
+  end
   -- Accuracies of rival attentions differ in the third decimal: bars from 0 would hide that.
   -- Unless --ymin is given, start the axis below the lowest mean − 2·std by one such span.
   local ymin = tonumber(opts.ymin)
@@ -473,7 +563,7 @@ function prepare.compare(files, opts)
     if ymin > 0 then title = title .. string.format(' (axis from %.3g)', ymin) end
   end
   return {
-    kind = 'compare', script = 'compare.gp', warnings = {}, rows = rows,
+    kind = 'compare', script = 'compare.gp', warnings = warnings, rows = rows,
     data = { datafile = table.concat(lines, '\n') .. '\n' },
     vars = {
       { 'n', #rows }, { 'plot_title', opts.title or title }, { 'ylab', metric },

@@ -65,7 +65,28 @@ function M.open(path)
     if okc and type(cfg) == 'table' then r.config = cfg end
   end
   r.summary = f:exists('summary') and f:attrs('summary') or {}
+  -- what it ran: 'cora_umbral epochs=20' (files from before the attribute: the experiment)
+  r.variant = type(r.attrs.variant) == 'string' and r.attrs.variant or r.experiment
   return r
+end
+
+-- The config without the keys that do not change what a run computes (seed, quiet, threads),
+-- as sorted 'k=v' text: runs with the same experiment and config_key differ only in the seed.
+local UNNAMED = { seed = true, quiet = true, threads = true }
+-- one text per value, tables with their keys sorted (so equal configs give equal text)
+local function canon(v)
+  if type(v) ~= 'table' then return type(v) == 'string' and string.format('%q', v) or tostring(v) end
+  local parts = {}
+  for _, k in ipairs(M.sorted_keys(v)) do parts[#parts + 1] = tostring(k) .. ':' .. canon(v[k]) end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+M.canon = canon
+function M.config_key(r)
+  local parts = {}
+  for _, k in ipairs(M.sorted_keys(r.config)) do
+    if not UNNAMED[k] then parts[#parts + 1] = k .. '=' .. canon(r.config[k]) end
+  end
+  return table.concat(parts, ' ')
 end
 
 function Run:close() if self.f then self.f:close() end end
@@ -88,7 +109,7 @@ function Run:read_text(name)
 end
 
 function Run:label()
-  local name = self.experiment or basename(self.path):gsub('%.h5$', '')
+  local name = self.variant or basename(self.path):gsub('%.h5$', '')
   if self.seed ~= nil then name = name .. ' s' .. tostring(self.seed) end
   return name
 end
@@ -220,7 +241,7 @@ function M.list(dir)
       row.error = tostring(r):gsub('^runs: ', '')
     else
       local okr, e = pcall(function()
-        row.experiment, row.seed, row.status = r.experiment, r.seed, r.status
+        row.experiment, row.seed, row.status = r.variant, r.seed, r.status
         row.date = r.attrs.start_time
         if row.status == 'running' and not M.writer_alive(r.attrs) then row.status = 'dead (was running)' end
         if not r:is_run() then
