@@ -78,6 +78,10 @@ local H5 = (function()
     int H5Fclose(int64_t f);
     int64_t H5Fget_obj_count(int64_t file_id, unsigned types);
     int64_t H5Screate(int type);
+    int64_t H5Pcreate(int64_t cls);
+    int H5Pset_chunk(int64_t plist, int ndims, const uint64_t *dim);
+    int H5Pclose(int64_t plist);
+    extern int64_t H5P_CLS_DATASET_CREATE_ID_g;
     int64_t H5Screate_simple(int rank, const uint64_t *dims, const uint64_t *maxdims);
     int H5Sclose(int64_t s);
     int64_t H5Dcreate2(int64_t loc, const char *name, int64_t type, int64_t space, int64_t lcpl, int64_t dcpl, int64_t dapl);
@@ -401,6 +405,43 @@ describe('pn.io reads files written by plain libhdf5', function()
     assert.equal('variable length text', a.vlen)
     assert.equal(-300, a.i16attr)
     f:close()
+  end)
+
+  it('a small file declaring a huge chunked dataset is refused by name, before any allocation', function()
+    -- an 8 KB file can declare [2^40, 2^40] (chunks are only allocated when written): the
+    -- loader must check the shape's size before it allocates or reads
+    if not H5 then pending('libhdf5 could not be loaded through the FFI'); return end
+    local p = tmp()
+    local file = H5.H5Fcreate(p, H5F_ACC_TRUNC, 0, 0)
+    local function huge(name, dims)
+      local d = ffi.new('uint64_t[?]', #dims, dims)
+      local one = ffi.new('uint64_t[?]', #dims)
+      for i = 0, #dims - 1 do one[i] = 1 end
+      local sp = H5.H5Screate_simple(#dims, d, nil)
+      local dcpl = H5.H5Pcreate(H5.H5P_CLS_DATASET_CREATE_ID_g)
+      assert.equal(0, H5.H5Pset_chunk(dcpl, #dims, one))
+      local ds = H5.H5Dcreate2(file, name, H5.H5T_NATIVE_FLOAT_g, sp, 0, dcpl, 0)
+      assert.is_true(ds >= 0, name)
+      H5.H5Dclose(ds); H5.H5Pclose(dcpl); H5.H5Sclose(sp)
+    end
+    huge('square', { 2 ^ 40, 2 ^ 40 })
+    huge('wide', { 2 ^ 32, 2 ^ 32, 2 })
+    huge('long', { 2 ^ 62 })
+    H5.H5Fclose(file)
+    local fh = io.open(p, 'rb'); local size = fh:seek('end'); fh:close()
+    assert.truthy(size < 64 * 1024, 'the crafted file is small: ' .. size)
+    local f = pn.io.open(p, 'r')
+    for name, shape in pairs({ square = '[1099511627776,1099511627776]', wide = '[4294967296,4294967296,2]',
+                               long = '[4611686018427387904]' }) do
+      local ok, e = pcall(f.read, f, name)
+      assert.is_false(ok, name)
+      assert.truthy(tostring(e):find('too large', 1, true), tostring(e))
+      assert.truthy(tostring(e):find(shape, 1, true), tostring(e))
+    end
+    f:close()
+    local ok, e = pcall(pn.io.load, p)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('too large', 1, true), tostring(e))
   end)
 
   it('leaks no HDF5 handles on success or error paths', function()
