@@ -111,12 +111,24 @@ typedef void (*pn_epi_vjps_f64)(const pn_score_params *p, int64_t rows, int64_t 
                                 const double *ds, double *dG, double *dq, double *dk0, double *dk1, double *dparam,
                                 const double *save);
 
+/* Distance scores (plan.diff = 1; NORM2 terms in slot 0): the expansion ‖q‖² + ‖k‖² − 2q·k
+ * cancels for close points — in f32 the squared distance of points 1e-3 apart keeps one or two
+ * digits, and 1/Δ in the gradient multiplies that error. So the drivers hand these epilogues
+ * G = −½‖q_g − k_g‖² itself: the dense driver forms it from its GEMM and the norms where the
+ * expansion keeps its precision (‖q−k‖² ≥ PN_DIFF_NEAR·(‖q‖² + ‖k‖²)) and from the
+ * coordinates' differences below that; the graph driver always from the differences. The
+ * VJP then gives dG = ∂L/∂G and, in d.q0 / d.k0, only what depends on the norms directly (the
+ * Poincaré ball's conformal factors): the drivers apply ∂G/∂q = k − q themselves — for near
+ * pairs from the differences too, so a close pair's large ∂L/∂G never meets a cancellation. */
+#define PN_DIFF_NEAR (1.0 / 1024)
+
 /* Scores that precompute per-key values do it in chunks of this many keys (stack buffers). */
 #define PN_EPI_CHUNK 256
 
 /* What a score needs for given options (hyperbolic picks its model here). */
 typedef struct {
     int gemm;                   /* PN_GEMM_* */
+    int diff;                   /* 1: a distance score — its G is −½‖q_g − k_g‖² (see below) */
     int qterm[2], kterm[2];     /* PN_TERM_* of the row / column term slots */
     unsigned req;               /* PN_REQ_* */
     const char *note;           /* "" or what the options chose, for messages: " (halfspace)" */

@@ -1,7 +1,8 @@
 /* cone.h — the hierarchy-aware cone scores of Coneheads (Tseng et al. 2023), infinite-setting
  * shadow cones in the Poincaré half-space: s = −γ·height of sup₂(q, k), the lowest common
  * ancestor's Euclidean height. q₋ is q without its last coordinate, q_d its last (height).
- * Both use the GEMM over all but the last coordinate (q₋·k₋) with terms ‖x₋‖² and x_d.
+ * Both are distance scores (plan.diff): G = −½‖q₋ − k₋‖², exact for close points
+ * (attention.h), with the terms ‖x₋‖² (for the drivers) and x_d.
  *
  * umbral (Def. 2, Eq. 8):    height = max(q_d, k_d, Δ/(2 sinh r) + (q_d + k_d)/2),
  *                            Δ = ‖q₋ − k₋‖; γ 1, r 0.1 (the ball radius, > 0).
@@ -15,7 +16,7 @@
  *                            −γ·height², what the authors' released code computes.
  *
  * Clamps (values and gradients finite everywhere on the half-space):
- *  - Δ: below the relative floor PN_EPI_EPS·(‖q₋‖²+‖k₋‖²) it is 0 with subgradient 0 (kink).
+ *  - Δ: at the kink Δ = 0 (and below the smallest normal float) 0 with subgradient 0.
  *  - A, B: √ clamped at 0; their derivatives −q_d/A, r/A are taken as 0 when
  *    r² − q_d² ≤ PN_EPI_EPS·r² (at the horosphere the branch is not differentiable).
  *  - Eq. 6 only runs when Δ > A ≥ 0, so Δ > 0. In f32, x² + k_d² overflows only for heights
@@ -34,12 +35,11 @@ PN_HD static inline EPI(umbral_h) EPI(umbral_head)(const pn_score_params *p) {
 PN_EPI_NO_KEY(umbral)
 PN_EPI_NO_ROW(umbral)
 
-/* s = −γ·max(q_d, k_d, z), z = Δ/(2 sinh r) + (q_d + k_d)/2; terms ‖x₋‖² (q0, k0), x_d (q1, k1) */
+/* s = −γ·max(q_d, k_d, z), z = Δ/(2 sinh r) + (q_d + k_d)/2; Δ² = −2G, x_d (q1, k1) */
 PN_HD static inline EPI(spair) EPI(umbral_pair)(const EPI(umbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                           real q0, real q1, real k0, real k1) {
-    real n2 = q0 + k0;
-    real d2 = n2 - 2 * G;
-    real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
+    real d2 = -2 * G;
+    real d = d2 * pn_rsqrt(d2); /* 0 at the kink */
     real z = d * h->inv + (q1 + k1) * (real)0.5;
     real hh = z >= q1 ? z : q1;
     hh = hh >= k1 ? hh : k1;
@@ -53,10 +53,8 @@ PN_HD static inline EPI(dpair) EPI(umbral_pair_vjp)(const EPI(umbral_h) *h, cons
                                               int keep, int want) {
     EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
     real g = ds;
-    real n2 = q0 + k0;
-    real d2 = n2 - 2 * G;
-    int pos = d2 > PN_EPI_EPS * n2;
-    real rd = pos ? pn_rsqrt(d2) : 0; /* 1/Δ, or 0 at the kink */
+    real d2 = -2 * G;
+    real rd = pn_rsqrt(d2); /* 1/Δ, or 0 at the kink */
     real dd = d2 * rd;
     real qh = q1, kh = k1;
     real z = dd * h->inv + (qh + kh) * (real)0.5;
@@ -67,8 +65,6 @@ PN_HD static inline EPI(dpair) EPI(umbral_pair_vjp)(const EPI(umbral_h) *h, cons
     real gh = -h->gamma * g; /* ∂L/∂height */
     real gz = isz ? gh : 0;
     real f = gz * h->inv * (real)0.5 * rd;
-    d.q0 = f;
-    d.k0 = f;
     d.q1 = (isq ? gh : 0) + gz * (real)0.5;
     d.k1 = (isk ? gh : 0) + gz * (real)0.5;
     if (want) {
@@ -79,7 +75,7 @@ PN_HD static inline EPI(dpair) EPI(umbral_pair_vjp)(const EPI(umbral_h) *h, cons
     return d;
 }
 
-PN_EPI_BLOCKS(umbral, PN_T_Q0 | PN_T_Q1 | PN_T_K0 | PN_T_K1, 0, PN_P_gamma, PN_P_r, -1)
+PN_EPI_BLOCKS(umbral, PN_T_Q1 | PN_T_K1, 0, PN_P_gamma, PN_P_r, -1)
 
 /* ---- penumbral --------------------------------------------------------------------------- */
 /* Per key, once per block (penumbral_key): B = √(r² − k_d²), 1/√(r² − k_d²) (clamped, see
@@ -121,9 +117,8 @@ PN_HD static inline EPI(x4) EPI(penumbral_row)(const EPI(penumbral_h) *h, real q
 PN_HD static inline EPI(spair) EPI(penumbral_pair)(const EPI(penumbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                              real q0, real q1, real k0, real k1) {
     const real A = r.a, qh2 = r.d, B = k.a, B2 = k.c, K2 = k.d;
-    real n2 = q0 + k0;
-    real d2 = n2 - 2 * G;
-    real rd = d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0;
+    real d2 = -2 * G;
+    real rd = pn_rsqrt(d2); /* 1/Δ, 0 at the kink */
     real d = d2 * rd;
     real t = d - A;
     int in = t * t < B2 || d <= A;
@@ -148,9 +143,8 @@ PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h
     const real A = r.a, iA = r.b, QA = r.c, qh2 = r.d, B = k.a, iB = k.b, B2 = k.c, K2 = k.d;
     const real rr = h->r, r2 = h->r2, gamma = h->gamma;
     real g = ds;
-    real n2 = q0 + k0;
-    real d2 = n2 - 2 * G;
-    real rd = keep ? sv0 : (d2 > PN_EPI_EPS * n2 ? pn_rsqrt(d2) : 0); /* 1/Δ, 0 at the kink */
+    real d2 = -2 * G;
+    real rd = keep ? sv0 : pn_rsqrt(d2); /* 1/Δ, 0 at the kink */
     real d = d2 * rd;
     real qh = q1, kh = k1;
     real t = d - A;
@@ -179,8 +173,6 @@ PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h
     real gk1 = (isk ? gh : 0) - gmm * KB + (in ? 0 : w * kh) - gx * kh * rd;
 
     real f = g != 0 ? (real)0.5 * gd * rd : 0; /* ∂L/∂(Δ²) */
-    dp.q0 = f;
-    dp.k0 = f;
     dp.q1 = g != 0 ? gq1 : 0;
     dp.k1 = g != 0 ? gk1 : 0;
     if (want) {
@@ -193,7 +185,7 @@ PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h
     return dp;
 }
 
-PN_EPI_BLOCKS(penumbral, PN_T_Q0 | PN_T_Q1 | PN_T_K0 | PN_T_K1, 1, PN_P_gamma, PN_P_r, -1)
+PN_EPI_BLOCKS(penumbral, PN_T_Q1 | PN_T_K1, 1, PN_P_gamma, PN_P_r, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 
@@ -205,6 +197,7 @@ static void umbral_prepare(pn_score_params *p) {
 
 static const pn_score_plan umbral_tmpl = {
     .gemm = PN_GEMM_HEAD,
+    .diff = 1,
     .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .req = PN_REQ_LAST_POS,
@@ -214,6 +207,7 @@ static const pn_score_plan umbral_tmpl = {
     .fwd64 = pn_epi_umbral_fwd_f64, .vjp64 = pn_epi_umbral_vjp_f64};
 static const pn_score_plan penumbral_tmpl = {
     .gemm = PN_GEMM_HEAD,
+    .diff = 1,
     .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .req = PN_REQ_LAST_POS,

@@ -213,6 +213,83 @@ static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq
     return e < 0 ? 0 : (e < c->Nk ? e : c->Nk);
 }
 
+/* ---- distance scores (plan.diff): G = −½‖q_g − k_g‖² ---------------------------------------- */
+/* G (tq, PN_TK) holds q_g·k_g from the GEMM; it becomes −½‖q_g − k_g‖²: the expansion with the
+ * norms qn (tq), kn (tk) where it keeps its precision, the coordinates' differences where
+ * ‖q−k‖² < PN_DIFF_NEAR·(‖q‖² + ‖k‖²) (attention.h). near (tq, PN_TK) or NULL: 1 for the pairs
+ * computed from the differences (the backward treats them apart); returns how many. */
+PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
+                                 const real *qn, const real *kn, real *G, uint8_t *near) {
+    const int64_t D = c->D, Dg = c->Dg;
+    const real lim = (real)PN_DIFF_NEAR;
+    int64_t count = 0;
+    for (int64_t i = 0; i < tq; i++) {
+        real *g = G + i * PN_TK;
+        const real qi = qn[i];
+        int64_t ni = 0;
+        #pragma omp simd reduction(+ : ni)
+        for (int64_t j = 0; j < tk; j++) {
+            const real n2 = qi + kn[j], d2 = n2 - 2 * g[j];
+            const int cl = d2 < lim * n2; /* false for NaN: it stays NaN */
+            g[j] = (real)-0.5 * d2;
+            ni += cl;
+        }
+        if (near) memset(near + i * PN_TK, 0, (size_t)tk);
+        if (!ni) continue;
+        count += ni;
+        const real *q = Q + i * D;
+        for (int64_t j = 0; j < tk; j++) {
+            const real n2 = qi + kn[j];
+            if (!(-2 * g[j] < lim * n2)) continue;
+            const real *kr = K + j * D;
+            real s = 0;
+            for (int64_t d = 0; d < Dg; d++) {
+                const real e = q[d] - kr[d];
+                s += e * e;
+            }
+            g[j] = (real)-0.5 * s;
+            if (near) near[i * PN_TK + j] = 1;
+        }
+    }
+    return count;
+}
+
+/* The chain of dG (tq, PN_TK) = ∂L/∂G into q and k for a distance score, ∂G/∂q_i = k_j − q_i:
+ * far pairs leave dG for the GEMMs (dQ += dG·K, dK += dGᵀ·Q) and add −½·Σ dG to the norm
+ * terms' gradients (dqt (tq, 2) slot 0, dkt0 (tk)), which the terms' backward turns into
+ * −q·Σ dG; near pairs add dG·(k_j − q_i) and dG·(q_i − k_j) from the differences themselves
+ * and are taken out of dG. */
+PN_INLINE void SFX(diff_chain)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
+                               const uint8_t *near, real *dG, double (*dqt)[2], real *dkt0, real *dQ, real *dK) {
+    const int64_t D = c->D, Dg = c->Dg;
+    for (int64_t i = 0; i < tq; i++) {
+        real *g = dG + i * PN_TK;
+        const uint8_t *nr = near + i * PN_TK;
+        const real *q = Q + i * D;
+        real *dq = dQ + i * D;
+        double rs = 0;
+        for (int64_t j = 0; j < tk; j++) {
+            const real gj = g[j];
+            if (!nr[j]) {
+                rs += gj;
+                dkt0[j] += (real)-0.5 * gj;
+                continue;
+            }
+            if (gj != 0) {
+                const real *kr = K + j * D;
+                real *dk = dK + j * D;
+                for (int64_t d = 0; d < Dg; d++) {
+                    const real e = gj * (kr[d] - q[d]);
+                    dq[d] += e;
+                    dk[d] -= e;
+                }
+            }
+            g[j] = 0;
+        }
+        dqt[i][0] += -0.5 * rs;
+    }
+}
+
 /* ---- forward ----------------------------------------------------------------------------------- */
 typedef struct {
     real *G;     /* (PN_TQ, PN_TK) scores, then weights */
@@ -248,6 +325,7 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, 
         const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
         if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
         else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
+        if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, NULL);
         fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->G);
         for (int64_t i = 0; i < tq; i++) {
             real *s = w->G + i * PN_TK;
@@ -344,6 +422,7 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
                 const int64_t tk = Nk - j0 < PN_TK ? Nk - j0 : PN_TK;
                 if (c->st.plan.gemm != PN_GEMM_NONE) SFX(gemm_nt)(tq, tk, c->Dg, Q, c->D, K + j0 * c->D, c->D, 0, G, PN_TK);
                 else memset(G, 0, sizeof(real) * PN_TQ * PN_TK);
+                if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * c->D, qt0, kt0 + j0, G, NULL);
                 fwd(pp, tq, tk, PN_TK, G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, G);
                 for (int64_t i = 0; i < tq; i++) {
                     real *s = W + (bh * c->Nq + i0 + i) * Nk + j0;
@@ -394,6 +473,7 @@ typedef struct {
 typedef struct {
     real *G, *S, *P, *dP; /* (PN_TQ, PN_TK) */
     real *Drow;           /* (PN_TQ) */
+    uint8_t *near;        /* (PN_TQ, PN_TK): distance scores' pairs computed from differences */
     real *save;           /* (PN_EPI_NSAVE, PN_TQ, PN_TK) for scores with fwd_save / vjp_saved */
 } SFX(bwd_scratch);
 
@@ -408,7 +488,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     /* a score that can keep per-pair values from the recomputed forward for its VJP */
     const EPI_FWDS_T fwds = w->save ? c->st.plan.EPI_FWDS : NULL;
     const EPI_VJPS_T vjps = w->save ? c->st.plan.EPI_VJPS : NULL;
-    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
+    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized;
     const real *K = (const real *)c->k + bh * Nk * D;
@@ -449,6 +529,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
             if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
             else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
+            const int64_t nnear = diff ? SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, w->near) : 0;
             /* weights P (the forward's, recomputed from the saved statistics) */
             if (fwds && vjps)
                 fwds(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S, w->save);
@@ -509,6 +590,21 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             else
                 vjp(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->dP, w->dP,
                     &dqt[0][0], dkt0 ? dkt0 + j0 : NULL, dkt1 ? dkt1 + j0 : NULL, dparam);
+            if (diff) { /* ∂G/∂q = k − q: the norms' share, and the near pairs from their differences */
+                if (nnear) SFX(diff_chain)(c, tq, tk, Q, K + j0 * D, w->near, w->dP, dqt, dkt0 + j0, dQ, dK + j0 * D);
+                else
+                    for (int64_t i = 0; i < tq; i++) {
+                        real rs = 0; /* as the epilogues sum their d.q0 */
+                        const real *gr = w->dP + i * PN_TK;
+                        real *dk0 = dkt0 + j0;
+                        #pragma omp simd reduction(+ : rs)
+                        for (int64_t j = 0; j < tk; j++) {
+                            rs += gr[j];
+                            dk0[j] += (real)-0.5 * gr[j];
+                        }
+                        dqt[i][0] += -0.5 * (double)rs;
+                    }
+            }
             if (gemm) {
                 SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * D, D, dQ, D); /* dQ += dG·K */
                 SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, D, dK + j0 * D, D); /* dK += dGᵀ·Q */
@@ -534,9 +630,10 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
         w.dP = buf ? buf + 3 * PN_TQ * PN_TK : NULL;
         w.Drow = buf ? buf + 4 * PN_TQ * PN_TK : NULL;
         w.save = buf && nsave ? buf + 4 * PN_TQ * PN_TK + PN_TQ : NULL;
+        w.near = buf ? malloc(PN_TQ * PN_TK) : NULL;
         real *gbias = a->gbias;
         if (gbias && a->gbias_per_thread) gbias += (int64_t)omp_get_thread_num() * a->gbias_numel;
-        if (!buf) {
+        if (!buf || !w.near) {
             #pragma omp atomic write
             oom = 1;
         }
@@ -544,8 +641,9 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
          * depend on timing (determinism); items have equal cost (strided query tiles) */
         #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; it++)
-            if (buf) SFX(bwd_item)(c, a, it / a->S, it % a->S, &w, gbias);
+            if (buf && w.near) SFX(bwd_item)(c, a, it / a->S, it % a->S, &w, gbias);
         free(buf);
+        free(w.near);
     }
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
 }

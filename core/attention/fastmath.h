@@ -1,5 +1,5 @@
 /* fastmath.h — private: branch-free float sqrt/exp/log/acosh that GCC vectorizes, and
- * type-generic wrappers (pn_sqrt, pn_exp, pn_log, pn_acosh) that pick them for float and
+ * type-generic wrappers (pn_sqrt, pn_exp, pn_log, pn_acosh1p) that pick them for float and
  * libm for double. Used by the attention epilogues and drivers.
  *
  * Why: the build has neither -fno-math-errno nor -ffast-math, so every libm call in a
@@ -108,7 +108,32 @@ static inline float pn_acoshf_fast(float x) {
     float arg = big ? a : a + r;
     return pn_logf_core(arg) + (big ? 0.69314718f : 0.0f);
 }
-static inline double pn_acosh_d(double x) { return acosh(x < 1.0 ? 1.0 : x); }
+
+/* acosh(1 + t) for t >= 0 (t < 0 → 0, NaN stays NaN), accurate for small t, where 1 + t
+ * would round away the digits of t (points close together, the distance scores): below
+ * t = 1/32 the series √(2t)·(1 − t/12 + 3t²/160 − 5t³/896) (next term < 2e-9 relative),
+ * above it log(1 + t + √(t(t + 2))) (log(1 + t) + ln 2 past 4096). Both are computed and one
+ * is selected, with no call and no branch, so the callers' loops stay vectorized. */
+static inline float pn_acosh1pf_fast(float t) {
+    float tt = t > 0.0f ? t : 0.0f;
+    tt = tt < 3.0e38f ? tt : 3.0e38f;
+    /* selects on one comparison each (a select on a && of two does not vectorize) */
+    float x2 = 2.0f * tt;
+    float s2 = x2 * pn_rsqrtf_core(x2 > 1.0e-30f ? x2 : 1.0f);
+    s2 = x2 > 1.0e-30f ? s2 : 0.0f;
+    float small = s2 * (1.0f + tt * (-1.0f / 12 + tt * (3.0f / 160 - tt * (5.0f / 896))));
+    float a = 1.0f + tt;
+    int big = a > 4096.0f;
+    float w = tt * (tt + 2.0f); /* only read below 4096, so never overflowing */
+    float wc = w > 1.0e-30f ? w : 1.0f;
+    wc = wc < 3.0e38f ? wc : 1.0f;
+    float r = w * pn_rsqrtf_core(wc);
+    r = w > 1.0e-30f ? r : 0.0f;
+    float lg = pn_logf_core(big ? a : a + r) + (big ? 0.69314718f : 0.0f);
+    float res = tt < 0.03125f ? small : lg;
+    return t == t ? res : t;
+}
+static inline double pn_acosh1p_d(double t) { return t != t ? t : (t > 0 ? log1p(t + sqrt(t * (t + 2))) : 0.0); }
 
 /* PN_VEC: the hot row functions are compiled three times — for x86-64-v4 (AVX-512),
  * x86-64-v3 (AVX2 + FMA) and the baseline — and the loader picks one for the CPU (GCC
@@ -143,6 +168,6 @@ PN_NOTRAP_END
 #define pn_rsqrt(x) _Generic((x), float: pn_rsqrtf_fast, default: pn_rsqrt_d)(x)
 #define pn_exp(x) _Generic((x), float: pn_fast_expf, default: exp)(x)
 #define pn_log(x) _Generic((x), float: pn_logf_fast, default: log)(x)
-#define pn_acosh(x) _Generic((x), float: pn_acoshf_fast, default: pn_acosh_d)(x)
+#define pn_acosh1p(x) _Generic((x), float: pn_acosh1pf_fast, default: pn_acosh1p_d)(x)
 
 #endif /* PN_FASTMATH_H */

@@ -13,11 +13,18 @@ static void SFX(gscores)(const pn_attn_call *c, const int64_t *off, const int64_
     const real *qi = (const real *)c->q + (h * N + i) * D;
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + h * N : NULL;
     const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + h * N : NULL;
-    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
+    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     for (int64_t e = 0; e < deg; e++) {
         const int64_t j = src[e0 + e];
         real acc = 0;
-        if (gemm) {
+        if (diff) { /* a distance score: G = −½‖q_g − k_g‖², from the differences (attention.h) */
+            const real *kj = (const real *)c->k + (h * N + j) * D;
+            for (int64_t d = 0; d < Dg; d++) {
+                const real t = qi[d] - kj[d];
+                acc += t * t;
+            }
+            acc *= (real)-0.5;
+        } else if (gemm) {
             const real *kj = (const real *)c->k + (h * N + j) * D;
             for (int64_t d = 0; d < Dg; d++) acc += qi[d] * kj[d];
         }
@@ -136,7 +143,7 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
                                  const SFX(gbw_args) *a) {
     const int64_t N = c->Nq, H = c->H, D = c->D, Dv = c->Dv, Dg = c->Dg;
     const int norm = c->st.normalize;
-    const bool normalized = c->st.normalized, gemm = c->st.plan.gemm != PN_GEMM_NONE;
+    const bool normalized = c->st.normalized, gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     int oom = 0;
     #pragma omp parallel if (N * H * (D + Dv) > PN_PAR_MIN / 8)
     {
@@ -205,14 +212,18 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
                 for (int m = 0; m < 2; m++)
                     if (a->dqt[m]) a->dqt[m][h * N + i] = dqt[m];
                 real *dqi = a->dq + (h * N + i) * D;
+                const real *qi0 = (const real *)c->q + (h * N + i) * D;
                 for (int64_t e = 0; e < deg; e++) {
                     const int64_t eh = (e0 + e) * H + h;
                     a->eG[eh] = s[e];
                     if (a->ek[0]) a->ek[0][eh] = dk0[e];
                     if (a->ek[1]) a->ek[1][eh] = dk1[e];
-                    if (gemm && s[e] != 0) {
+                    if (gemm && s[e] != 0) { /* ∂G/∂q: k, or k − q for a distance score */
                         const real *kj = (const real *)c->k + (h * N + src[e0 + e]) * D;
-                        for (int64_t d = 0; d < Dg; d++) dqi[d] += s[e] * kj[d];
+                        if (diff)
+                            for (int64_t d = 0; d < Dg; d++) dqi[d] += s[e] * (kj[d] - qi0[d]);
+                        else
+                            for (int64_t d = 0; d < Dg; d++) dqi[d] += s[e] * kj[d];
                     }
                 }
             }
@@ -227,7 +238,7 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
 static void SFX(gbackward2)(const pn_attn_call *c, const int64_t *roff, const int64_t *rev, const int64_t *dst,
                             const SFX(gbw_args) *a, real *dk, real *dv, double *dkt[2], double *dg) {
     const int64_t N = c->Nq, H = c->H, D = c->D, Dv = c->Dv, Dg = c->Dg;
-    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
+    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     #pragma omp parallel for if (N * H * (D + Dv) > PN_PAR_MIN / 8) schedule(dynamic, 16)
     for (int64_t j = 0; j < N; j++) {
         for (int64_t h = 0; h < H; h++) {
@@ -236,9 +247,14 @@ static void SFX(gbackward2)(const pn_attn_call *c, const int64_t *roff, const in
             for (int64_t r = roff[j]; r < roff[j + 1]; r++) {
                 const int64_t e = rev[r], i = dst[e], eh = e * H + h;
                 const real dG = a->eG[eh], we = a->ew[eh];
-                if (gemm && dG != 0) {
+                if (gemm && dG != 0) { /* ∂G/∂k: q, or q − k for a distance score */
                     const real *qi = (const real *)c->q + (h * N + i) * D;
-                    for (int64_t d = 0; d < Dg; d++) dkj[d] += dG * qi[d];
+                    if (diff) {
+                        const real *kj = (const real *)c->k + (h * N + j) * D;
+                        for (int64_t d = 0; d < Dg; d++) dkj[d] += dG * (qi[d] - kj[d]);
+                    } else {
+                        for (int64_t d = 0; d < Dg; d++) dkj[d] += dG * qi[d];
+                    }
                 }
                 if (we != 0) {
                     const real *dO = a->dout + (i * H + h) * Dv;

@@ -2,30 +2,24 @@
  * β 1, c 0, in one of three models (opts.model):
  *
  *   hyperboloid  d = arcosh(−⟨q,k⟩_M), ⟨q,k⟩_M = q₋·k₋ − q_d·k_d, the time-like coordinate
- *                LAST (as pn_map_pseudopolar writes it). GEMM over q₋·k₋, terms q_d, k_d.
- *                Points must be on the upper sheet (q_d > 0).
+ *                LAST (as pn_map_pseudopolar writes it). Points must be on the upper sheet
+ *                (q_d > 0); on the hyperboloid (⟨x,x⟩_M = −1) −⟨q,k⟩_M = 1 − ½⟨q−k,q−k⟩_M,
+ *                and that difference form is what is computed: X − 1 = ½(‖q₋−k₋‖² − (q_d−k_d)²)
+ *                (off the hyperboloid the two differ by the points' own ⟨x,x⟩_M + 1).
  *   halfspace    d = arcosh(1 + ‖q−k‖²/(2 q_d k_d)) (Coneheads App. 7.1), heights q_d > 0.
- *                GEMM over q₋·k₋, terms ‖x₋‖², x_d.
  *   poincare     d = (1/√κ)·arcosh(1 + 2κ‖q−k‖²/((1−κ‖q‖²)(1−κ‖k‖²))), κ = curvature (1),
- *                points inside the ball κ‖x‖² < 1. GEMM over all, terms ‖x‖².
+ *                points inside the ball κ‖x‖² < 1.
  *
- * Clamps: the arcosh argument X is clamped to ≥ 1 for the value (rounding can push it below
- * on or near the diagonal). The distance has a kink at q = k where 1/√(X²−1) blows up, so its
- * derivative is taken as 0 (a subgradient) while X − 1 is within the rounding noise of the
- * terms that produced it (PN_EPI_EPS = 1e-6 in f32, 1e-14 in f64, relative to their size:
- * q_d·k_d + |q₋·k₋| on the hyperboloid, (‖q₋‖²+‖k₋‖²)/(2q_d k_d) in the half-space,
- * 2κ(‖q‖²+‖k‖²)/((1−κ‖q‖²)(1−κ‖k‖²)) in the ball) — as the Laplacian's norm does. ‖q−k‖² from
- * the GEMM expansion is clamped at 0 (gradient 0 there). */
+ * All three are distance scores (plan.diff): G = −½‖q_g − k_g‖² over the GEMM coordinates
+ * (all but the last for the hyperboloid and the half-space, all for the ball), exact for close
+ * points (attention.h), with terms ‖x_g‖² and x_d. So t = X − 1 keeps its relative precision
+ * however close the points are, and d = arcosh(1 + t) is evaluated from t (pn_acosh1p) —
+ * the distance and its gradient 1/√(t(t + 2)) stay accurate down to t ≈ 0. At t = 0 (q = k,
+ * the kink; or t < 0 off the manifold) the distance is 0 with subgradient 0. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 
-/* d arcosh(X)/dX, or 0 (the subgradient at the kink q = k) while X − 1 is within the rounding
- * noise PN_EPI_EPS·S of the terms that produced it (S: their magnitude). */
-PN_HD static inline real EPI(dacosh)(real X, real S) {
-    real t = X - 1;
-    int live = t > PN_EPI_EPS * S;
-    real tt = live ? t : 1;
-    return live ? pn_rsqrt(tt * (X + 1)) : 0;
-}
+/* d arcosh(1 + t)/dt = 1/√(t(t + 2)), or 0 at the kink t <= 0 (and below the smallest normal) */
+PN_HD static inline real EPI(dacosh1p)(real t) { return pn_rsqrt(t * (t + 2)); }
 
 /* all three models: β, c (and κ, 1/√κ for the ball) */
 typedef struct { real beta, c, kap, isk; } EPI(hyp_h);
@@ -40,10 +34,12 @@ PN_HD static inline EPI(hyperboloid_h) EPI(hyperboloid_head)(const pn_score_para
 PN_EPI_NO_KEY(hyperboloid)
 PN_EPI_NO_ROW(hyperboloid)
 
+/* t = X − 1 = −G − ½(q_d − k_d)² */
 PN_HD static inline EPI(spair) EPI(hyperboloid_pair)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                                      real q0, real q1, real k0, real k1) {
-    real X = q1 * k1 - G;
-    EPI(spair) o = {-h->beta * pn_acosh(X) - h->c, 0, 0};
+    real dh = q1 - k1;
+    real t = -G - (real)0.5 * dh * dh;
+    EPI(spair) o = {-h->beta * pn_acosh1p(t) - h->c, 0, 0};
     return o;
 }
 
@@ -52,17 +48,16 @@ PN_HD static inline EPI(dpair) EPI(hyperboloid_pair_vjp)(const EPI(hyp_h) *h, co
                                                    int keep, int want) {
     EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
     real g = ds;
-    real qk = q1 * k1;
-    real X = qk - G;
-    real S = (qk > 0 ? qk : -qk) + (G > 0 ? G : -G);
-    real gX = g != 0 ? -h->beta * g * EPI(dacosh)(X, S) : 0; /* ∂L/∂X */
-    d.q1 = gX * k1;
-    d.k1 = gX * q1;
+    real dh = q1 - k1;
+    real t = -G - (real)0.5 * dh * dh;
+    real gt = g != 0 ? -h->beta * g * EPI(dacosh1p)(t) : 0; /* ∂L/∂t */
+    d.q1 = -gt * dh;
+    d.k1 = gt * dh;
     if (want) {
-        d.p0 = g != 0 ? -pn_acosh(X) * g : 0;
+        d.p0 = g != 0 ? -pn_acosh1p(t) * g : 0;
         d.p1 = -g;
     }
-    d.g = -gX;
+    d.g = -gt;
     return d;
 }
 
@@ -82,13 +77,14 @@ PN_HD static inline EPI(x4) EPI(halfspace_row)(const EPI(hyp_h) *h, real q0, rea
     return x;
 }
 
+/* t = X − 1 = (‖q₋−k₋‖² + (q_d−k_d)²)/(2 q_d k_d), ‖q₋−k₋‖² = −2G */
 PN_HD static inline EPI(spair) EPI(halfspace_pair)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                              real q0, real q1, real k0, real k1) {
-    real d2 = q0 + k0 - 2 * G;
+    real d2 = -2 * G;
     d2 = d2 > 0 ? d2 : 0;
     real dh = q1 - k1;
-    real X = 1 + (d2 + dh * dh) * r.a * k.a;
-    EPI(spair) o = {-h->beta * pn_acosh(X) - h->c, 0, 0};
+    real t = (d2 + dh * dh) * r.a * k.a;
+    EPI(spair) o = {-h->beta * pn_acosh1p(t) - h->c, 0, 0};
     return o;
 }
 
@@ -98,29 +94,26 @@ PN_HD static inline EPI(dpair) EPI(halfspace_pair_vjp)(const EPI(hyp_h) *h, cons
     EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
     const real iq = r.b, ik = k.a;
     real g = ds;
-    real d2 = q0 + k0 - 2 * G;
+    real d2 = -2 * G;
     int pos = d2 > 0;
     d2 = pos ? d2 : 0;
     real dh = q1 - k1;
     real den = (real)0.5 * iq * ik; /* 1/(2 q_d k_d) */
-    real Xm1 = (d2 + dh * dh) * den;
-    real X = 1 + Xm1;
-    real gX = g != 0 ? -h->beta * g * EPI(dacosh)(X, (q0 + k0) * den) : 0;
-    real f = pos ? gX * den : 0; /* ∂L/∂(‖q₋−k₋‖²) */
-    d.q0 = f;
-    d.k0 = f;
+    real t = (d2 + dh * dh) * den;
+    real gt = g != 0 ? -h->beta * g * EPI(dacosh1p)(t) : 0; /* ∂L/∂t */
+    real f = pos ? gt * den : 0; /* ∂L/∂(‖q₋−k₋‖²) */
     real cross = dh * iq * ik; /* (q_d − k_d)/(q_d k_d) */
-    d.q1 = gX * (cross - Xm1 * iq);
-    d.k1 = gX * (-cross - Xm1 * ik);
+    d.q1 = gt * (cross - t * iq);
+    d.k1 = gt * (-cross - t * ik);
     if (want) {
-        d.p0 = g != 0 ? -pn_acosh(X) * g : 0;
+        d.p0 = g != 0 ? -pn_acosh1p(t) * g : 0;
         d.p1 = -g;
     }
     d.g = -2 * f;
     return d;
 }
 
-PN_EPI_BLOCKS(halfspace, PN_T_Q0 | PN_T_Q1 | PN_T_K0 | PN_T_K1, 1, PN_P_beta, PN_P_c, -1)
+PN_EPI_BLOCKS(halfspace, PN_T_Q1 | PN_T_K1, 1, PN_P_beta, PN_P_c, -1)
 
 /* ---- Poincaré ball: X = 1 + 2κ‖q−k‖²/((1−κ‖q‖²)(1−κ‖k‖²)), d = arcosh(X)/√κ (terms ‖x‖²) --- */
 typedef EPI(hyp_h) EPI(poincare_h);
@@ -136,35 +129,36 @@ PN_HD static inline EPI(x4) EPI(poincare_row)(const EPI(hyp_h) *h, real q0, real
     return x;
 }
 
+/* t = X − 1 = 2κ‖q−k‖²/(u w), ‖q−k‖² = −2G, u = 1 − κ‖q‖², w = 1 − κ‖k‖² */
 PN_HD static inline EPI(spair) EPI(poincare_pair)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                             real q0, real q1, real k0, real k1) {
-    real d2 = q0 + k0 - 2 * G;
+    real d2 = -2 * G;
     d2 = d2 > 0 ? d2 : 0;
-    real X = 1 + r.a * d2 * k.a;
-    EPI(spair) o = {-h->beta * h->isk * pn_acosh(X) - h->c, 0, 0};
+    real t = r.a * d2 * k.a;
+    EPI(spair) o = {-h->beta * h->isk * pn_acosh1p(t) - h->c, 0, 0};
     return o;
 }
 
+/* d.q0, d.k0: through u and w only (the drivers carry ∂G/∂q) */
 PN_HD static inline EPI(dpair) EPI(poincare_pair_vjp)(const EPI(hyp_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                                 real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
                                                 int keep, int want) {
     EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
     const real kap = h->kap, isk = h->isk, beta = h->beta, iu = r.b, iw = k.a;
     real g = ds;
-    real d2 = q0 + k0 - 2 * G;
+    real d2 = -2 * G;
     int pos = d2 > 0;
     d2 = pos ? d2 : 0;
     real iuw = iu * iw;
-    real Xm1 = 2 * kap * d2 * iuw;
-    real X = 1 + Xm1;
-    real gX = g != 0 ? -beta * g * isk * EPI(dacosh)(X, 2 * kap * (q0 + k0) * iuw) : 0; /* ∂L/∂X */
-    real f = pos ? gX * 2 * kap * iuw : 0; /* through ‖q−k‖² */
-    d.q0 = f + gX * Xm1 * kap * iu;
-    d.k0 = f + gX * Xm1 * kap * iw;
+    real t = 2 * kap * d2 * iuw;
+    real gt = g != 0 ? -beta * g * isk * EPI(dacosh1p)(t) : 0; /* ∂L/∂t */
+    real f = pos ? gt * 2 * kap * iuw : 0; /* through ‖q−k‖² */
+    d.q0 = gt * t * kap * iu;
+    d.k0 = gt * t * kap * iw;
     if (want) {
-        real dist = isk * pn_acosh(X);
-        /* ∂X/∂κ = (X−1)(1/κ + ‖q‖²/u + ‖k‖²/w); ∂d/∂κ = −arcosh(X)/(2κ^(3/2)) + … */
-        real gk = gX * Xm1 * (1 / kap + q0 * iu + k0 * iw);
+        real dist = isk * pn_acosh1p(t);
+        /* ∂t/∂κ = t(1/κ + ‖q‖²/u + ‖k‖²/w); ∂d/∂κ = −arcosh(1 + t)/(2κ^(3/2)) + … */
+        real gk = gt * t * (1 / kap + q0 * iu + k0 * iw);
         d.p0 = g != 0 ? -dist * g : 0;
         d.p1 = -g;
         d.p2 = g != 0 ? gk + beta * g * dist / (2 * kap) : 0;
@@ -183,8 +177,9 @@ static void poincare_prepare(pn_score_params *p) { p->aux[0] = 1.0 / sqrt(p->v[P
 static const pn_score_plan hyperboloid_tmpl = {
     .note = " (hyperboloid)",
     .gemm = PN_GEMM_HEAD,
-    .qterm = {PN_TERM_NONE, PN_TERM_LAST},
-    .kterm = {PN_TERM_NONE, PN_TERM_LAST},
+    .diff = 1,
+    .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
+    .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .req = PN_REQ_LAST_POS,
     .params = PN_PBIT(PN_P_beta) | PN_PBIT(PN_P_c),
     .fwd32 = pn_epi_hyperboloid_fwd_f32, .vjp32 = pn_epi_hyperboloid_vjp_f32,
@@ -192,6 +187,7 @@ static const pn_score_plan hyperboloid_tmpl = {
 static const pn_score_plan halfspace_tmpl = {
     .note = " (halfspace)",
     .gemm = PN_GEMM_HEAD,
+    .diff = 1,
     .qterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .kterm = {PN_TERM_NORM2, PN_TERM_LAST},
     .req = PN_REQ_LAST_POS,
@@ -201,6 +197,7 @@ static const pn_score_plan halfspace_tmpl = {
 static const pn_score_plan poincare_tmpl = {
     .note = " (poincare)",
     .gemm = PN_GEMM_ALL,
+    .diff = 1,
     .qterm = {PN_TERM_NORM2, PN_TERM_NONE},
     .kterm = {PN_TERM_NORM2, PN_TERM_NONE},
     .req = PN_REQ_BALL,

@@ -1,9 +1,8 @@
 /* laplacian.h — the Laplacian score (Coneheads §4.1): s = −γ‖q−k‖, γ = 1 by default.
  *
- * ‖q−k‖² = ‖q‖² + ‖k‖² − 2q·k (GEMM over all coordinates plus NORM2 terms). The norm has a
- * kink at q = k; below a relative floor PN_EPI_EPS·(‖q‖²+‖k‖²) (1e-6 in f32, 1e-14 in f64 —
- * the rounding noise of the expansion) the distance is taken as 0 and its subgradient as 0,
- * so values and gradients stay finite there. */
+ * A distance score (plan.diff): G = −½‖q−k‖² over all coordinates, exact for close points
+ * (attention.h). The norm has a kink at q = k: there (and below the smallest normal float)
+ * the distance is 0 and its subgradient 0, so values and gradients stay finite. */
 #ifndef PN_EPI_PLAN /* the typed part: real, EPI(), PN_EPI_EPS (epi_impl.h, once per precision) */
 
 typedef struct { real gamma; } EPI(laplacian_h);
@@ -14,39 +13,35 @@ PN_HD static inline EPI(laplacian_h) EPI(laplacian_head)(const pn_score_params *
 PN_EPI_NO_KEY(laplacian)
 PN_EPI_NO_ROW(laplacian)
 
-/* s = −γΔ, Δ² = ‖q‖² + ‖k‖² − 2G (q0, k0), 0 below the relative floor */
+/* s = −γΔ, Δ² = −2G */
 PN_HD static inline EPI(spair) EPI(laplacian_pair)(const EPI(laplacian_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                              real q0, real q1, real k0, real k1) {
-    real n2 = q0 + k0;
-    real d2 = n2 - 2 * G;
-    real d = d2 > PN_EPI_EPS * n2 ? d2 * pn_rsqrt(d2) : 0;
+    real d2 = -2 * G;
+    real d = d2 * pn_rsqrt(d2); /* 0 at the kink (pn_rsqrt is 0 for 0 and subnormals) */
     EPI(spair) o = {-h->gamma * d, 0, 0};
     return o;
 }
 
-/* f = ds·∂s/∂(Δ²) = −γ·ds/(2Δ) reaches G (−2f) and both norms (f); ∂s/∂γ = −Δ */
+/* f = ds·∂s/∂(Δ²) = −γ·ds/(2Δ), so ∂L/∂G = −2f; ∂s/∂γ = −Δ */
 PN_HD static inline EPI(dpair) EPI(laplacian_pair_vjp)(const EPI(laplacian_h) *h, const EPI(x4) r, const EPI(x4) k,
                                                  real G, real q0, real q1, real k0, real k1, real ds, real sv0,
                                                  real sv1, int keep, int want) {
     EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
-    real n2 = q0 + k0;
-    real d2 = n2 - 2 * G;
-    int live = d2 > PN_EPI_EPS * n2 && ds != 0;
-    real rd = live ? pn_rsqrt(d2) : 0; /* 1/Δ */
+    real d2 = -2 * G;
+    real rd = ds != 0 ? pn_rsqrt(d2) : 0; /* 1/Δ, 0 at the kink */
     real f = -h->gamma * ds * (real)0.5 * rd;
-    d.q0 = f;
-    d.k0 = f;
     if (want) d.p0 = -d2 * rd * ds;
     d.g = -2 * f;
     return d;
 }
 
-PN_EPI_BLOCKS(laplacian, PN_T_Q0 | PN_T_K0, 0, PN_P_gamma, -1, -1)
+PN_EPI_BLOCKS(laplacian, 0, 0, PN_P_gamma, -1, -1)
 
 #else /* the plan (epi_impl.h, once, after both precisions) */
 
 static const pn_score_plan laplacian_tmpl = {
     .gemm = PN_GEMM_ALL,
+    .diff = 1,
     .qterm = {PN_TERM_NORM2, PN_TERM_NONE},
     .kterm = {PN_TERM_NORM2, PN_TERM_NONE},
     .params = PN_PBIT(PN_P_gamma),
