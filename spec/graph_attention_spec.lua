@@ -100,6 +100,19 @@ for _, name in ipairs(VARIANTS) do
 end
 local NORMS = { 'softmax', 'sigmoid', 'sigmoid_normalized' }
 
+-- the score's numeric parameters in opts become learnable (one value per head, H = 2), appended
+-- to inputs for the gradcheck; returns inputs
+local function learnable(name, opts, inputs)
+  for _, pd in ipairs(VARIANTS[name].params) do
+    local p = pd.name
+    if type(opts[p]) == 'number' then
+      opts[p] = pn.tensor({ opts[p], opts[p] * 1.1 }, { dtype = 'f64' }):requires_grad_()
+      inputs[#inputs + 1] = opts[p]
+    end
+  end
+  return inputs
+end
+
 -- dense attention on node-major tensors: (N, H, D) → (1, H, N, D) and back
 local function dense_nm(q, k, v, opts)
   local function hm(x) return x:transpose(1, 2):unsqueeze(1) end
@@ -254,14 +267,7 @@ describe('graph attention gradients', function()
           local q, k, v = nodes(N, H, D, case[1], 40 + ni), nodes(N, H, D, case[1], 32), values(N, H, 2, 33)
           q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
           local opts = merge(case[2], { score = name, normalize = norm, aggregate = ni == 2 and 'einstein' or nil })
-          local inputs = { q, k, v }
-          for _, pd in ipairs(VARIANTS[name].params) do
-            local p = pd.name
-            if type(opts[p]) == 'number' then
-              opts[p] = pn.tensor({ opts[p], opts[p] * 1.1 }, { dtype = 'f64' }):requires_grad_()
-              inputs[#inputs + 1] = opts[p]
-            end
-          end
+          local inputs = learnable(name, opts, { q, k, v })
           gradcheck(function() return pn.graph_attention(q, k, v, g, opts) end, inputs)
           local out = pn.graph_attention(q, k, v, g, opts)
           assert.same({ 0, 0 }, out:totable()[3][1])
@@ -429,13 +435,7 @@ describe('graph attention weights per edge', function()
           opts.a_r = nodes(H, 1, D, 'free', 34):squeeze(2):clone():requires_grad_()
           inputs[3], inputs[4] = opts.a_l, opts.a_r
         end
-        for _, pd in ipairs(VARIANTS[name].params) do
-          local p = pd.name
-          if type(opts[p]) == 'number' then
-            opts[p] = pn.tensor({ opts[p], opts[p] * 1.1 }, { dtype = 'f64' }):requires_grad_()
-            inputs[#inputs + 1] = opts[p]
-          end
-        end
+        learnable(name, opts, inputs)
         gradcheck(function() return pn.graph_attention_weights(q, k, g2, opts) end, inputs)
       end
     end)
