@@ -263,6 +263,28 @@ pn_tensor *pn_hyp_from_klein(pn_tensor *x, int to_model, double c);
  * added for every node lacking one when self_loops != 0. Both outputs are new references. */
 pn_status pn_graph_csr(pn_tensor *edges, int64_t num_nodes, int self_loops, pn_tensor **offsets, pn_tensor **src);
 
+/* ---- scale-free graphs (graph/hyperbolic.c, graph/algo.c): host algorithms, CPU tensors ---- */
+/* Random hyperbolic graph: n points, radii of density α·sinh(αr)/(cosh αR − 1), angles uniform;
+ * T = 0: an edge when the distance <= threshold; 0 < T < 1: with probability
+ * 1/(1 + e^{(d − threshold)/(2T)}) (n <= 20000). R NaN: solved so the expected average degree is
+ * `degree`; threshold NaN: R. Out: edges (2E, 2) i64 (E pairs, then reversed), r, phi (n) f64, *R. */
+typedef struct {
+    int64_t n;
+    double degree, alpha, T, R, threshold;
+    uint64_t seed;
+} pn_hypgen_opts;
+pn_status pn_graph_hyperbolic(const pn_hypgen_opts *o, pn_tensor **edges, pn_tensor **r, pn_tensor **phi, double *R);
+/* the model's expected average degree (threshold NaN: R); NaN for impossible parameters */
+double pn_graph_hyperbolic_degree(int64_t n, double alpha, double R, double threshold, double T);
+/* On a CSR (offsets (N+1), src (E) i64 from pn_graph_csr): hop distances from each source,
+ * (S, N) i32, −1 when unreachable or farther than max (max < 0: no cap); of pairs (P, 2) i64,
+ * (P) i32; component labels (N) i64 (the smallest node id of each) and their count. */
+pn_status pn_graph_bfs(pn_tensor *offsets, pn_tensor *src, pn_tensor *sources, int64_t max, pn_tensor **dist);
+pn_status pn_graph_pair_dist(pn_tensor *offsets, pn_tensor *src, pn_tensor *pairs, int64_t max, pn_tensor **dist);
+pn_status pn_graph_components(pn_tensor *offsets, pn_tensor *src, pn_tensor **labels, int64_t *count);
+/* the subgraph induced by keep (N) u8: its edges renumbered (E', 2) i64 and the kept ids (M) i64 */
+pn_status pn_graph_induced(pn_tensor *edges, pn_tensor *keep, pn_tensor **edges_out, pn_tensor **ids);
+
 /* ---- fused attention (attention/dense.c, attention/graph.c, one file per score family) ----
  * DESIGN §3.1. Options are a plain struct: fill it with pn_attn_opts_init (the defaults),
  * then set fields. Scores are looked up by name in the registry (attention/variants.def). */

@@ -537,7 +537,7 @@ end
 
 -- ---- op groups -----------------------------------------------------------------------------------
 -- Each file in lua/penumbra/ops/ adds its functions; listed here so load order is fixed.
-local OP_MODULES = { 'elementwise', 'reduce', 'matmul', 'nn', 'index', 'shape', 'loss', 'linear', 'maps', 'attention' }
+local OP_MODULES = { 'elementwise', 'reduce', 'matmul', 'nn', 'index', 'shape', 'loss', 'linear', 'maps', 'graph', 'attention' }
 for _, name in ipairs(OP_MODULES) do
   require('penumbra.ops.' .. name)(pn, M, B)
 end
