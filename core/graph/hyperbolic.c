@@ -81,7 +81,7 @@ static double radius_at(double u, double alpha, double R) { /* the quantile u of
     return acosh(1 + u * (cosh(alpha * R) - 1)) / alpha;
 }
 static double expected_degree(int64_t n, double alpha, double R, double thr, double T) {
-    const int K = T > 0 ? 40 : 300;
+    const int K = T > 0 ? 40 : 160;
     double *r = malloc(sizeof(double) * (size_t)K * 4);
     if (!r) return NAN;
     double *e = r + K, *s = e + K, *wt = s + K; /* radii, e^r, sinh r, the weights du/dw */
@@ -136,11 +136,17 @@ static double expected_degree(int64_t n, double alpha, double R, double thr, dou
 /* R with expected average degree k (the threshold equal to R): bisection, the degree falls
  * as R grows. */
 static pn_status solve_radius(const char *op, int64_t n, double k, double alpha, double T, double *R) {
-    double lo = 1e-3, hi = 2 * log((double)n) + 40;
+    /* the bracket: around the asymptotic radius 2 ln(2nξ²/(πk)), ξ = α/(α − ½) (Gugelmann et
+     * al.), widened until it holds the root; then bisection to 1e-9 */
+    const double xi = alpha / (alpha - 0.5);
+    double guess = 2 * log(2 * (double)n * xi * xi / (M_PI * k));
+    double lo = fmax(1e-3, guess - 4), hi = fmax(guess + 4, lo + 8);
+    for (int w = 0; w < 8 && expected_degree(n, alpha, lo, lo, T) < k; w++) lo = fmax(1e-3, lo - 8);
     if (expected_degree(n, alpha, lo, lo, T) < k)
         return pn_error(PN_ERR_ARG, "%s: average degree %g is out of reach for n = %lld (a disk of any radius gives "
                         "less); use a smaller degree", op, k, (long long)n);
-    for (int it = 0; it < (T > 0 ? 40 : 60); it++) {
+    for (int w = 0; w < 8 && expected_degree(n, alpha, hi, hi, T) > k; w++) hi += 8;
+    while (hi - lo > 1e-9) {
         double mid = 0.5 * (lo + hi);
         if (expected_degree(n, alpha, mid, mid, T) > k) lo = mid;
         else hi = mid;
