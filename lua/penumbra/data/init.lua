@@ -8,6 +8,7 @@
 --   pn.data.register(name, loader, {description=, options={…}})
 --                                   loader(opts) -> dataset; a name is registered once
 --   pn.data.planetoid(name, opts)   Cora / CiteSeer (registered as 'cora', 'citeseer')
+--   pn.data.scalefree{task=, n=, …} online random hyperbolic graph tasks (registered as 'scalefree')
 -- A recipe loads its data by name (cfg.dataset), so a new dataset is one register() call in
 -- its loader's file plus one line below; an unknown name lists the registered ones.
 local data = {}
@@ -95,5 +96,6 @@ end
 
 -- the loaders (each file registers its datasets)
 data.planetoid = require('penumbra.data.planetoid')(data)
+data.scalefree = require('penumbra.data.scalefree')(data)
 
 return data

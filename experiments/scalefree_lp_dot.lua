@@ -1,0 +1,4 @@
+-- Hyperbolic Attention Networks §5.1: link prediction on random hyperbolic graphs with a Recursive
+-- Transformer whose attention is dot (recipe: lua/penumbra/recipes/scalefree.lua).
+--   ./bench experiments/scalefree_lp_dot.lua [n=1000] [steps=…] [seed=1] …
+return require('penumbra.recipes.scalefree'){ task = 'lp', score = 'dot' }

@@ -1,0 +1,4 @@
+-- Hyperbolic Attention Networks §5.1: link prediction on random hyperbolic graphs with a Recursive
+-- Transformer whose attention is penumbral (recipe: lua/penumbra/recipes/scalefree.lua).
+--   ./bench experiments/scalefree_lp_penumbral.lua [n=1000] [steps=…] [seed=1] …
+return require('penumbra.recipes.scalefree'){ task = 'lp', score = 'penumbral' }

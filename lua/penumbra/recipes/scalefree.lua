@@ -1,0 +1,127 @@
+-- penumbra.recipes.scalefree — the shared recipe of experiments/scalefree_{lp,splp}_*.lua:
+-- Hyperbolic Attention Networks §5.1 — a Recursive Transformer (4 heads × 4 units, 3 tied
+-- recursions, graph-neighbourhood attention) trained on online random hyperbolic graphs
+-- (pn.data.scalefree: link prediction or shortest-path length), with the attention score
+-- swapped. Each step draws `batch` fresh graphs (HAN's generator preset, the curriculum of
+-- App. A.3 over the first half of the steps); validation and test are fixed sets of graphs.
+-- Logged: loss and accuracy curves, the summary (test accuracy; for SPLP also the optimal
+-- constant predictor's accuracy, `baseline`), /radii/keys (per node and head, of the last
+-- recursion on the test graphs: the hyperbolic radius for pseudopolar, the height for the
+-- cones, the key norm without a map) — `./bench plot radius` draws them.
+--
+--   return require('penumbra.recipes.scalefree'){ task = 'lp', score = 'hyperbolic' }
+local pn = require 'penumbra'
+
+local R = {}
+
+function R.model(cfg, dims)
+  local o = { in_dim = dims.num_features, out_dim = dims.num_classes, d_model = cfg.d_model, heads = cfg.heads,
+              head_dim = cfg.head_dim, ff = cfg.ff, depth = cfg.depth, score = cfg.score, dense = cfg.dense,
+              normalize = cfg.normalize ~= 'default' and cfg.normalize or nil,
+              aggregate = cfg.aggregate ~= 'sum' and cfg.aggregate or nil }
+  local desc = pn.attention_variant(cfg.score)
+  if desc.params.r and (cfg.r or 0) > 0 then o.r = cfg.r end
+  return pn.nn.RecursiveTransformer(o)
+end
+
+function R.data(cfg)
+  return pn.data.load('scalefree', {
+    task = cfg.task, n = cfg.n, preset = cfg.preset ~= 'none' and cfg.preset or nil,
+    degree = cfg.preset == 'none' and cfg.degree or nil, exponent = cfg.preset == 'none' and cfg.exponent or nil,
+    max_len = cfg.max_len, lessons = cfg.lessons, curriculum = cfg.curriculum, steps = cfg.steps,
+    eval_size = cfg.eval_size })
+end
+
+function R.dims(run)
+  return { num_features = run:read('params/encoder/weight'):shape()[2],
+           num_classes = run:read('params/read2/weight'):shape()[1] }
+end
+
+function R.describe(cfg, dims)
+  return string.format('RecursiveTransformer(%d features → %d classes, score=%s)', dims.num_features, dims.num_classes,
+    tostring(cfg.score))
+end
+
+-- loss and accuracy of the model on a list of batches
+local function evaluate_on(model, batches)
+  local loss, correct, total = 0, 0, 0
+  for _, b in ipairs(batches) do
+    b.graph.sizes = b.sizes
+    local logits = model(b.x, b.graph, b.pairs)
+    local P = b.y:numel()
+    loss = loss + pn.cross_entropy(logits, b.y):item() * P
+    correct = correct + logits:argmax(-1):eq(b.y):to('f64'):sum():item()
+    total = total + P
+  end
+  return { loss = loss / total, acc = correct / total }
+end
+
+local function experiment(o)
+  local config = {
+    task = o.task, score = o.score, n = o.n or 200, preset = o.preset or 'han', degree = 10, exponent = 3,
+    steps = o.steps or 1500, eval_every = 150, batch = 16, lr = 0.003, weight_decay = 0,
+    d_model = 16, heads = 4, head_dim = 4, ff = 64, depth = 3, dense = false,
+    normalize = o.normalize or 'default', aggregate = o.aggregate or 'sum', r = o.r or 0,
+    max_len = 25, lessons = 6, curriculum = 0.5, eval_size = 200, seed = 0, threads = 0,
+  }
+  local unit = { 'number', min = 0, max = 1 }
+  local count = { 'integer', min = 1 }
+  return pn.experiment{
+    name = o.name or ('scalefree_' .. o.task .. '_' .. o.score),
+    recipe = 'penumbra.recipes.scalefree',
+    config = config,
+    limits = { task = { 'string', one_of = { 'lp', 'splp' } }, score = { 'string', one_of = pn.attention_variants() },
+               n = { 'integer', min = 10 }, preset = { 'string', one_of = { 'han', 'none' } },
+               degree = { 'number', above = 0 }, exponent = { 'number', above = 2 }, batch = count,
+               lr = { 'number', above = 0 }, weight_decay = { 'number', min = 0 }, d_model = count, heads = count,
+               head_dim = count, ff = count, depth = count,
+               normalize = { 'string', one_of = { 'default', 'softmax', 'sigmoid', 'sigmoid_normalized' } },
+               aggregate = { 'string', one_of = { 'sum', 'einstein' } }, r = { 'number', min = 0 },
+               max_len = { 'integer', min = 2 }, lessons = count, curriculum = unit, eval_size = count },
+    monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' },
+    setup = function(cfg, run)
+      if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
+      local d = R.data(cfg)
+      local model = R.model(cfg, d)
+      run:set('parameters', model:num_parameters())
+      run:set('data', d:describe())
+      run:set('model', tostring(model):match('^[^\n]*'))
+      local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
+      return { d = d, model = model, opt = opt }
+    end,
+    model = function(s) return s.model end,
+    batch = function(s, cfg, step) return s.d:batch(step, cfg.batch) end,
+    train = function(s, _, _, b)
+      local model = s.model
+      model:train()
+      s.opt:zero_grad()
+      b.graph.sizes = b.sizes
+      local logits = model(b.x, b.graph, b.pairs)
+      local loss = pn.cross_entropy(logits, b.y)
+      loss:backward()
+      s.opt:step()
+      local acc = pn.no_grad(function() return logits:argmax(-1):eq(b.y):to('f64'):mean():item() end)
+      return { loss = loss:item(), train_acc = acc, nodes = b.num_nodes }
+    end,
+    evaluate = function(s, _, split)
+      s.model:eval()
+      return pn.no_grad(evaluate_on, s.model, split == 'test' and s.d.test or s.d.val)
+    end,
+    finish = function(s, cfg, run)
+      local model = s.model
+      -- radii of the last recursion's keys on the first test batch's graphs
+      pn.no_grad(function()
+        local b = s.d.test[1]
+        b.graph.sizes = b.sizes
+        model:eval()
+        model(b.x, b.graph, b.pairs)
+        local r, kind = model:radii()
+        run:write('radii/keys', r:to('f64'):contiguous(), { score = cfg.score, map = model.map or 'none', kind = kind,
+          n = cfg.n, what = kind .. ' of the last recursion\'s keys, per node and head, on test graphs' })
+      end)
+      return { baseline = s.d.baseline, parameters = model:num_parameters() }
+    end,
+  }
+end
+
+return setmetatable(R, { __call = function(_, o) return experiment(o) end })
