@@ -1,6 +1,6 @@
 -- penumbra.compare — `./bench compare experiments/cora_*.lua seeds=10 [key=value …]`:
 -- runs every script over seeds 0..seeds-1 (other key=value pairs are passed to each run),
--- then prints a table — attention, test accuracy mean ± std, val accuracy, epochs,
+-- then prints a table — attention, test accuracy mean ± std, val accuracy, epochs (steps),
 -- seconds per epoch, and the attention entropy when the runs report attn_entropy (1 = uniform
 -- attention) — and saves it as Markdown and HDF5 under runs/compare/.
 local pn = require 'penumbra'
@@ -33,9 +33,10 @@ function M.main(argv)
   kv.seeds = nil
   local failures = {}
   local rows = {}
+  local unit = 'epoch'
   for _, script in ipairs(scripts) do
     local name = script:match('([^/]+)%.lua$') or script
-    local row = { name = name, test = {}, val = {}, epochs = {}, spe = {}, ent = {}, failed = 0 }
+    local row = { name = name, test = {}, val = {}, epochs = {}, spe = {}, ent = {}, base = {}, failed = 0 }
     for seed = 0, seeds - 1 do
       local o = { seed = tostring(seed), _quiet = true }
       for k, v in pairs(kv) do o[k] = v end
@@ -46,10 +47,13 @@ function M.main(argv)
         row.name = r.variant or row.name -- what it ran: 'cora_umbral epochs=20'
         row.test[#row.test + 1] = r.test_acc
         row.val[#row.val + 1] = r.val_acc
-        row.epochs[#row.epochs + 1] = r.epochs
-        row.spe[#row.spe + 1] = r.seconds_per_epoch
+        -- epoch-based runs report epochs, step-based ones (online data) steps
+        unit = r.steps and 'step' or 'epoch'
+        row.epochs[#row.epochs + 1] = r.epochs or r.steps
+        row.spe[#row.spe + 1] = r.seconds_per_epoch or r.seconds_per_step
+        if r.baseline then row.base[#row.base + 1] = r.baseline end
         if r.attn_entropy then row.ent[#row.ent + 1] = r.attn_entropy end
-        io.stderr:write(string.format(' test %.4f (%d epochs, %.1fs)\n', r.test_acc or 0 / 0, r.epochs, r.seconds))
+        io.stderr:write(string.format(' test %.4f (%d %ss, %.1fs)\n', r.test_acc or 0 / 0, r.epochs or r.steps, unit, r.seconds))
       else
         row.failed = row.failed + 1
         local why = tostring(err or (r and r.status)):gsub('\n.*', '')
@@ -62,12 +66,16 @@ function M.main(argv)
     rows[#rows + 1] = row
   end
   -- the attention-entropy column (experiments whose finish reports attn_entropy) when any has it
-  local with_ent = false
-  for _, r in ipairs(rows) do if #r.ent > 0 then with_ent = true end end
+  local with_ent, with_base = false, false
+  for _, r in ipairs(rows) do
+    if #r.ent > 0 then with_ent = true end
+    if #r.base > 0 then with_base = true end
+  end
+  -- runs that report a baseline (SPLP: the optimal constant predictor) get its column
   local lines = {
-    string.format('| experiment | test acc (mean ± std, %d seeds) | val acc | epochs | s/epoch |%s failed |', seeds,
-                  with_ent and ' attn entropy |' or ''),
-    with_ent and '|---|---|---|---|---|---|---|' or '|---|---|---|---|---|---|' }
+    string.format('| experiment | test acc (mean ± std, %d seeds) | val acc | %ss | s/%s |%s%s failed |', seeds, unit, unit,
+                  with_ent and ' attn entropy |' or '', with_base and ' baseline |' or ''),
+    '|---|---|---|---|---|' .. (with_ent and '---|' or '') .. (with_base and '---|' or '') .. '---|' }
   for _, r in ipairs(rows) do
     local tm, ts = mean_std(r.test)
     local vm = mean_std(r.val)
@@ -75,6 +83,7 @@ function M.main(argv)
     local sm = mean_std(r.spe)
     local ent = ''
     if with_ent then ent = #r.ent > 0 and string.format(' %.3f |', (mean_std(r.ent))) or ' – |' end
+    if with_base then ent = ent .. (#r.base > 0 and string.format(' %.4f |', (mean_std(r.base))) or ' – |') end
     -- one finished seed has no spread: its value alone, not "± 0.0000"
     local acc = #r.test > 1 and string.format('%.4f ± %.4f', tm, ts) or string.format('%.4f (1 run)', tm)
     lines[#lines + 1] = string.format('| %s | %s | %.4f | %.0f | %.3f |%s %d |', r.name, acc, vm, em, sm, ent, r.failed)
@@ -92,8 +101,8 @@ function M.main(argv)
     if #r.test > 0 then
       h:write(r.name .. '/test_acc', pn.tensor(r.test, { dtype = 'f64' }))
       h:write(r.name .. '/val_acc', pn.tensor(r.val, { dtype = 'f64' }))
-      h:write(r.name .. '/epochs', pn.tensor(r.epochs, { dtype = 'f64' }))
-      h:write(r.name .. '/seconds_per_epoch', pn.tensor(r.spe, { dtype = 'f64' }))
+      h:write(r.name .. '/' .. unit .. 's', pn.tensor(r.epochs, { dtype = 'f64' }))
+      h:write(r.name .. '/seconds_per_' .. unit, pn.tensor(r.spe, { dtype = 'f64' }))
       if #r.ent > 0 then h:write(r.name .. '/attn_entropy', pn.tensor(r.ent, { dtype = 'f64' })) end
     end
   end
