@@ -217,3 +217,20 @@ describe('scale-free LP recipe', function()
     f:close()
   end)
 end)
+
+describe('LP near negatives', function()
+  it('are non-edges two hops apart in the input graph', function()
+    local d = pn.data.scalefree{ task = 'lp', n = 200, preset = 'han', eval_size = 4, negatives = 'near' }
+    local seen = 0
+    for seed = 1, 30 do
+      local h = pn.graph.hyperbolic{ n = 200, preset = 'han', seed = seed }
+      local ex = d:example(h, seed)
+      if ex.y == 0 then
+        seen = seen + 1
+        local g = pn.graph(ex.edges, 200, { self_loops = false })
+        assert.same({ 2 }, pn.graph.distances(g, { { ex.a, ex.b } }):totable())
+      end
+    end
+    assert.truthy(seen >= 5)
+  end)
+end)

@@ -4,6 +4,7 @@
 --
 --   local d = pn.data.scalefree{task = 'lp' | 'splp', n = 1000, preset = 'han' | nil,
 --                                degree = 10, exponent = 3, max_len = 25, lessons = 6,
+--                                negatives = 'uniform' | 'near',
 --                                curriculum = 0.5, steps = 1000, eval_size = 200, seed = 0}
 --   d:batch(step, size)   a training batch: `size` examples, each its own graph (curriculum)
 --   d.val, d.test         fixed lists of batches (<= 25 graphs each; graphs from their own
@@ -20,8 +21,10 @@
 --  - Node inputs carry structure only, never coordinates: F = 5 features per node — 1, the
 --    degree over the graph's mean degree, log(1 + degree), and two markers for the queried
 --    nodes a and b. So one model serves every graph size.
---  - LP: half the examples are edges, half non-edges (uniform over the node pairs that are not
---    edges); a queried edge is removed from the input graph (both directions) first.
+--  - LP: half the examples are edges, half non-edges (negatives = 'uniform': uniform over the
+--    node pairs that are not edges, HAN's task; 'near': pairs two hops apart, a harder task
+--    where a common neighbour no longer gives the answer away); a queried edge is removed
+--    from the input graph (both directions) first.
 --  - SPLP: classes are the lengths 1 … max_len (class = length − 1). Pairs that are not
 --    connected, or farther apart than max_len, are never queried (not a class of their own).
 --    Training draws a length uniformly from 1 … max_len, then a source with a node at that
@@ -45,6 +48,7 @@ return function(data)
     degree = { 'number', above = 0 }, exponent = { 'number', above = 2 }, max_len = { 'integer', min = 2 },
     lessons = { 'integer', min = 1 }, curriculum = { 'number', min = 0, max = 1 }, steps = { 'integer', min = 1 },
     eval_size = { 'integer', min = 1 }, seed = { 'integer', min = 0, max = 2 ^ 53 },
+    negatives = { 'string', one_of = { 'uniform', 'near' } },
   }
 
   -- a small deterministic generator for the sampling (Lua's math.random is process-global):
@@ -105,6 +109,17 @@ return function(data)
         local edges = #parts > 0 and pn.cat(parts, 1):contiguous() or pn.zeros({ 0, 2 }, { dtype = 'i64' })
         if r.u() < 0.5 then a, b = b, a end
         return { edges = edges, m = m, a = a, b = b, y = 1 }
+      end
+      if self.negatives == 'near' then -- a hard negative: two hops apart (a common neighbour)
+        local g = pn.graph(h.edges, m, { self_loops = false })
+        for _ = 1, 50 do
+          local a = r.int(m)
+          local d = pn.graph.bfs(g, { a }, { max = 2 }):totable()[1]
+          local cands = {}
+          for v = 1, m do if d[v] == 2 then cands[#cands + 1] = v - 1 end end
+          if #cands > 0 then return { edges = h.edges, m = m, a = a, b = cands[r.int(#cands) + 1], y = 0 } end
+        end
+        return nil
       end
       for _ = 1, 200 do -- a negative: a uniform non-edge pair (bounded)
         local a, b = r.int(m), r.int(m)
@@ -213,8 +228,8 @@ return function(data)
   end
 
   function Set:describe()
-    return string.format('scalefree %s: n = %d (%s), %d features, %d classes, curriculum %d lessons over %.0f %% of %d steps',
-      self.task, self.n, self.preset and ('preset ' .. self.preset) or string.format('degree %g, exponent %g', self.degree,
+    return string.format('scalefree %s%s: n = %d (%s), %d features, %d classes, curriculum %d lessons over %.0f %% of %d steps',
+      self.task, self.task == 'lp' and (' (' .. self.negatives .. ' negatives)') or '', self.n, self.preset and ('preset ' .. self.preset) or string.format('degree %g, exponent %g', self.degree,
         self.exponent), self.num_features, self.num_classes, self.lessons, 100 * self.curriculum, self.steps)
   end
 
@@ -223,7 +238,7 @@ return function(data)
     local self = setmetatable({
       task = o.task or 'lp', n = o.n or 1000, preset = o.preset, degree = o.degree or 10, exponent = o.exponent or 3,
       max_len = o.max_len or 25, lessons = o.lessons or 6, curriculum = o.curriculum or 0.5, steps = o.steps or 1000,
-      eval_size = o.eval_size or 200, seed = o.seed or 0,
+      eval_size = o.eval_size or 200, seed = o.seed or 0, negatives = o.negatives or 'uniform',
     }, Set)
     if o.preset and (o.degree or o.exponent) then
       error("data.scalefree: preset 'han' sets the degree law itself; leave out degree and exponent", 2)

@@ -29,7 +29,7 @@ function R.data(cfg)
     task = cfg.task, n = cfg.n, preset = cfg.preset ~= 'none' and cfg.preset or nil,
     degree = cfg.preset == 'none' and cfg.degree or nil, exponent = cfg.preset == 'none' and cfg.exponent or nil,
     max_len = cfg.max_len, lessons = cfg.lessons, curriculum = cfg.curriculum, steps = cfg.steps,
-    eval_size = cfg.eval_size })
+    eval_size = cfg.eval_size, negatives = cfg.task == 'lp' and cfg.negatives or nil })
 end
 
 function R.dims(run)
@@ -62,7 +62,7 @@ local function experiment(o)
     steps = o.steps or 1500, eval_every = 150, batch = 16, lr = 0.003, weight_decay = 0,
     d_model = 16, heads = 4, head_dim = 4, ff = 64, depth = 3, dense = false,
     normalize = o.normalize or 'default', aggregate = o.aggregate or 'sum', r = o.r or 0,
-    max_len = 25, lessons = 6, curriculum = 0.5, eval_size = 200, seed = 0, threads = 0,
+    max_len = 25, lessons = 6, curriculum = 0.5, eval_size = 200, negatives = 'uniform', seed = 0, threads = 0,
   }
   local unit = { 'number', min = 0, max = 1 }
   local count = { 'integer', min = 1 }
@@ -77,7 +77,8 @@ local function experiment(o)
                head_dim = count, ff = count, depth = count,
                normalize = { 'string', one_of = { 'default', 'softmax', 'sigmoid', 'sigmoid_normalized' } },
                aggregate = { 'string', one_of = { 'sum', 'einstein' } }, r = { 'number', min = 0 },
-               max_len = { 'integer', min = 2 }, lessons = count, curriculum = unit, eval_size = count },
+               max_len = { 'integer', min = 2 }, lessons = count, curriculum = unit, eval_size = count,
+               negatives = { 'string', one_of = { 'uniform', 'near' } } },
     monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' },
     setup = function(cfg, run)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
