@@ -134,6 +134,23 @@ describe('matmul values', function()
     check_matmul(pn.randn(40, 16), pn.randn(16, 24))
   end)
 
+  it('splits one big GEMM into row or column blocks across threads, any layout, any remainder', function()
+    local prev = pn.num_threads()
+    for _, nt in ipairs({ 2, 3 }) do
+      pn.set_num_threads(nt)
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        local o = { dtype = dt }
+        check_matmul(pn.randn(1000, 37, o), pn.randn(37, 19, o))            -- tall: row blocks, last one short
+        check_matmul(pn.randn(37, 1000, o):t(), pn.randn(19, 37, o):t())    -- tall, both operands transposed
+        check_matmul(pn.randn(20, 300, o), pn.randn(300, 997, o))           -- short and wide: column blocks
+        check_matmul(pn.randn(20, 300, o), pn.randn(997, 300, o):t())       -- column blocks of a transposed b
+        check_matmul(pn.randn(3, 70, 90, o), pn.randn(90, 80, o))           -- folded batch, one tall GEMM
+        check_matmul(pn.randn(1, 70, 90, o), pn.randn(1, 90, 80, o))        -- a batch of one: split inside
+      end
+    end
+    pn.set_num_threads(prev)
+  end)
+
   it('gives zeros for an empty inner dim and empty results for empty outer dims', function()
     assert.same({ { 0, 0 }, { 0, 0 } }, pn.zeros(2, 0):matmul(pn.zeros(0, 2)):totable())
     assert.same({ 0, 3 }, pn.zeros(0, 4):matmul(pn.zeros(4, 3)):shape())

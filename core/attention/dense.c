@@ -34,7 +34,7 @@
 #include "../backend.h"
 #include "fastmath.h"
 
-#include <cblas.h>
+#include "../blas.h"
 #include <omp.h>
 #include <stdio.h>
 
@@ -90,14 +90,6 @@ PN_NOTRAP_BEGIN
 #undef EPI_FWDS_T
 #undef EPI_VJPS_T
 
-/* OpenBLAS threads off while our own OpenMP threads call it (restored afterwards). */
-#ifdef OPENBLAS_VERSION
-#define BLAS_SERIAL_BEGIN int blas_prev_ = openblas_get_num_threads(); openblas_set_num_threads(1)
-#define BLAS_SERIAL_END openblas_set_num_threads(blas_prev_)
-#else
-#define BLAS_SERIAL_BEGIN (void)0
-#define BLAS_SERIAL_END (void)0
-#endif
 
 #define VP(t) ((void *)pn_ptr(t))
 
@@ -458,9 +450,9 @@ pn_status pn_cpu_attention_dense_fwd(const pn_tensor *q, const pn_tensor *k, con
     PN_TRY(dense_call_init(&c, "attention", q, k, v, o, 1));
     pn_status s = PN_OK;
     if (pn_numel(out) > 0 || c.BH * c.Nq > 0) {
-        BLAS_SERIAL_BEGIN;
+        PN_BLAS_SERIAL_BEGIN;
         s = c.dt == PN_F32 ? forward_f32(&c, VP(out), VP(stat)) : forward_f64(&c, VP(out), VP(stat));
-        BLAS_SERIAL_END;
+        PN_BLAS_SERIAL_END;
     }
     pn_attn_call_free(&c);
     return s;
@@ -495,9 +487,9 @@ pn_status pn_cpu_attention_dense_weights(const pn_tensor *q, const pn_tensor *k,
     PN_TRY(dense_call_init(&c, "attention_weights", q, k, NULL, o, 1));
     pn_status s = PN_OK;
     if (pn_numel(w) > 0) {
-        BLAS_SERIAL_BEGIN;
+        PN_BLAS_SERIAL_BEGIN;
         s = c.dt == PN_F32 ? weights_f32(&c, VP(w), VP(stat)) : weights_f64(&c, VP(w), VP(stat));
-        BLAS_SERIAL_END;
+        PN_BLAS_SERIAL_END;
     }
     pn_attn_call_free(&c);
     return s;
@@ -640,7 +632,7 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
         goto done;
     }
     {
-        BLAS_SERIAL_BEGIN;
+        PN_BLAS_SERIAL_BEGIN;
         /* the f32 and f64 argument structs have the same fields: fill either the same way */
 #define FILL_BWD_ARGS(a)                                                                   \
     do {                                                                                   \
@@ -666,7 +658,7 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
             st = backward_f64(&c, &a);
         }
 #undef FILL_BWD_ARGS
-        BLAS_SERIAL_END;
+        PN_BLAS_SERIAL_END;
     }
     if (st) goto done;
 

@@ -12,18 +12,9 @@
 
 #include "../backend.h"
 
-#include <cblas.h>
-
-/* The chunked forms call BLAS from inside our own OpenMP loop over (b, h): OpenBLAS's own
- * threads are switched off around such a region (chunk GEMMs are too small to split, and
- * two thread pools would fight over the cores), and restored afterwards. */
-#ifdef OPENBLAS_VERSION
-#define PN_BLAS_SERIAL_BEGIN int pn_blas_prev_ = openblas_get_num_threads(); openblas_set_num_threads(1)
-#define PN_BLAS_SERIAL_END openblas_set_num_threads(pn_blas_prev_)
-#else
-#define PN_BLAS_SERIAL_BEGIN (void)0
-#define PN_BLAS_SERIAL_END (void)0
-#endif
+/* The chunked forms call BLAS from inside our own OpenMP loop over (b, h), with OpenBLAS's
+ * threads off (PN_BLAS_SERIAL_*): chunk GEMMs are too small to split. */
+#include "../blas.h"
 
 /* Cosine attention normalises x̂ = x / sqrt(‖x‖² + PN_COSINE_EPS): smooth everywhere, equal
  * to x/‖x‖ up to 1e-12 relative for ‖x‖ ≳ 1e-3, and a zero vector maps to zero with a

@@ -14,17 +14,19 @@
  * dims collapse into one strided row dim, the whole batch is ONE GEMM (the linear-layer
  * case x (B, T, D) @ W (D, N)).
  *
- * Threads: OpenBLAS threads each large GEMM itself, so the batch loop is parallel only
- * when each GEMM is small enough that OpenBLAS runs it on the calling thread (its
- * interface does so below about 64^3 multiply-adds); otherwise two thread pools would
- * fight over the cores. */
+ * Threads: one pool, ours. OpenBLAS runs single-threaded inside matmul (blas.h says why:
+ * its workers spin after each threaded GEMM and steal the cores from the OpenMP loop that
+ * follows — a Recursive Transformer step on 8000 nodes ran 1.7× slower with them), and we
+ * split the work: the batch across threads when there are several GEMMs, otherwise one
+ * GEMM's output rows (or columns) in blocks, one OpenBLAS call per thread. */
 #include "../backend.h"
+#include "../blas.h"
 
-#include <cblas.h>
 #include <limits.h>
+#include <omp.h>
 
-/* OpenBLAS (interface/gemm.c) runs a GEMM single-threaded when M·N·K is at most
- * SMP_THRESHOLD_MIN (65536) · GEMM_MULTITHREAD_THRESHOLD (4). */
+/* Below this many multiply-adds a GEMM stays on the calling thread (OpenBLAS's own
+ * interface/gemm.c draws the line at the same place: 65536 · 4). */
 #define SMALL_GEMM 262144.0
 
 /* How BLAS can read a (rows, cols) matrix with element strides (srow, scol). */
@@ -49,15 +51,47 @@ static blas_layout layout_of(int64_t rows, int64_t cols, int64_t srow, int64_t s
     return l;
 }
 
-/* One GEMM: c (m, n) row-major with ldc = n; c = a · b. */
-static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, blas_layout la, const char *b,
-                  blas_layout lb, char *c) {
+/* One BLAS call: c (m, n) row-major with leading dimension ldc; c = a · b. */
+static void blas_gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, blas_layout la, const char *b,
+                      blas_layout lb, char *c, int64_t ldc) {
     if (dt == PN_F32)
         cblas_sgemm(CblasRowMajor, la.trans, lb.trans, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a,
-                    (blasint)la.ld, (const float *)b, (blasint)lb.ld, 0.0f, (float *)c, (blasint)n);
+                    (blasint)la.ld, (const float *)b, (blasint)lb.ld, 0.0f, (float *)c, (blasint)ldc);
     else
         cblas_dgemm(CblasRowMajor, la.trans, lb.trans, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a,
-                    (blasint)la.ld, (const double *)b, (blasint)lb.ld, 0.0, (double *)c, (blasint)n);
+                    (blasint)la.ld, (const double *)b, (blasint)lb.ld, 0.0, (double *)c, (blasint)ldc);
+}
+
+/* Element offset of row i (NoTrans: i·ld; Trans: i) of a's (m, k) view, and of column j of
+ * b's (k, n) view (NoTrans: j; Trans: j·ld). */
+static int64_t row_off(blas_layout l, int64_t i) { return l.trans == CblasNoTrans ? i * l.ld : i; }
+static int64_t col_off(blas_layout l, int64_t j) { return l.trans == CblasNoTrans ? j : j * l.ld; }
+
+/* One GEMM: c (m, n) row-major with ldc = n; c = a · b. Outside a parallel region and big
+ * enough, split into one block of rows (or, for a short wide c, of columns) per thread;
+ * blocks are multiples of 16 so each thread's packing stays aligned to the kernels. */
+static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, blas_layout la, const char *b,
+                  blas_layout lb, char *c) {
+    size_t es = pn_elsize(dt);
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    double mnk = (double)m * (double)n * (double)k;
+    if (nt < 2 || mnk <= SMALL_GEMM || (m < 32 && n < 32)) {
+        blas_gemm(dt, m, n, k, a, la, b, lb, c, n);
+        return;
+    }
+    bool by_rows = m >= n || m >= 16 * (int64_t)nt;
+    int64_t len = by_rows ? m : n;
+    int64_t blk = (len + nt - 1) / nt;
+    blk = (blk + 15) / 16 * 16;
+    int64_t nblk = (len + blk - 1) / blk;
+    #pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < nblk; t++) {
+        int64_t lo = t * blk, cnt = lo + blk <= len ? blk : len - lo;
+        if (by_rows)
+            blas_gemm(dt, cnt, n, k, a + (size_t)row_off(la, lo) * es, la, b, lb, c + (size_t)(lo * n) * es, n);
+        else
+            blas_gemm(dt, m, cnt, k, a, la, b + (size_t)col_off(lb, lo) * es, lb, c + (size_t)lo * es, n);
+    }
 }
 
 /* A contiguous copy made without autograd (the op records its own node). */
@@ -112,13 +146,18 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
         int64_t rs = merged_row_stride(bnd, bshape, sa, m, a_sm);
         int64_t mm = nbatch * m;
         if (rs >= (k > 1 ? k : 1) && mm <= INT_MAX) {
+            PN_BLAS_SERIAL_BEGIN;
             gemm1(dt, mm, n, k, pa, (blas_layout){CblasNoTrans, rs, true}, pb, lb, pc);
+            PN_BLAS_SERIAL_END;
             return PN_OK;
         }
     }
 
+    /* several GEMMs: the batch across threads (each GEMM then serial); fewer GEMMs than
+     * threads: one after another, each split inside gemm1 */
     double mnk = (double)m * (double)n * (double)k;
-    bool par = nbatch > 1 && mnk <= SMALL_GEMM && mnk * (double)nbatch > PN_PAR_MIN;
+    bool par = nbatch >= pn_num_threads() && mnk * (double)nbatch > PN_PAR_MIN;
+    PN_BLAS_SERIAL_BEGIN;
     #pragma omp parallel for if (par) schedule(static)
     for (int64_t i = 0; i < nbatch; i++) {
         int64_t oa = 0, ob = 0, r = i;
@@ -130,6 +169,7 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
         }
         gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es);
     }
+    PN_BLAS_SERIAL_END;
     return PN_OK;
 }
 
