@@ -231,6 +231,23 @@ describe('maps.pseudopolar', function()
     end
   end)
 
+  it('keeps sinh/cosh of the height to 1e-14 relative across its branches, overflow and NaN', function()
+    -- one expm1 gives both (maps.c): small, negative, either side of |r| = 20 and of 709
+    local hs = { -1e-9, 1e-300, -0.07, 0.5, -3, 8.7, 19.99, -20.01, 24.3, -300, 708.9, 709.1 }
+    local xs = {}
+    for i, h in ipairs(hs) do xs[i] = { 0.6, -0.8, h } end -- ‖x₋‖ = 1
+    local y = pn.maps.pseudopolar(pn.tensor(xs, { dtype = 'f64' })):totable()
+    for i, h in ipairs(hs) do
+      local ws, wc = sinh(h), cosh(h)
+      assert.is_true(abs(y[i][1] - 0.6 * ws) <= 1e-14 * abs(0.6 * ws), 'sinh at ' .. h .. ': ' .. y[i][1])
+      assert.is_true(abs(y[i][3] - wc) <= 1e-14 * wc, 'cosh at ' .. h .. ': ' .. y[i][3])
+    end
+    local z = pn.maps.pseudopolar(pn.tensor({ { 1, 0, 711 }, { 1, 0, -711 }, { 1, 0, 0 / 0 } }, { dtype = 'f64' })):totable()
+    assert.equal(math.huge, z[1][1]); assert.equal(math.huge, z[1][3])
+    assert.equal(-math.huge, z[2][1]); assert.equal(math.huge, z[2][3])
+    assert.is_true(z[3][1] ~= z[3][1] and z[3][3] ~= z[3][3], 'NaN height gives NaN')
+  end)
+
   it('gradcheck in f64', function()
     gradcheck(function(x) return pn.maps.pseudopolar(x) end, { leaf(randrows(4, 4)) })
   end)

@@ -70,6 +70,14 @@ static pn_status batch_shape(const pn_rowmap *m, pn_tensor *x, pn_tensor *y, int
 
 static void free_extra(void *p) { free(p); }
 
+/* This thread's share [lo, hi) of n points, in one contiguous run, so the row offsets are
+ * computed once per row (pn_iter_row) and not once per point. */
+static void thread_range(int64_t n, int64_t *lo, int64_t *hi) {
+    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), q = n / nt, r = n % nt;
+    *lo = t * q + (t < r ? t : r);
+    *hi = *lo + q + (t < r ? 1 : 0);
+}
+
 /* ---- backward -------------------------------------------------------------------------------- */
 static pn_status rowmap_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     const pn_rowmap *m = n->extra;
@@ -133,10 +141,11 @@ pn_status pn_cpu_rowmap_bwd(const pn_rowmap *m, const pn_tensor *x, const pn_ten
     {
         double *s = scratch + W * omp_get_thread_num();
         double *xs = s, *ys = s + D, *gxs = s + 2 * D, *gys = s + 3 * D, *gs = s + 5 * D;
-#pragma omp for schedule(static)
-        for (int64_t pt = 0; pt < it.numel; pt++) { /* over points: the batch often merges into one row */
-            int64_t off[PN_ITER_MAX_OPS], i = pt % it.inner;
-            pn_iter_row(&it, pt / it.inner, off);
+        int64_t off[PN_ITER_MAX_OPS], lo, hi;
+        thread_range(it.numel, &lo, &hi);
+        for (int64_t pt = lo; pt < hi; pt++) { /* over points: the batch often merges into one row */
+            const int64_t i = pt % it.inner;
+            if (i == 0 || pt == lo) pn_iter_row(&it, pt / it.inner, off);
             gather(xb, dt, off[2] + i * it.istride[2], xst, D, xs);
             if (yb) gather(yb, dt, off[3] + i * it.istride[3], yst, D, ys);
             gather(gb, dt, off[1] + i * it.istride[1], gst, Dg, gs);
@@ -238,13 +247,14 @@ pn_status pn_cpu_rowmap_fwd(const pn_rowmap *mp, const pn_tensor *x, const pn_te
     {
         double *s = scratch + W * omp_get_thread_num();
         double *xs = s, *ys = s + D, *os = s + 2 * D;
+        int64_t off[PN_ITER_MAX_OPS], lo, hi;
+        thread_range(it.numel, &lo, &hi);
         int64_t my_row = INT64_MAX;
         int my_arg = 0;
         double my_val = 0;
-#pragma omp for schedule(static)
-        for (int64_t pt = 0; pt < it.numel; pt++) { /* over points: the batch often merges into one row */
-            int64_t off[PN_ITER_MAX_OPS], i = pt % it.inner;
-            pn_iter_row(&it, pt / it.inner, off);
+        for (int64_t pt = lo; pt < hi; pt++) { /* over points: the batch often merges into one row */
+            const int64_t i = pt % it.inner;
+            if (i == 0 || pt == lo) pn_iter_row(&it, pt / it.inner, off);
             gather(xb, m.dt, off[1] + i * it.istride[1], xst, D, xs);
             if (yb) gather(yb, m.dt, off[2] + i * it.istride[2], yst, D, ys);
             double bv = 0;
