@@ -239,6 +239,14 @@ pn_status pn_h5_append(pn_h5 *f, const char *name, const pn_tensor *t);
 pn_status pn_h5_delete(pn_h5 *f, const char *name);                 /* unlink a dataset or group */
 pn_status pn_h5_move(pn_h5 *f, const char *from, const char *to);   /* rename (checkpoints) */
 
+/* ---- NumPy .npy files (io/npy.c) ----
+ * Load: format 1.0/2.0/3.0, either byte order, C or Fortran order; f2/f4 → f32, f8 → f64,
+ * i1/i2/i4/u2 → i32, i8/u4 → i64, u8 → i64 (an error above 2^63 − 1), u1/b1 → u8; other dtypes,
+ * truncated files and trailing bytes are errors naming the file. Save: format 1.0, little-endian,
+ * C order, any dtype of ours (a CPU tensor, any strides). */
+pn_tensor *pn_npy_load(const char *path);
+pn_status pn_npy_save(const char *path, const pn_tensor *t);
+
 /* ---- manifold maps (attention/maps.c) and the hyperbolic toolkit (attention/hyperbolic.c) ----
  * All differentiable; x (…, D), the last dim holds the coordinates. Coneheads/Gulcehre
  * names (DESIGN §3.1). Points are rows of the last dim. */

@@ -11,6 +11,9 @@
 --     f:attrs([obj])  f:attr(obj, name)  f:set_attr(obj, name, string|number|tensor)
 --     f:flush()  f:close()        -- also closed by the GC
 -- Numbers given to set_attr are stored as f64 scalars, or i64 when integral.
+--   pn.io.load_npy(path)        -> tensor from a NumPy .npy file (core/io/npy.c: every numeric
+--                                  dtype numpy writes but complex/f16, both byte orders, Fortran order)
+--   pn.io.save_npy(path, t)     -- format 1.0, little-endian, C order
 -- Errors are Lua errors carrying the C message ("h5 read: dataset 'x' not found in /tmp/a.h5").
 local B = require 'penumbra_ffi'
 local pn = require 'penumbra.tensor'
@@ -211,6 +214,17 @@ function M.load(path, name)
     return out
   end)
   return r
+end
+
+function M.load_npy(path)
+  if type(path) ~= 'string' then error('io.load_npy: path must be a string, got ' .. type(path), 2) end
+  return wrap(C.pn_npy_load(path))
+end
+
+function M.save_npy(path, t)
+  if type(path) ~= 'string' then error('io.save_npy: path must be a string, got ' .. type(path), 2) end
+  if not B.is_tensor(t) then error('io.save_npy: expected a tensor, got ' .. type(t), 2) end
+  check(C.pn_npy_save(path, t))
 end
 
 function M.attrs(path, obj)
