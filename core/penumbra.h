@@ -292,6 +292,9 @@ pn_status pn_graph_pair_dist(pn_tensor *offsets, pn_tensor *src, pn_tensor *pair
 pn_status pn_graph_components(pn_tensor *offsets, pn_tensor *src, pn_tensor **labels, int64_t *count);
 /* the subgraph induced by keep (N) u8: its edges renumbered (E', 2) i64 and the kept ids (M) i64 */
 pn_status pn_graph_induced(pn_tensor *edges, pn_tensor *keep, pn_tensor **edges_out, pn_tensor **ids);
+/* edges (E, 2) i64 → the same undirected graph as (E', 2) i64: both directions, no self-loops,
+ * no duplicates, sorted by (src, dst); ids must be in [0, num_nodes) */
+pn_status pn_graph_canonical(pn_tensor *edges, int64_t num_nodes, pn_tensor **edges_out);
 
 /* ---- fused attention (attention/dense.c, attention/graph.c, one file per score family) ----
  * DESIGN §3.1. Options are a plain struct: fill it with pn_attn_opts_init (the defaults),

@@ -223,3 +223,51 @@ pn_status pn_graph_induced(pn_tensor *edges, pn_tensor *keep, pn_tensor **edges_
     *edges_out = eo, *ids = io;
     return PN_OK;
 }
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+pn_status pn_graph_canonical(pn_tensor *edges, int64_t n, pn_tensor **edges_out) {
+    const char *op = "graph.canonical";
+    if (!edges_out) return pn_error(PN_ERR_ARG, "%s: NULL output", op);
+    *edges_out = NULL;
+    if (!edges || edges->dt != PN_I64 || edges->nd != 2 || edges->sizes[1] != 2 || edges->dev != PN_CPU ||
+        !pn_is_contiguous(edges))
+        return pn_error(PN_ERR_ARG, "%s: edges must be a contiguous (E, 2) i64 cpu tensor", op);
+    if (n < 0 || n > ((int64_t)1 << 31))
+        return pn_error(PN_ERR_ARG, "%s: num_nodes = %lld must be in [0, 2^31]", op, (long long)n);
+    const int64_t E = edges->sizes[0], *ev = PV(edges);
+    if (E > (INT64_MAX / 2) / (int64_t)sizeof(int64_t))
+        return pn_error(PN_ERR_ARG, "%s: %lld edges are too many", op, (long long)E);
+    /* both directions of every non-loop edge as one key a·n + b (< 2^62), sorted, deduplicated */
+    int64_t *key = malloc(sizeof(int64_t) * (size_t)(2 * E + 1)), m = 0;
+    if (!key) return pn_error(PN_ERR_OOM, "%s: out of memory for %lld edges", op, (long long)E);
+    for (int64_t e = 0; e < E; e++) {
+        int64_t a = ev[2 * e], b = ev[2 * e + 1];
+        if (a < 0 || a >= n || b < 0 || b >= n) {
+            free(key);
+            return pn_error(PN_ERR_INDEX, "%s: edges row %lld is (%lld, %lld): node ids must be in [0, %lld)", op,
+                            (long long)e + 1, (long long)a, (long long)b, (long long)n);
+        }
+        if (a == b) continue;
+        key[m++] = a * n + b;
+        key[m++] = b * n + a;
+    }
+    qsort(key, (size_t)m, sizeof(int64_t), cmp_i64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (i == 0 || key[i] != key[i - 1]) key[u++] = key[i];
+    int64_t es[2] = {u, 2};
+    pn_tensor *eo = pn_empty(2, es, PN_I64, PN_CPU);
+    if (!eo) {
+        free(key);
+        return PN_ERR_OOM;
+    }
+    int64_t *o = PV(eo);
+    for (int64_t i = 0; i < u; i++) o[2 * i] = key[i] / n, o[2 * i + 1] = key[i] % n;
+    free(key);
+    *edges_out = eo;
+    return PN_OK;
+}

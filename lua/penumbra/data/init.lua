@@ -9,6 +9,8 @@
 --                                   loader(opts) -> dataset; a name is registered once
 --   pn.data.planetoid(name, opts)   Cora / CiteSeer (registered as 'cora', 'citeseer')
 --   pn.data.scalefree{task=, n=, …} online random hyperbolic graph tasks (registered as 'scalefree')
+--   pn.data.ppi{path=}              PPI from the user's DGL or GraphSAGE files (registered as 'ppi')
+--   pn.data.ppi_synthetic{…}        a generated PPI-shaped set in those layouts ('ppi_synthetic')
 -- A recipe loads its data by name (cfg.dataset), so a new dataset is one register() call in
 -- its loader's file plus one line below; an unknown name lists the registered ones.
 local data = {}
@@ -97,5 +99,8 @@ end
 -- the loaders (each file registers its datasets)
 data.planetoid = require('penumbra.data.planetoid')(data)
 data.scalefree = require('penumbra.data.scalefree')(data)
+local ppi = require('penumbra.data.ppi')(data)
+data.ppi = ppi.load
+data.ppi_synthetic = require('penumbra.data.ppi_synthetic')(data, ppi)
 
 return data

@@ -51,18 +51,8 @@ return function(data)
     negatives = { 'string', one_of = { 'uniform', 'near' } },
   }
 
-  -- a small deterministic generator for the sampling (Lua's math.random is process-global):
-  -- a 64-bit LCG (Knuth's MMIX constants) on LuaJIT's uint64 cdata, the top 53 bits
-  local function rng(seed)
-    local s = ffi.new('uint64_t', seed) * 6364136223846793005ULL + 1442695040888963407ULL
-    local r = {}
-    function r.u() -- uniform in [0, 1)
-      s = s * 6364136223846793005ULL + 1442695040888963407ULL
-      return tonumber(s / 2048ULL) * 2 ^ -53
-    end
-    function r.int(n) return math.floor(r.u() * n) end -- 0 … n − 1
-    return r
-  end
+  -- the sampling's own deterministic stream (Lua's math.random is process-global)
+  local rng = require 'penumbra.rng'
 
   local Set = {}
   Set.__index = Set

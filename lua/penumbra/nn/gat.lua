@@ -150,6 +150,45 @@ return function(nn, pn)
     return self.layer2(self.layer1(x, g):elu(1), g)
   end
 
+  -- The inductive GAT of Veličković et al. §3.3 (PPI): `layers` GATConv layers, the hidden ones
+  -- concatenating heads[i] heads of `hidden` units with ELU, skip connections across the
+  -- intermediate layers (each hidden layer after the first adds its input: widths match), the
+  -- output layer averaging heads[L] heads of `classes` logits; no dropout by default.
+  --   InductiveGAT(fin, classes, {hidden=256, heads={4, 4, 6}, score='gat', map=, qk_dim=,
+  --                dropout=0, attn_dropout=0, residual=true, <param>=, learn_<param>=})
+  local IGAT_OPTS = { hidden = count, heads = 'table', score = 'string', map = 'string', dropout = unit,
+                      attn_dropout = unit, qk_dim = count, residual = 'boolean', shared_qk = 'boolean' }
+  local IGAT = class('InductiveGAT')
+  nn.InductiveGAT = IGAT
+  function IGAT:init(fin, classes, o)
+    o = layer_opts('InductiveGAT', o, IGAT_OPTS)
+    local hidden, heads = o.hidden or 256, o.heads or { 4, 4, 6 }
+    if #heads < 2 then error('InductiveGAT: heads must list at least 2 layers (hidden…, output), got ' .. #heads, 3) end
+    for i, h in ipairs(heads) do
+      if type(h) ~= 'number' or h < 1 or h % 1 ~= 0 then
+        error('InductiveGAT: heads[' .. i .. '] = ' .. tostring(h) .. ' must be a positive integer', 3)
+      end
+    end
+    self.num_layers = #heads
+    local width = fin
+    for i, h in ipairs(heads) do
+      local last = i == #heads
+      local lo = { score = o.score, map = o.map, qk_dim = o.qk_dim, shared_qk = o.shared_qk, heads = h,
+                   concat = not last, dropout = o.dropout or 0, attn_dropout = o.attn_dropout or 0,
+                   residual = (o.residual ~= false) and i > 1 and not last and width == h * hidden }
+      for _, p in ipairs(pn.attention_variant(o.score or 'gat').params) do
+        lo[p.name], lo['learn_' .. p.name] = o[p.name], o['learn_' .. p.name]
+      end
+      self:add('layer' .. i, GATConv(width, last and classes or hidden, lo))
+      width = h * hidden
+    end
+  end
+  function IGAT:forward(x, g)
+    local h = x
+    for i = 1, self.num_layers - 1 do h = self['layer' .. i](h, g):elu(1) end
+    return self['layer' .. self.num_layers](h, g)
+  end
+
   -- the layer's per-edge attention weights (E, H) for the whole graph, eval mode, no grad
   -- (also fills layer.last_q / last_k)
   local function edge_weights(self, x, g, o, op)
@@ -229,4 +268,8 @@ return function(nn, pn)
     for h = 1, H do per[h] = count > 0 and per[h] / count or 0 / 0; mean = mean + per[h] / H end
     return mean, per
   end
+
+  -- the same inspection for the inductive model (any layer)
+  IGAT.neighbourhood_attention = GAT.neighbourhood_attention
+  IGAT.attention_entropy = GAT.attention_entropy
 end

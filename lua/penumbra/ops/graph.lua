@@ -21,6 +21,8 @@
 --   pn.graph.slice(h, theta)  the subgraph of pn.graph.hyperbolic's h induced by the nodes with
 --       angle in [0, theta], theta in (0, 2π] (HAN's curriculum): {edges, r, phi, ids (old ids), …}
 --   pn.graph.degrees(edges, n)  (n) i64 out-degrees (rows (src, dst) counted at src)
+--   pn.graph.canonical(edges, n)  the undirected graph of edges as (E', 2) i64: both directions,
+--       no self-loops, no duplicates, sorted by (src, dst) — the dataset schema's edge list
 -- g is a pn.graph(…) CSR table (self-loops do not change distances or components).
 -- Graph algorithms are host algorithms: CPU tensors in and out.
 return function(pn, M, B)
@@ -152,6 +154,17 @@ return function(pn, M, B)
     out.phi = idt:numel() > 0 and h.phi:index_select(1, idt) or pn.zeros({ 0 }, { dtype = 'f64' })
     out.theta = theta
     return out
+  end
+
+  function graph.canonical(edges, n)
+    local op = 'graph.canonical'
+    if not is_tensor(edges) or edges:dim() ~= 2 or edges:shape()[2] ~= 2 then
+      error(op .. ': edges must be an (E, 2) tensor of node ids', 2)
+    end
+    if type(n) ~= 'number' or n % 1 ~= 0 or n < 0 then error(op .. ': n must be a whole number >= 0', 2) end
+    local e = out_ptr()
+    check(C.pn_graph_canonical(edges:to('i64'):contiguous(), n, e))
+    return wrap(e[0])
   end
 
   function graph.degrees(edges, n)
