@@ -7,7 +7,7 @@
 -- B = 1, H = 8, D = 64, f32; scores dot, laplacian, umbral, penumbral, hyperbolic (the
 -- hyperboloid model); passes fwd and fwd+bwd (backward of sum(out·1)). Each figure: warm-up,
 -- then the median over `rounds` rounds of `reps` timed calls (ours: every score and pass in
--- turn, call by call), ours and PyTorch taking turns round by round (PyTorch runs in /usr/bin/python3, experiments/perf/attention_cpu_torch.py,
+-- turn, call by call), ours and PyTorch taking turns round by round (PyTorch runs in the peer Python (bk.python), experiments/perf/attention_cpu_torch.py,
 -- with the same thread count). GFLOP/s with the FlashAttention convention: forward
 -- 4·B·N²·H·D, backward 2.5× that. Targets: dot ≤ 0.5× PyTorch, cones ≤ 1.3× our dot,
 -- hyperbolic ≤ 1.5× our dot.
@@ -56,16 +56,7 @@ local function one(score, pas, q, k, v)
   end
 end
 
-local function rss()
-  local f = io.open('/proc/self/status')
-  local r = {}
-  for line in f:lines() do
-    local name, kb = line:match('^(Vm%u%u%u?%a*):%s+(%d+)')
-    if name then r[name] = tonumber(kb) * 1024 end
-  end
-  f:close()
-  return r
-end
+local rss = bk.rss
 
 -- ---- child mode: the peak memory of one call in a fresh process --------------------------------
 if args.mode == 'peak' then
@@ -92,7 +83,9 @@ local threads = tonumber(args.threads) or 2
 pn.set_num_threads(threads)
 local Ns = list(args.n, '1024,2048')
 local reps, rounds = tonumber(args.reps) or 5, tonumber(args.rounds) or 1
-local use_torch = args.torch ~= '0'
+local py, pyinfo = bk.python('torch')
+local use_torch = args.torch ~= '0' and py ~= nil
+if args.torch ~= '0' and not py then print('peer: ' .. pyinfo) end
 bk.header('penumbra fused attention vs PyTorch naive (CPU)', {
   string.format('threads: %d for both (ours OpenMP, torch.set_num_threads)', threads),
   string.format('B=%d H=%d D=%d f32; median of %d rounds × %d calls after warm-up; GFLOP/s: fwd 4·B·N²·H·D, bwd 2.5×',
@@ -100,8 +93,8 @@ bk.header('penumbra fused attention vs PyTorch naive (CPU)', {
 
 -- ---- timings --------------------------------------------------------------------------------------
 local function torch_round(N)
-  local cmd = string.format('/usr/bin/python3 %s/attention_cpu_torch.py --threads %d --n %d --reps %d --warmup 1 2>&1',
-    here, threads, N, reps)
+  local cmd = string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --reps %d --warmup 1 2>&1',
+    py, here, threads, N, reps)
   local p = io.popen(cmd)
   local res = {}
   for line in p:lines() do
@@ -209,8 +202,8 @@ if peakN and peakN > 0 then
     local last
     for _, pas in ipairs(PASSES) do
       for _, N in ipairs(tN) do
-        local bytes = child(string.format('/usr/bin/python3 %s/attention_cpu_torch.py --threads %d --n %d --peak dot:%s',
-          here, threads, N, pas))
+        local bytes = child(string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --peak dot:%s',
+          py, here, threads, N, pas))
         if bytes then
           print(string.format('  torch %-10s %-8s N=%-6d %9.1f MB', 'dot', pas, N, bytes / 2 ^ 20))
           last = { N = N, bytes = bytes }

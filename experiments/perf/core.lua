@@ -7,7 +7,7 @@
 -- (2) per-call overhead of a 16-element add from Lua, median µs per call (target ≤ 2 µs).
 -- (3) one MLP training step (batch 64, 784→512→512→10, relu, cross_entropy, forward +
 --     backward, no update): ours vs PyTorch on the CPU with the same thread count
---     (experiments/perf/core_torch.py, run with /usr/bin/python3).
+--     (experiments/perf/core_torch.py, run by the peer Python, bk.python).
 -- Every figure: warm-up, then the median of ≥ 5 runs; ours and the peer interleaved.
 local pn = require 'penumbra'
 local B = require 'penumbra_ffi'
@@ -146,9 +146,8 @@ end
 
 local torch_ms, torch_info
 local root = B.root
-local py = '/usr/bin/python3'
-local probe = os.execute(py .. ' -c "import torch" >/dev/null 2>&1')
-if probe == 0 or probe == true then
+local py, pyinfo = bk.python('torch')
+if py then
   local cmd = string.format('%s %s/experiments/perf/core_torch.py --threads %d --batch %d --sizes %s --warmup %d --reps %d 2>&1',
     py, root, threads, batch, table.concat(sizes, ','), warmup, reps)
   local f = io.popen(cmd)
@@ -158,7 +157,7 @@ if probe == 0 or probe == true then
   torch_info = out:match('(torch [^\n]*)')
   if not torch_ms then print('    PyTorch run failed:\n' .. out) end
 else
-  print('    PyTorch not available (apt-get install python3-torch)')
+  print('    peer: ' .. pyinfo)
 end
 ours_ms = ours_block()
 print(string.format('    %-28s %10s', '', 'median ms'))

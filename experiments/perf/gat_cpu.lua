@@ -1,6 +1,6 @@
 -- experiments/perf/gat_cpu.lua — one Cora training epoch of the two-layer GAT, ours against
 -- the straightforward scatter-based PyTorch implementation (experiments/perf/gat_cpu_torch.py,
--- run with /usr/bin/python3), for every attention score of pn.attention_variants().
+-- run by the peer Python, bk.python), for every attention score of pn.attention_variants().
 --
 --   ./bench experiments/perf/gat_cpu.lua [reps=5] [warmup=2] [rounds=1] [threads=<ours>]
 --       [scores=dot,gat,…] [torch=1] [check=1] [check_scale=5] [seed=1] [keep=0 (the .h5 dump)]
@@ -39,7 +39,9 @@ local rounds = tonumber(args.rounds) or 1
 local threads = tonumber(args.threads) or pn.num_threads()
 pn.set_num_threads(threads)
 local scores = args.scores and list(args.scores) or pn.attention_variants()
-local use_torch, do_check = args.torch ~= '0', args.check ~= '0'
+local py, pyinfo = bk.python('torch,h5py')
+local use_torch, do_check = args.torch ~= '0' and py ~= nil, args.check ~= '0'
+if args.torch ~= '0' and not py then print('peer: ' .. pyinfo) end
 local TARGET = { gat = 0.35, dot = 0.35 } -- ours/torch per epoch
 
 -- the recipe's configuration (gat_planetoid.lua defaults)
@@ -130,9 +132,9 @@ local function epoch(r, record)
 end
 
 local function torch_round(first)
-  local cmd = string.format('/usr/bin/python3 %s/gat_cpu_torch.py --data %s --threads %d --reps %d --warmup %d '
+  local cmd = string.format('%s %s/gat_cpu_torch.py --data %s --threads %d --reps %d --warmup %d '
     .. '--scores %s --check %d --check-scale %g --hidden %d --heads %d --qk-dim %d --dropout %g --lr %g '
-    .. '--weight-decay %g 2>&1', here, dump, threads, reps, warmup, table.concat(scores, ','),
+    .. '--weight-decay %g 2>&1', py, here, dump, threads, reps, warmup, table.concat(scores, ','),
     (first and do_check) and 1 or 0, check_scale, CFG.hidden, CFG.heads, CFG.qk_dim, CFG.dropout, CFG.lr,
     CFG.weight_decay)
   local p = io.popen(cmd)

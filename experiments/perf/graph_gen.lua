@@ -3,18 +3,21 @@
 -- (von Looz et al.; PyPI `networkit`, in a venv under build/ — never a project dependency).
 --
 --   ./bench experiments/perf/graph_gen.lua [n=1e4,1e5,1e6] [degree=10] [exponent=3] [rounds=3]
---                                          [threads=2] [peer=1]
+--                                          [threads=2] [peer=1] [stat_seeds=8]
 --
 -- Threshold model (T = 0). Each round: ours (in this process, the generation call only), then
 -- NetworKit (a child process that times generate() only, after a warm-up) — taking turns
 -- round by round; medians over the rounds. Also per n: the mean degree (target `degree`) and
 -- the power-law exponent by maximum likelihood over degrees >= 2·degree (target `exponent`),
--- and edges per second beside the published anchors. Targets: n = 10⁶ at degree 10 in <= 1 s
+-- each as the mean ± std over `stat_seeds` graphs (seeds 1…; one graph's mean degree at
+-- n = 10⁴ moves by ±5 % from seed to seed: the hubs of a power law with exponent 3), and
+-- edges per second beside the published anchors. Targets: n = 10⁶ at degree 10 in <= 1 s
 -- on 2 cores; faster than NetworKit at n = 10⁵ and 10⁶.
 -- The peer: build/venv-peers/bin/python with networkit
 --   python3 -m venv build/venv-peers && build/venv-peers/bin/pip install networkit
 local pn = require 'penumbra'
 local bk = require 'penumbra.benchkit'
+local stats = require 'penumbra.stats'
 
 args = args or {}
 local Ns = bk.list(args.n, '1e4,1e5,1e6')
@@ -22,23 +25,16 @@ local degree = tonumber(args.degree or 10)
 local exponent = tonumber(args.exponent or 3)
 local rounds = tonumber(args.rounds or 3)
 local threads = tonumber(args.threads or 2)
+local stat_seeds = tonumber(args.stat_seeds or 8)
 pn.set_num_threads(threads)
 local here = (arg and arg[0] or 'experiments/perf/graph_gen.lua'):match('^(.*)/[^/]*$') or '.'
-local home = os.getenv('PENUMBRA_HOME') or '.'
-local py = home .. '/build/venv-peers/bin/python'
-local have_peer = args.peer ~= '0' and io.open(py, 'r') ~= nil
-if have_peer then
-  local p = io.popen(py .. ' -c "import networkit" 2>&1')
-  local out = p:read('*a')
-  p:close()
-  have_peer = out == ''
-end
+local py, pyinfo = bk.python('networkit')
+local have_peer = args.peer ~= '0' and py ~= nil
 
 bk.header('random hyperbolic graphs: penumbra vs NetworKit HyperbolicGenerator', {
   string.format('threshold model, degree %g, exponent %g, %d threads for both, median of %d rounds', degree, exponent,
     threads, rounds),
-  have_peer and 'peer: NetworKit (build/venv-peers)' or
-    'peer: not installed (python3 -m venv build/venv-peers && build/venv-peers/bin/pip install networkit)',
+  have_peer and ('peer: ' .. pyinfo .. ' (' .. py .. ')') or ('peer: ' .. pyinfo),
 })
 
 local function mle(deg, dmin)
@@ -58,8 +54,8 @@ local function peer(n)
   return tonumber(ms), tonumber(e)
 end
 
-print(string.format('\n%9s %10s %10s %9s %12s %12s %9s %9s %9s', 'n', 'ours ms', 'nk ms', 'ours/nk', 'ours edges/s',
-  'nk edges/s', 'mean deg', 'nk deg', 'exponent'))
+print(string.format('\n%9s %10s %10s %9s %12s %12s %9s %16s %15s', 'n', 'ours ms', 'nk ms', 'ours/nk', 'ours edges/s',
+  'nk edges/s', 'nk deg', 'mean deg (seeds)', 'exponent'))
 local results = {}
 for _, n in ipairs(Ns) do
   local ours, theirs = {}, {}
@@ -78,12 +74,19 @@ for _, n in ipairs(Ns) do
   end
   local mo = bk.median(ours)
   local mt = have_peer and bk.median(theirs) or nil
-  local deg = pn.graph.degrees(h.edges, n):totable()
-  local g = mle(deg, 2 * degree)
-  print(string.format('%9d %10.1f %10s %9s %12.3g %12s %9.3f %9s %9.3f', n, mo, mt and string.format('%.1f', mt) or '-',
-    mt and string.format('%.2f', mo / mt) or '-', E / (mo / 1e3), mt and string.format('%.3g', nkE / (mt / 1e3)) or '-',
-    2 * E / n, nkE and string.format('%.3f', 2 * nkE / n) or '-', g))
-  results[#results + 1] = { n = n, ours = mo, peer = mt, deg = 2 * E / n, exponent = g }
+  local degs, exps = {}, {}
+  for seed = 1, stat_seeds do
+    local hs = seed == 1 and h or pn.graph.hyperbolic{ n = n, degree = degree, exponent = exponent, seed = seed }
+    degs[seed] = hs.edges:shape()[1] / n
+    exps[seed] = mle(pn.graph.degrees(hs.edges, n):totable(), 2 * degree)
+  end
+  local dm, ds = stats.mean_std(degs)
+  local em, es = stats.mean_std(exps)
+  print(string.format('%9d %10.1f %10s %9s %12.3g %12s %9s %9.3f±%-6.3f %8.3f±%-6.3f', n, mo,
+    mt and string.format('%.1f', mt) or '-', mt and string.format('%.2f', mo / mt) or '-', E / (mo / 1e3),
+    mt and string.format('%.3g', nkE / (mt / 1e3)) or '-', nkE and string.format('%.3f', 2 * nkE / n) or '-', dm, ds,
+    em, es))
+  results[#results + 1] = { n = n, ours = mo, peer = mt, deg = dm, exponent = em }
 end
 print('\nanchors: von Looz et al. 2016 ~1e9 edges/minute on a workstation (1.7e7 edges/s);'
   .. ' Penschuck 2017 (NkGen) ~3.7e8 edges/s')
@@ -95,4 +98,12 @@ print(string.format('targets: n = 1e6 in <= 1000 ms (%s); faster than NetworKit 
     for _, r in ipairs(results) do if r.n >= 1e5 then s[#s + 1] = string.format('%.2f× at %g', r.ours / r.peer, r.n) end end
     return table.concat(s, ', ')
   end)()))
+do
+  local s = {}
+  for _, r in ipairs(results) do
+    s[#s + 1] = string.format('n=%g: degree %+.1f %%, exponent %+.3f', r.n, 100 * (r.deg / degree - 1), r.exponent - exponent)
+  end
+  print(string.format('statistics (%d seeds each; targets: degree within 5 %%, exponent within ±0.2): %s', stat_seeds,
+    table.concat(s, '; ')))
+end
 return results

@@ -14,7 +14,7 @@
 --     (pn.attention(q, k, v, {score='dot', causal=true}), the fused flash-style kernel),
 --     forward + backward, same shapes.
 -- (3) our causal cosine vs a chunked PyTorch implementation (experiments/perf/linear_torch.py,
---     /usr/bin/python3, the same thread count, and both at 1 thread) at N = 2048: target ratio
+--     the peer Python, the same thread count, and both at 1 thread) at N = 2048: target ratio
 --     ours/torch ≤ 1.0.
 -- (4) power attention p = 2 (gated): our chunked form vs our quadratic form vs PyTorch
 --     chunked, D = 32, H = 8, N = 2048 (and 4096 without quick=1).
@@ -223,13 +223,9 @@ print('    crossover: cosine is faster (by more than 10 %) from N = ' .. (crosso
 print()
 
 -- ---- PyTorch subprocess ---------------------------------------------------------------------------------
-local py = '/usr/bin/python3'
-local have_torch = false
-if use_torch then
-  local probe = os.execute(py .. ' -c "import torch" >/dev/null 2>&1')
-  have_torch = probe == 0 or probe == true
-  if not have_torch then print('PyTorch not available (apt-get install -y python3-torch): peer columns skipped\n') end
-end
+local py, pyinfo = bk.python('torch')
+local have_torch = use_torch and py ~= nil
+if use_torch and not have_torch then print('peer: ' .. pyinfo .. ' — peer columns skipped\n') end
 local function torch_run(kind, N, d, chunk, data, n, nthreads)
   local cmd = string.format('%s %s/experiments/perf/linear_torch.py --kind %s --threads %d --heads %d --n %d --dim %d ' ..
     '--chunk %d --warmup 1 --reps %d %s 2>&1', py, B.root, kind, nthreads or threads, H, N, d, chunk, n or reps,

@@ -13,8 +13,8 @@
 -- gradients are compared (check) before anything is timed. A step is forward, backward and
 -- Adam's update; each figure is the median over `rounds` rounds of `reps` steps, ours and
 -- PyTorch taking turns round by round with the same thread count. Target: ours <= 0.5×
--- PyTorch's time. PyTorch is Debian's python3-torch (apt-get install python3-torch
--- python3-h5py), never a project dependency.
+-- PyTorch's time. PyTorch comes from the peer Python (benchkit's bk.python: build/venv-peers with PyPI's torch
+-- and h5py, else Debian's python3-torch + python3-h5py), never a project dependency.
 local pn = require 'penumbra'
 local bk = require 'penumbra.benchkit'
 
@@ -28,16 +28,13 @@ local scores = bk.list(args.scores, 'dot,hyperbolic')
 local do_check = args.check ~= '0'
 pn.set_num_threads(threads)
 local here = (arg and arg[0] or 'experiments/perf/rt_cpu.lua'):match('^(.*)/[^/]*$') or '.'
-local p = io.popen('/usr/bin/python3 -c "import torch, h5py; print(torch.__version__)" 2>&1')
-local tv = p:read('*a')
-p:close()
-local have_torch = tv:match('^%d') ~= nil
+local py, tv = bk.python('torch,h5py')
+local have_torch = py ~= nil
 
 bk.header('Recursive Transformer training step: penumbra vs PyTorch', {
   string.format('LP batch of %d graphs × %d nodes (HAN preset), 4 heads × 4, depth 3 (tied), %d threads for both', batch,
     n, threads),
-  have_torch and ('peer: PyTorch ' .. tv:gsub('%s+$', '') .. ' (/usr/bin/python3)') or
-    'peer: PyTorch not installed (apt-get install python3-torch python3-h5py)',
+  have_torch and ('peer: ' .. tv .. ' (' .. py .. ')') or ('peer: ' .. tv),
 })
 
 local d = pn.data.scalefree{ task = 'lp', n = n, preset = 'han', eval_size = 1, steps = 1, curriculum = 0 }
@@ -75,8 +72,8 @@ local function step(r)
 end
 
 local function torch_round(first)
-  local cmd = string.format('/usr/bin/python3 %s/rt_cpu_torch.py --data %s --threads %d --reps %d --warmup 1 '
-    .. '--scores %s --check %d 2>&1', here, dump, threads, reps, table.concat(scores, ','), (first and do_check) and 1 or 0)
+  local cmd = string.format('%s %s/rt_cpu_torch.py --data %s --threads %d --reps %d --warmup 1 '
+    .. '--scores %s --check %d 2>&1', py, here, dump, threads, reps, table.concat(scores, ','), (first and do_check) and 1 or 0)
   local pp = io.popen(cmd)
   local out = pp:read('*a')
   pp:close()

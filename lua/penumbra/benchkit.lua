@@ -4,6 +4,12 @@
 --
 --   bk.now(), bk.median(xs)            (penumbra.stats)
 --   bk.list(s, default)                'a,b,3' → { 'a', 'b', 3 } (numbers converted)
+--   bk.rss(), bk.reset_peak()          /proc/self/status figures (VmRSS, VmHWM…) in bytes; restart VmHWM
+--   bk.python(modules)                 the peers' interpreter: the first of $PENUMBRA_PEER_PYTHON,
+--                                      build/venv-peers/bin/python, /usr/bin/python3 that imports
+--                                      every module in `modules` ('torch,h5py') → path, what it
+--                                      printed (module versions) — or nil, a line saying how to
+--                                      install them
 --   bk.time_calls(fn, n, into, warm)   ms per call of fn: `warm` untimed calls, then n timed
 --                                      ones (a full GC before each) appended to `into`
 --   bk.header(title, extra)            prints title + UTC time + host, the CPU, OPENBLAS_CORETYPE
@@ -52,6 +58,50 @@ function M.loadavg()
   local l = f and f:read('*l') or '?'
   if f then f:close() end
   return l
+end
+
+-- /proc/self/status memory figures in bytes: VmRSS, VmHWM (the peak), …; reset_peak() starts
+-- a new VmHWM from the current RSS (Linux clear_refs 5), so a phase's own peak can be read
+function M.rss()
+  local f = io.open('/proc/self/status')
+  local r = {}
+  for line in f:lines() do
+    local name, kb = line:match('^(Vm%u%u%u?%a*):%s+(%d+)')
+    if name then r[name] = tonumber(kb) * 1024 end
+  end
+  f:close()
+  return r
+end
+function M.reset_peak()
+  local f = io.open('/proc/self/clear_refs', 'w')
+  if f then f:write('5'); f:close() end
+end
+
+-- Peers live outside the project: a venv under build/ (PyTorch 2 from PyPI, networkit) or
+-- Debian's python3-* packages; the first interpreter that has every module wins, so a run
+-- says which one it measured.
+function M.python(modules)
+  local mods = {}
+  for m in tostring(modules):gmatch('[^,%s]+') do mods[#mods + 1] = m end
+  local home = os.getenv('PENUMBRA_HOME') or '.'
+  local tried = {}
+  for _, py in ipairs({ os.getenv('PENUMBRA_PEER_PYTHON') or false, home .. '/build/venv-peers/bin/python',
+                        '/usr/bin/python3' }) do
+    if py and py ~= '' and io.open(py, 'r') then
+      local probe = {}
+      for _, m in ipairs(mods) do
+        probe[#probe + 1] = string.format("import %s; print('%s', getattr(%s, '__version__', '?'))", m, m, m)
+      end
+      local p = io.popen(string.format('%s -c "%s" 2>/dev/null', py, table.concat(probe, '; ')))
+      local out = p:read('*a'):gsub('%s+$', ''):gsub('\n', ', ')
+      p:close()
+      if select(2, out:gsub('[^,]+', '')) == #mods and out ~= '' then return py, out end
+      tried[#tried + 1] = py
+    end
+  end
+  return nil, string.format('no Python with %s (tried %s): python3 -m venv build/venv-peers && ' ..
+    'build/venv-peers/bin/pip install %s', table.concat(mods, ', '), table.concat(tried, ', '),
+    table.concat(mods, ' '))
 end
 
 function M.header(title, extra)
