@@ -199,6 +199,34 @@ describe('maps.psi / maps.xi', function()
     assert.is_true(t[1][2] <= 3 and t[3][2] == 1.5)
   end)
 
+  it('keep the height on the manifold for very negative x_d (floor: the dtype\'s smallest normal)', function()
+    -- e^-120 and σ(-120) are 0 in f32: without the floor these points sit on the boundary and
+    -- every cone score refuses them (a PPI run with umbral attention stopped that way)
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      local tiny = dt == 'f32' and 2 ^ -126 or 2 ^ -1022
+      local xd = dt == 'f32' and -120 or -800
+      for _, f in ipairs({ pn.maps.psi, function(t) return pn.maps.xi(t, { h = 2 }) end }) do
+        local x = rows({ { 0.5, xd }, { 0.5, 0 } }, dt):requires_grad_()
+        local y = f(x)
+        local t = y:totable()
+        assert.equal(tiny, t[1][2])
+        assert.equal(0.5 * tiny, t[1][1])
+        assert.is_true(t[2][2] > 0.5)
+        y:sum():backward()
+        local g = x.grad:totable()
+        assert.equal(0, g[1][2])      -- the floored height is constant in x_d
+        assert.equal(tiny, g[1][1])   -- ∂(x₋·height)/∂x₋ = height
+        assert.is_true(g[2][2] > 0)
+      end
+      -- a cone score takes the floored points
+      local q = pn.maps.psi(rows({ { 0.1, xd }, { 0.3, 1 } }, dt)):view(1, 1, 2, 2)
+      local o = pn.attention(q, q, pn.ones({ 1, 1, 2, 3 }, { dtype = dt }), { score = 'umbral' })
+      assert_finite(o)
+    end
+    local y = pn.maps.psi(rows({ { 1, 0 / 0 } }, 'f32')):totable()
+    assert.is_true(y[1][2] ~= y[1][2]) -- NaN in, NaN out
+  end)
+
   it('gradcheck in f64', function()
     gradcheck(function(x) return pn.maps.psi(x) end, { leaf(randrows(3, 4)) })
     gradcheck(function(x) return pn.maps.xi(x, { h = 1.7 }) end, { leaf(randrows(3, 4)) })

@@ -14,14 +14,26 @@
  * double for both dtypes. */
 #include "rowmap.h"
 
+#include <float.h>
 #include <stdio.h>
 
 /* ---- psi: (x₋ e^{x_d}, e^{x_d}) ------------------------------------------------------------------
- * Like the paper, no clamp: e^{x_d} overflows f32 past x_d ≈ 88 (and a height underflows to
- * 0 below x_d ≈ −103); scale the inputs or use exp0 when that can happen. */
+ * e^{x_d} overflows f32 past x_d ≈ 88, like the paper's; scale the inputs or use exp0 when
+ * that can happen.
+ * FLOOR: the height is at least sc[1], the smallest normal number of the dtype (FLT_MIN,
+ * DBL_MIN): below x_d ≈ −87 (f32) e^{x_d} would round to 0 or a subnormal, a point on the
+ * boundary of the half-space that every cone score refuses — a PPI run with umbral attention
+ * drove a head there after 7 epochs and stopped. Where the floor holds the height is constant
+ * (its gradient 0; the true one is below 1e-38 anyway). NaN stays NaN. */
+static inline double floor_height(double v, double lo, int *held) {
+    *held = v < lo;
+    return *held ? lo : v;
+}
+
 static int psi_fwd(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad) {
     int64_t d = m->D - 1;
-    double e = exp(x[d]);
+    int held;
+    double e = floor_height(exp(x[d]), m->sc[1], &held);
     for (int64_t j = 0; j < d; j++) out[j] = x[j] * e;
     out[d] = e;
     return 0;
@@ -30,18 +42,19 @@ static int psi_fwd(const pn_rowmap *m, const double *x, const double *y, double 
 /* ∂out_j/∂x_j = e, ∂out_j/∂x_d = x_j e, ∂out_d/∂x_d = e */
 static void psi_bwd(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx, double *gy) {
     int64_t d = m->D - 1;
-    double e = exp(x[d]), s = g[d];
+    int held;
+    double e = floor_height(exp(x[d]), m->sc[1], &held), s = g[d];
     for (int64_t j = 0; j < d; j++) {
         gx[j] = g[j] * e;
         s += g[j] * x[j];
     }
-    gx[d] = e * s;
+    gx[d] = held ? 0 : e * s;
 }
 
 /* ---- xi: (x₋ h σ(x_d), h σ(x_d)), h = sc[0] --------------------------------------------------------
- * σ is evaluated without overflow for either sign. Like the paper, no floor on the height:
- * it underflows to 0 (the boundary of the half-space) for x_d below ≈ −745 (f64) or when
- * stored as f32 below ≈ −103. */
+ * σ is evaluated without overflow for either sign. FLOOR as psi: the height h σ(x_d) is at
+ * least sc[1], the dtype's smallest normal number (it would reach 0, the boundary, below
+ * x_d ≈ −87 in f32), with gradient 0 for x_d where the floor holds. */
 static inline double sigmoid(double t) {
     if (t >= 0) return 1.0 / (1.0 + exp(-t));
     double e = exp(t); /* no overflow of exp(-t) for very negative t */
@@ -50,7 +63,8 @@ static inline double sigmoid(double t) {
 
 static int xi_fwd(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad) {
     int64_t d = m->D - 1;
-    double s = m->sc[0] * sigmoid(x[d]);
+    int held;
+    double s = floor_height(m->sc[0] * sigmoid(x[d]), m->sc[1], &held);
     for (int64_t j = 0; j < d; j++) out[j] = x[j] * s;
     out[d] = s;
     return 0;
@@ -59,12 +73,13 @@ static int xi_fwd(const pn_rowmap *m, const double *x, const double *y, double *
 /* s = hσ(x_d), ds/dx_d = s(1 − σ(x_d)) */
 static void xi_bwd(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx, double *gy) {
     int64_t d = m->D - 1;
-    double sg = sigmoid(x[d]), s = m->sc[0] * sg, acc = g[d];
+    int held;
+    double sg = sigmoid(x[d]), s = floor_height(m->sc[0] * sg, m->sc[1], &held), acc = g[d];
     for (int64_t j = 0; j < d; j++) {
         gx[j] = g[j] * s;
         acc += g[j] * x[j];
     }
-    gx[d] = s * (1.0 - sg) * acc;
+    gx[d] = held ? 0 : s * (1.0 - sg) * acc;
 }
 
 /* ---- pseudopolar ------------------------------------------------------------------------------------------
@@ -254,14 +269,14 @@ static pn_tensor *run_map(const char *op, pn_tensor *x, pn_row_fwd f, pn_row_bwd
 
 pn_tensor *pn_map_psi(pn_tensor *x) {
     if (check_map("maps.psi", x)) return NULL;
-    return run_map("maps.psi", x, psi_fwd, psi_bwd, 0, 0, 0);
+    return run_map("maps.psi", x, psi_fwd, psi_bwd, 0, x->dt == PN_F32 ? FLT_MIN : DBL_MIN, 0);
 }
 
 pn_tensor *pn_map_xi(pn_tensor *x, double h) {
     if (check_map("maps.xi", x)) return NULL;
     if (!(h > 0) || isinf(h))
         return pn_error_null(PN_ERR_ARG, "maps.xi: x %s: h = %g must be a positive finite height", pn_shape_str(x), h);
-    return run_map("maps.xi", x, xi_fwd, xi_bwd, h, 0, 0);
+    return run_map("maps.xi", x, xi_fwd, xi_bwd, h, x->dt == PN_F32 ? FLT_MIN : DBL_MIN, 0);
 }
 
 pn_tensor *pn_map_pseudopolar(pn_tensor *x) {
