@@ -210,6 +210,9 @@ typedef struct {
     int dt;
     int nd;                       /* q's dims as given (2, 3, 4), for messages and shapes */
     int graph;                    /* node-major input (graph.c): messages index [node, head] */
+    int nm;                       /* node-major layout (graph.c, B = 1): q, k, v are (N, H, X) and every
+                                   * (BH, N) array below (terms, g, qbad, kbad) is (N, H) — row r of
+                                   * head h at pn_attn_row(c, h, r, N) = r·H + h; else h·N + r */
     int64_t B, H, BH, Nq, Nk, D, Dv, Dg;
     int64_t off;                  /* causal: query i sees keys j <= i + off, off = Nk − Nq */
     int causal;
@@ -230,7 +233,12 @@ typedef struct {
     pn_tensor *own[5];            /* references held for q, k, v, a_l, a_r */
 } pn_attn_call;
 
-/* Given c->{op, dt, nd, graph, B, H, BH, Nq, Nk, D, Dv, q, k, v, a_l, a_r, st, opts} (setup done):
+/* the index of row r (of N) of head bh in the per-row arrays; times D, its offset in q / k / v */
+static inline int64_t pn_attn_row(const pn_attn_call *c, int64_t bh, int64_t r, int64_t N) {
+    return c->nm ? r * c->BH + bh : bh * N + r;
+}
+
+/* Given c->{op, dt, nd, graph, nm, B, H, BH, Nq, Nk, D, Dv, q, k, v, a_l, a_r, st, opts} (setup done):
  * the per-head parameters (read here, where the kernel runs), Dg, terms, manifold checks (errors name op, the argument and its shape from qs/ks/vs),
  * Lorentz factors for einstein, ALiBi slopes. */
 pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const char *vs);

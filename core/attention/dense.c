@@ -119,7 +119,8 @@ void pn_attn_call_free(pn_attn_call *c) {
 /* "[b,h,i]" (as the Lua user indexes the tensor, from 1) for flat row index bh·N + r */
 static const char *row_index(const pn_attn_call *c, int64_t flat, int64_t N) {
     static _Thread_local char buf[96];
-    int64_t bh = flat / N, r = flat % N + 1, b = bh / c->H + 1, h = bh % c->H + 1;
+    int64_t bh = c->nm ? flat % c->BH : flat / N, r = (c->nm ? flat / c->BH : flat % N) + 1, b = bh / c->H + 1,
+            h = bh % c->H + 1;
     if (c->graph) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)r, (long long)h);
     else if (c->nd == 4) snprintf(buf, sizeof buf, "[%lld,%lld,%lld]", (long long)b, (long long)h, (long long)r);
     else if (c->nd == 3) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)b, (long long)r);
@@ -127,7 +128,7 @@ static const char *row_index(const pn_attn_call *c, int64_t flat, int64_t N) {
     return buf;
 }
 
-/* Rows (BH, N) of x (rows of D) with a non-finite coordinate: *flags gets a (BH·N) array of
+/* Rows (BH, N) of x (rows of D, in memory order: pn_attn_row's) with a non-finite coordinate: *flags gets a (BH·N) array of
  * 0/1, or stays NULL when every row is finite; returns the first such row, or -1. */
 static int64_t nonfinite_rows(const void *x, int dt, int64_t rows, int64_t D, uint8_t **flags) {
     int64_t first = -1;

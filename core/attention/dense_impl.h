@@ -33,6 +33,21 @@ static void SFX(terms_rows)(int kind, const real *x, int64_t rows, int64_t D, in
 /* Fill c->qt / c->kt for every (b, h). */
 static void SFX(compute_terms)(pn_attn_call *c) {
     const pn_score_plan *pl = &c->st.plan;
+    if (c->nm) { /* node-major (graph.c): row x = r·H + h of every array, head x % H */
+        #pragma omp parallel for if (c->BH * (c->Nq + c->Nk) * c->D > PN_PAR_MIN) schedule(static)
+        for (int64_t x = 0; x < c->BH * c->Nq; x++) {
+            const int64_t h = x % c->H;
+            for (int m = 0; m < 2; m++) {
+                if (c->qt[m])
+                    SFX(terms_rows)(pl->qterm[m], (const real *)c->q + x * c->D, 1, c->D, c->Dg,
+                                    c->a_l ? (const real *)c->a_l + h * c->D : NULL, (real *)c->qt[m] + x);
+                if (c->kt[m])
+                    SFX(terms_rows)(pl->kterm[m], (const real *)c->k + x * c->D, 1, c->D, c->Dg,
+                                    c->a_r ? (const real *)c->a_r + h * c->D : NULL, (real *)c->kt[m] + x);
+            }
+        }
+        return;
+    }
     #pragma omp parallel for if (c->BH * (c->Nq + c->Nk) * c->D > PN_PAR_MIN) schedule(static)
     for (int64_t bh = 0; bh < c->BH; bh++) {
         int64_t h = bh % c->H;
@@ -52,11 +67,11 @@ static int64_t SFX(find_bad)(const pn_attn_call *c, const real *t, int64_t N, un
     for (int64_t bh = 0; bh < c->BH; bh++) {
         double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         for (int64_t r = 0; r < N; r++) {
-            double x = t[bh * N + r];
+            double x = t[pn_attn_row(c, bh, r, N)];
             bool bad = req == PN_REQ_LAST_POS ? !(x > 0 && x < INFINITY) : !(kap * x < 1);
             if (bad) {
                 *val = req == PN_REQ_LAST_POS ? x : kap * x;
-                return bh * N + r;
+                return pn_attn_row(c, bh, r, N);
             }
         }
     }
@@ -69,15 +84,16 @@ static int64_t SFX(lorentz)(pn_attn_call *c, double *val) {
     for (int64_t bh = 0; bh < c->BH && bad < 0; bh++) {
         double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         for (int64_t j = 0; j < c->Nk; j++) {
-            const real *vr = (const real *)c->v + (bh * c->Nk + j) * c->Dv;
+            const int64_t x = pn_attn_row(c, bh, j, c->Nk);
+            const real *vr = (const real *)c->v + x * c->Dv;
             double n2 = 0;
             for (int64_t d = 0; d < c->Dv; d++) n2 += (double)vr[d] * vr[d];
             if (!(kap * n2 < 1)) {
                 *val = kap * n2;
-                bad = bh * c->Nk + j;
+                bad = x;
                 break;
             }
-            ((real *)c->g)[bh * c->Nk + j] = (real)(1.0 / sqrt(1.0 - kap * n2));
+            ((real *)c->g)[x] = (real)(1.0 / sqrt(1.0 - kap * n2));
         }
     }
     return bad;
@@ -659,10 +675,11 @@ static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const 
         for (int m = 0; m < 2; m++) {
             if (!dt[m] || kind[m] == PN_TERM_NONE) continue;
             for (int64_t r = 0; r < N; r++) {
-                const double t = dt[m][bh * N + r];
+                const int64_t row = pn_attn_row(c, bh, r, N);
+                const double t = dt[m][row];
                 if (t == 0) continue;
-                const real *xr = x + (bh * N + r) * D;
-                real *gr = dx + (bh * N + r) * D;
+                const real *xr = x + row * D;
+                real *gr = dx + row * D;
                 if (kind[m] == PN_TERM_NORM2) {
                     for (int64_t d = 0; d < Dg; d++) gr[d] += (real)(2 * t) * xr[d];
                 } else if (kind[m] == PN_TERM_LAST) {
@@ -681,8 +698,9 @@ static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const 
         for (int64_t bh = 0; bh < c->BH; bh++) {
             double *dah = da + (bh % c->H) * D;
             for (int64_t r = 0; r < N; r++) {
-                const double t = dt[m][bh * N + r];
-                const real *xr = x + (bh * N + r) * D;
+                const int64_t row = pn_attn_row(c, bh, r, N);
+                const double t = dt[m][row];
+                const real *xr = x + row * D;
                 for (int64_t d = 0; d < D; d++) dah[d] += t * xr[d];
             }
         }
@@ -695,10 +713,11 @@ static void SFX(lorentz_backward)(const pn_attn_call *c, const double *dgsum, re
         const double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         double acc = 0;
         for (int64_t j = 0; j < c->Nk; j++) {
-            const double gj = ((const real *)c->g)[bh * c->Nk + j], t = dgsum[bh * c->Nk + j];
+            const int64_t x = pn_attn_row(c, bh, j, c->Nk);
+            const double gj = ((const real *)c->g)[x], t = dgsum[x];
             if (t == 0) continue;
-            const real *vr = (const real *)c->v + (bh * c->Nk + j) * c->Dv;
-            real *gr = dv + (bh * c->Nk + j) * c->Dv;
+            const real *vr = (const real *)c->v + x * c->Dv;
+            real *gr = dv + x * c->Dv;
             double n2 = 0;
             for (int64_t d = 0; d < c->Dv; d++) n2 += (double)vr[d] * vr[d];
             const double g3 = gj * gj * gj;

@@ -51,36 +51,6 @@ PN_NOTRAP_BEGIN
 
 static const char *OP = "graph_attention";
 
-/* (N, H, X) or (N, X) → a head-major contiguous copy (H, N, X), not recorded */
-static pn_tensor *head_major(pn_tensor *x) {
-    int prev = pn_set_grad_enabled(0);
-    pn_tensor *r = NULL;
-    if (x->nd == 2) {
-        r = pn_contig(x);
-    } else {
-        pn_tensor *p = pn_permute(x, 3, (const int64_t[]){1, 0, 2});
-        if (p) {
-            r = pn_empty(3, p->sizes, p->dt, p->dev);
-            if (r && pn_copy_(r, p)) {
-                pn_release(r);
-                r = NULL;
-            }
-        }
-        pn_release(p);
-    }
-    pn_set_grad_enabled(prev);
-    return r;
-}
-
-/* (H, N, X) head-major buffer → t, a contiguous node-major (N, H, X) or (N, X) tensor */
-static void node_major_into(int dt, const void *hm, int64_t H, int64_t N, int64_t X, pn_tensor *t) {
-    size_t es = pn_elsize(dt);
-    char *o = pn_ptr(t);
-    const char *s = hm;
-    for (int64_t i = 0; i < N; i++)
-        for (int64_t h = 0; h < H; h++) memcpy(o + es * (size_t)((i * H + h) * X), s + es * (size_t)((h * N + i) * X), es * (size_t)X);
-}
-
 /* the graph as plain arrays: off (N+1), src (E), checked */
 typedef struct {
     int64_t N, E, maxdeg;
@@ -145,7 +115,7 @@ static pn_status csr_load(const char *OP, const pn_tensor *offsets, const pn_ten
 
 /* Checks q, k, v, the graph and o (errors name OP, the calling op, which shadows the file's).
  * run = 0 (the front end): the checks only; c holds the setup (the caller frees it). run = 1 (the CPU kernel): also
- * reads the CSR into g and fills c with head-major copies, the parameters and the terms. */
+ * reads the CSR into g and fills c with the node-major inputs (c->nm), the parameters and the terms. */
 static pn_status graph_call_init(const char *OP, pn_attn_call *c, const pn_tensor *q_, const pn_tensor *k_,
                                  const pn_tensor *v_, const pn_tensor *offsets, const pn_tensor *src,
                                  const pn_attn_opts *o, csr *g, int run) {
@@ -217,9 +187,12 @@ static pn_status graph_call_init(const char *OP, pn_attn_call *c, const pn_tenso
         }
     }
     if (!s && !run) return PN_OK; /* the caller frees c (it may read the plan first) */
+    /* node-major as given (contiguous copies only where they are not): the kernels read every
+     * head of a node's row at once (graph_impl.h) */
+    c->nm = 1;
     pn_tensor *ins[3] = {q, k, v};
     for (int i = 0; i < 3 && !s; i++)
-        if (!(c->own[i] = head_major(ins[i]))) s = PN_ERR_OOM;
+        if (!(c->own[i] = pn_contig(ins[i]))) s = PN_ERR_OOM;
     if (!s) {
         c->q = pn_ptr(c->own[0]);
         c->k = pn_ptr(c->own[1]);
@@ -459,13 +432,19 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     const int64_t N = c.Nq, H = c.H, E = g.E, NH = N * H + 1, EH = E * H + 1;
     pn_status st = PN_OK;
     pn_tensor *gc = pn_contig((pn_tensor *)gout);
-    void *dq = calloc((size_t)(NH * c.D), es), *dk = calloc((size_t)(NH * c.D), es), *dv = calloc((size_t)(NH * c.Dv + 1), es);
+    /* the gradients go straight into the front end's zeros, node-major like the kernels' */
+    if (!pn_is_contiguous(dq_t) || !pn_is_contiguous(dk_t) || (dv_t && !pn_is_contiguous(dv_t))) {
+        pn_attn_call_free(&c);
+        csr_free(&g);
+        return pn_error(PN_ERR_ARG, "%s: the gradients handed to the CPU kernel must be contiguous", op);
+    }
+    void *dq = pn_ptr(dq_t), *dk = pn_ptr(dk_t), *dv = dv_t ? pn_ptr(dv_t) : NULL;
     double *dqt[2] = {NULL, NULL}, *dkt[2] = {NULL, NULL}, *dg = NULL, *da_l = NULL, *da_r = NULL;
     double *dparam = calloc((size_t)(NH * PN_NPARAM), sizeof(double));
     void *eG = calloc((size_t)EH, es), *ew = calloc((size_t)EH, es), *ek[2] = {NULL, NULL}, *edg = NULL;
     int64_t *roff = calloc((size_t)(N + 2), sizeof(int64_t)), *rev = malloc(sizeof(int64_t) * (size_t)EH);
     int64_t *dst = malloc(sizeof(int64_t) * (size_t)EH);
-    bool oom = !gc || !dq || !dk || !dv || !dparam || !eG || !ew || !roff || !rev || !dst;
+    bool oom = !gc || !dparam || !eG || !ew || !roff || !rev || !dst;
     const pn_score_plan *pl = &c.st.plan;
     for (int m = 0; m < 2; m++) {
         if (pl->qterm[m] != PN_TERM_NONE) oom |= !(dqt[m] = calloc((size_t)NH, sizeof(double)));
@@ -531,9 +510,6 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
         for (int64_t h = 0; h < H; h++)
             for (int p = 0; p < PN_NPARAM; p++) gpar[p * H + h] += dparam[(i * H + h) * PN_NPARAM + p];
 
-    node_major_into(dt, dq, H, N, c.D, dq_t);
-    node_major_into(dt, dk, H, N, c.D, dk_t);
-    if (dv_t) node_major_into(dt, dv, H, N, c.Dv, dv_t);
     for (int p = 0; p < PN_NPARAM; p++)
         if (dparam_t[p]) pn_attn_param_grad_into(dparam_t[p], gpar + p * H, H);
     pn_tensor *da_t[2] = {da_l_t, da_r_t};
@@ -545,7 +521,7 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     free(gph);
 done:
     pn_release(gc);
-    free(dq), free(dk), free(dv), free(dparam), free(eG), free(ew), free(edg), free(roff), free(rev), free(dst);
+    free(dparam), free(eG), free(ew), free(edg), free(roff), free(rev), free(dst);
     free(dqt[0]), free(dqt[1]), free(dkt[0]), free(dkt[1]), free(ek[0]), free(ek[1]), free(dg), free(da_l), free(da_r);
     pn_attn_call_free(&c);
     csr_free(&g);
