@@ -11,14 +11,15 @@
 
 /* Per-node scratch: rows of ld numbers, head h of array A at A + h·ld. */
 #define GROWS(H, ld) ((H) * (ld))
+/* nodes per scheduling chunk (dynamic: degrees differ) */
+#define GCHUNK 32
 
 /* G (H, ld): q_g·k_g (or −½‖q_g − k_g‖² for a distance score, attention.h) of node i's query
  * against its deg neighbours sr[0…deg), every head; K0, K1, GV (H, ld): the keys' column
  * terms and Lorentz factors, where they exist. D, Dg: compile-time constants where the
  * caller dispatches on them (the dot products then unroll). */
 PN_INLINE void SFX(ggather)(const pn_attn_call *c, const int64_t *sr, int64_t deg, int64_t i, int64_t ld, real *G,
-                            real *K0, real *K1, real *GV, const int64_t D, const int64_t Dg) {
-    const int64_t H = c->H;
+                            real *K0, real *K1, real *GV, const int64_t H, const int64_t D, const int64_t Dg) {
     const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     const real *qi = (const real *)c->q + i * H * D;
     if (gemm) {
@@ -58,8 +59,7 @@ PN_INLINE void SFX(ggather)(const pn_attn_call *c, const int64_t *sr, int64_t de
 /* S (H, ld): the scores of node i over its neighbours from G, K0, K1 (ggather), every head;
  * NaN for every edge that reads a non-finite q or k row (NaN in, NaN out). */
 PN_INLINE void SFX(gscores)(const pn_attn_call *c, const int64_t *sr, int64_t deg, int64_t i, int64_t ld,
-                            const real *G, const real *K0, const real *K1, real *S) {
-    const int64_t H = c->H;
+                            const real *G, const real *K0, const real *K1, real *S, const int64_t H) {
     for (int64_t h = 0; h < H; h++) {
         const real *q0 = c->qt[0] ? (const real *)c->qt[0] + i * H + h : NULL;
         const real *q1 = c->qt[1] ? (const real *)c->qt[1] + i * H + h : NULL;
@@ -79,7 +79,8 @@ PN_INLINE void SFX(gscores)(const pn_attn_call *c, const int64_t *sr, int64_t de
 PN_INLINE real SFX(gweights)(const pn_attn_call *c, int64_t deg, const real *gv, const real *s, real *w) {
     if (c->st.normalize == PN_NORM_SOFTMAX) {
         real m = (real)-INFINITY;
-        bool nan = false;
+        int nan = 0;
+        #pragma omp simd reduction(max : m) reduction(| : nan)
         for (int64_t e = 0; e < deg; e++) {
             m = s[e] > m ? s[e] : m;
             nan |= s[e] != s[e];
@@ -92,23 +93,22 @@ PN_INLINE real SFX(gweights)(const pn_attn_call *c, int64_t deg, const real *gv,
             for (int64_t e = 0; e < deg; e++) w[e] = 0;
             return (real)-INFINITY;
         }
+        /* the exponentials vectorize; the sum keeps its order */
+        if (gv)
+            for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - m) * gv[e];
+        else
+            for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - m);
         real z = 0;
-        for (int64_t e = 0; e < deg; e++) {
-            real p = pn_exp(s[e] - m);
-            p = gv ? p * gv[e] : p;
-            w[e] = p;
-            z += p;
-        }
+        for (int64_t e = 0; e < deg; e++) z += w[e];
         for (int64_t e = 0; e < deg; e++) w[e] /= z;
         return m + pn_log(z);
     }
+    if (gv)
+        for (int64_t e = 0; e < deg; e++) w[e] = 1 / (1 + pn_exp(-s[e])) * gv[e];
+    else
+        for (int64_t e = 0; e < deg; e++) w[e] = 1 / (1 + pn_exp(-s[e]));
     real z = 0;
-    for (int64_t e = 0; e < deg; e++) {
-        real p = 1 / (1 + pn_exp(-s[e]));
-        p = gv ? p * gv[e] : p;
-        w[e] = p;
-        z += p;
-    }
+    for (int64_t e = 0; e < deg; e++) z += w[e];
     if (c->st.normalized) {
         real inv = z != z ? z : z > 0 ? 1 / z : 0;
         for (int64_t e = 0; e < deg; e++) w[e] *= inv;
@@ -118,14 +118,14 @@ PN_INLINE real SFX(gweights)(const pn_attn_call *c, int64_t deg, const real *gv,
 
 /* One destination node of the forward (buf: 5 (H, ld) rows of scratch). */
 PN_INLINE void SFX(gnode_fwd)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t i, int64_t ld,
-                              const real *drop, real *out, real *stat, real *wedge, real *buf, const int64_t D,
-                              const int64_t Dg) {
-    const int64_t N = c->Nq, H = c->H, Dv = c->Dv, e0 = off[i], deg = off[i + 1] - off[i];
+                              const real *drop, real *out, real *stat, real *wedge, real *buf, const int64_t H,
+                              const int64_t D, const int64_t Dg, const int64_t Dv) {
+    const int64_t N = c->Nq, e0 = off[i], deg = off[i + 1] - off[i];
     const int64_t R = GROWS(H, ld);
     real *G = buf, *K0 = G + R, *K1 = K0 + R, *GV = K1 + R, *S = GV + R;
     const int64_t *sr = src + e0;
-    SFX(ggather)(c, sr, deg, i, ld, G, K0, K1, GV, D, Dg);
-    SFX(gscores)(c, sr, deg, i, ld, G, K0, K1, S);
+    SFX(ggather)(c, sr, deg, i, ld, G, K0, K1, GV, H, D, Dg);
+    SFX(gscores)(c, sr, deg, i, ld, G, K0, K1, S, H);
     real *W = G; /* G is read by the epilogue only: the weights take its place */
     for (int64_t h = 0; h < H; h++) {
         stat[h * N + i] = SFX(gweights)(c, deg, c->g ? GV + h * ld : NULL, S + h * ld, W + h * ld);
@@ -145,22 +145,34 @@ PN_INLINE void SFX(gnode_fwd)(const pn_attn_call *c, const int64_t *off, const i
     }
 }
 
-/* The common shapes get the per-node body with D and Dg as constants. */
-#define GDISPATCH(D, Dg, BODY)                                                                                      \
+/* The common shapes get the per-node bodies with H, D, Dg, Dv as constants (the loops over
+ * a node's heads then unroll and vectorize); the rest the same bodies with runtime sizes. */
+#define GDISPATCH(BODY)                                                                                             \
     do {                                                                                                            \
-        if ((D) == 4 && (Dg) == 4) BODY(4, 4);                                                                      \
-        else if ((D) == 4 && (Dg) == 3) BODY(4, 3);                                                                 \
-        else if ((D) == 8 && (Dg) == 8) BODY(8, 8);                                                                 \
-        else if ((D) == 8 && (Dg) == 7) BODY(8, 7);                                                                 \
-        else BODY((D), (Dg));                                                                                       \
+        const int64_t H_ = c->H, D_ = c->D, Dg_ = c->Dg, Dv_ = c->Dv;                                             \
+        if (H_ == 4 && D_ == 4 && Dv_ == 4 && Dg_ == 4) BODY(4, 4, 4, 4);                                           \
+        else if (H_ == 4 && D_ == 4 && Dv_ == 4 && Dg_ == 3) BODY(4, 4, 3, 4);                                      \
+        else if (H_ == 8 && D_ == 8 && Dv_ == 8 && Dg_ == 8) BODY(8, 8, 8, 8);                                      \
+        else if (H_ == 1) BODY(1, D_, Dg_, Dv_);                                                                    \
+        else BODY(H_, D_, Dg_, Dv_);                                                                                \
     } while (0)
+
+/* Nodes [i0, i1) of the forward, compiled for the vector ISAs (PN_VEC) */
+PN_VEC static void SFX(gfwd_range)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t i0,
+                                   int64_t i1, int64_t ld, const real *drop, real *out, real *stat, real *wedge,
+                                   real *buf) {
+#define GFWD_BODY(H, D, Dg, Dv)                                                                                     \
+    for (int64_t i = i0; i < i1; i++) SFX(gnode_fwd)(c, off, src, i, ld, drop, out, stat, wedge, buf, H, D, Dg, Dv)
+    GDISPATCH(GFWD_BODY);
+#undef GFWD_BODY
+}
 
 /* out (N, H, Dv) node-major, stat (H, N); drop (E, H) scaled dropout mask or NULL.
  * pn_graph_attention_weights passes out = NULL and wedge (E, H), which receives the weights w
  * per edge in CSR order (before dropout) instead of the aggregation. */
 static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t maxdeg,
                                const real *drop, real *out, real *stat, real *wedge) {
-    const int64_t N = c->Nq, H = c->H, D = c->D, Dg = c->Dg, ld = maxdeg + 1;
+    const int64_t N = c->Nq, H = c->H, ld = maxdeg + 1;
     int oom = 0;
     #pragma omp parallel if (off[N] * H * (c->D + c->Dv) > PN_PAR_MIN)
     {
@@ -170,13 +182,9 @@ static pn_status SFX(gforward)(const pn_attn_call *c, const int64_t *off, const 
             oom = 1;
         }
         /* dynamic: degrees differ; each node writes only its own rows */
-        #pragma omp for schedule(dynamic, 32)
-        for (int64_t i = 0; i < N; i++) {
-            if (!buf) continue;
-#define GFWD_BODY(D_, Dg_) SFX(gnode_fwd)(c, off, src, i, ld, drop, out, stat, wedge, buf, D_, Dg_)
-            GDISPATCH(D, Dg, GFWD_BODY);
-#undef GFWD_BODY
-        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t i0 = 0; i0 < N; i0 += GCHUNK)
+            if (buf) SFX(gfwd_range)(c, off, src, i0, i0 + GCHUNK < N ? i0 + GCHUNK : N, ld, drop, out, stat, wedge, buf);
         free(buf);
     }
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for edge buffers", c->op) : PN_OK;
@@ -193,16 +201,17 @@ typedef struct {
 
 /* One destination node of backward pass 1 (buf: 8 (H, ld) rows of scratch). */
 PN_INLINE void SFX(gnode_bw1)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t i, int64_t ld,
-                              const SFX(gbw_args) *a, real *buf, const int64_t D, const int64_t Dg) {
-    const int64_t N = c->Nq, H = c->H, Dv = c->Dv, e0 = off[i], deg = off[i + 1] - off[i];
+                              const SFX(gbw_args) *a, real *buf, const int64_t H, const int64_t D, const int64_t Dg,
+                              const int64_t Dv) {
+    const int64_t N = c->Nq, e0 = off[i], deg = off[i + 1] - off[i];
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized, gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     const int64_t R = GROWS(H, ld);
     real *G = buf, *K0 = G + R, *K1 = K0 + R, *GV = K1 + R, *S = GV + R, *W = S + R, *DK0 = W + R, *DK1 = DK0 + R;
     real *DP = DK0; /* dP per edge, read before the VJP writes DK0 */
     const int64_t *sr = src + e0;
-    SFX(ggather)(c, sr, deg, i, ld, G, K0, K1, GV, D, Dg);
-    SFX(gscores)(c, sr, deg, i, ld, G, K0, K1, S);
+    SFX(ggather)(c, sr, deg, i, ld, G, K0, K1, GV, H, D, Dg);
+    SFX(gscores)(c, sr, deg, i, ld, G, K0, K1, S, H);
     /* dP = dO_i·v_j per edge and head (or dW for the weights' backward), times the dropout mask */
     if (a->weights) {
         for (int64_t e = 0; e < deg; e++)
@@ -226,11 +235,16 @@ PN_INLINE void SFX(gnode_bw1)(const pn_attn_call *c, const int64_t *off, const i
         real *s = S + h * ld, *w = W + h * ld, *dpv = DP + h * ld, *dk0 = DK0 + h * ld, *dk1 = DK1 + h * ld;
         /* the forward's weights, from the saved statistic */
         const real st = a->stat[h * N + i];
-        for (int64_t e = 0; e < deg; e++) {
-            const real ge = gv ? gv[e] : 1;
-            if (norm == PN_NORM_SOFTMAX) {
-                w[e] = st == (real)-INFINITY ? 0 : pn_exp(s[e] - st) * ge;
-            } else {
+        if (norm == PN_NORM_SOFTMAX) {
+            if (st == (real)-INFINITY)
+                for (int64_t e = 0; e < deg; e++) w[e] = 0;
+            else if (gv)
+                for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - st) * gv[e];
+            else
+                for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - st);
+        } else {
+            for (int64_t e = 0; e < deg; e++) {
+                const real ge = gv ? gv[e] : 1;
                 real sg = 1 / (1 + pn_exp(-s[e]));
                 s[e] = sg;
                 w[e] = normalized ? (st > 0 ? sg * ge / st : 0) : sg * ge;
@@ -287,10 +301,17 @@ PN_INLINE void SFX(gnode_bw1)(const pn_attn_call *c, const int64_t *off, const i
     }
 }
 
+PN_VEC static void SFX(gbw1_range)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t i0,
+                                   int64_t i1, int64_t ld, const SFX(gbw_args) *a, real *buf) {
+#define GBW1_BODY(H, D, Dg, Dv) for (int64_t i = i0; i < i1; i++) SFX(gnode_bw1)(c, off, src, i, ld, a, buf, H, D, Dg, Dv)
+    GDISPATCH(GBW1_BODY);
+#undef GBW1_BODY
+}
+
 /* Pass 1, per destination node: dS, the score's VJP, dQ; per-edge results for pass 2. */
 static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, const int64_t *src, int64_t maxdeg,
                                  const SFX(gbw_args) *a) {
-    const int64_t N = c->Nq, H = c->H, D = c->D, Dg = c->Dg, ld = maxdeg + 1;
+    const int64_t N = c->Nq, H = c->H, ld = maxdeg + 1;
     int oom = 0;
     #pragma omp parallel if (off[N] * H * (c->D + c->Dv) > PN_PAR_MIN)
     {
@@ -299,13 +320,9 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
             #pragma omp atomic write
             oom = 1;
         }
-        #pragma omp for schedule(dynamic, 32)
-        for (int64_t i = 0; i < N; i++) {
-            if (!buf) continue;
-#define GBW1_BODY(D_, Dg_) SFX(gnode_bw1)(c, off, src, i, ld, a, buf, D_, Dg_)
-            GDISPATCH(D, Dg, GBW1_BODY);
-#undef GBW1_BODY
-        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t i0 = 0; i0 < N; i0 += GCHUNK)
+            if (buf) SFX(gbw1_range)(c, off, src, i0, i0 + GCHUNK < N ? i0 + GCHUNK : N, ld, a, buf);
         free(buf);
     }
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for edge buffers", c->op) : PN_OK;
@@ -314,8 +331,7 @@ static pn_status SFX(gbackward1)(const pn_attn_call *c, const int64_t *off, cons
 /* One source node j of pass 2: dk, dv rows (H·D, H·Dv) and the column sums over its edges. */
 PN_INLINE void SFX(gnode_bw2)(const pn_attn_call *c, const int64_t *roff, const int64_t *rev, const int64_t *dst,
                               const SFX(gbw_args) *a, int64_t j, real *dk, real *dv, double *dkt[2], double *dg,
-                              const int64_t D, const int64_t Dg) {
-    const int64_t H = c->H, Dv = c->Dv;
+                              const int64_t H, const int64_t D, const int64_t Dg, const int64_t Dv) {
     const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     real *dkj = dk + j * H * D, *dvj = dv ? dv + j * H * Dv : NULL; /* no dv: the weights' backward */
     const real *kj = (const real *)c->k + j * H * D;
@@ -347,19 +363,25 @@ PN_INLINE void SFX(gnode_bw2)(const pn_attn_call *c, const int64_t *roff, const 
     }
 }
 
+PN_VEC static void SFX(gbw2_range)(const pn_attn_call *c, const int64_t *roff, const int64_t *rev, const int64_t *dst,
+                                   const SFX(gbw_args) *a, int64_t j0, int64_t j1, real *dk, real *dv, double *dkt[2],
+                                   double *dg) {
+#define GBW2_BODY(H, D, Dg, Dv) for (int64_t j = j0; j < j1; j++) SFX(gnode_bw2)(c, roff, rev, dst, a, j, dk, dv, dkt, dg, H, D, Dg, Dv)
+    GDISPATCH(GBW2_BODY);
+#undef GBW2_BODY
+}
+
 /* Pass 2, per source node j over the edges leaving it (rev: edge ids grouped by source in
  * increasing order, roff (N+1), dst (E)): dK, dV (N, H, ·) and the column sums (N, H, zeroed),
  * without races. */
 static void SFX(gbackward2)(const pn_attn_call *c, const int64_t *roff, const int64_t *rev, const int64_t *dst,
                             const SFX(gbw_args) *a, real *dk, real *dv, double *dkt[2], double *dg) {
-    const int64_t N = c->Nq, H = c->H, D = c->D, Dg = c->Dg;
-    #pragma omp parallel for if (roff[N] * H * (c->D + c->Dv) > PN_PAR_MIN) schedule(dynamic, 32)
-    for (int64_t j = 0; j < N; j++) {
-#define GBW2_BODY(D_, Dg_) SFX(gnode_bw2)(c, roff, rev, dst, a, j, dk, dv, dkt, dg, D_, Dg_)
-        GDISPATCH(D, Dg, GBW2_BODY);
-#undef GBW2_BODY
-    }
+    const int64_t N = c->Nq, H = c->H;
+    #pragma omp parallel for if (roff[N] * H * (c->D + c->Dv) > PN_PAR_MIN) schedule(dynamic, 1)
+    for (int64_t j0 = 0; j0 < N; j0 += GCHUNK)
+        SFX(gbw2_range)(c, roff, rev, dst, a, j0, j0 + GCHUNK < N ? j0 + GCHUNK : N, dk, dv, dkt, dg);
 }
 
 #undef GDISPATCH
 #undef GROWS
+#undef GCHUNK
