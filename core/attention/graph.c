@@ -91,8 +91,16 @@ static pn_status csr_load(const char *OP, const pn_tensor *offsets, const pn_ten
         return pn_error(PN_ERR_OOM, "%s: out of memory", OP);
     }
     const char *po = pn_ptr(offsets), *ps = pn_ptr(src);
-    for (int64_t i = 0; i <= N; i++) g->off[i] = pn_ldi(po, offsets->dt, i * offsets->strides[0]);
-    for (int64_t e = 0; e < g->E; e++) g->src[e] = pn_ldi(ps, src->dt, e * src->strides[0]);
+    if (offsets->dt == PN_I64 && offsets->strides[0] == 1)
+        memcpy(g->off, po, sizeof(int64_t) * (size_t)(N + 1));
+    else
+        for (int64_t i = 0; i <= N; i++) g->off[i] = pn_ldi(po, offsets->dt, i * offsets->strides[0]);
+    if (src->dt == PN_I64 && src->strides[0] == 1)
+        memcpy(g->src, ps, sizeof(int64_t) * (size_t)g->E);
+    else if (src->dt == PN_I32 && src->strides[0] == 1)
+        for (int64_t e = 0; e < g->E; e++) g->src[e] = ((const int32_t *)ps)[e];
+    else
+        for (int64_t e = 0; e < g->E; e++) g->src[e] = pn_ldi(ps, src->dt, e * src->strides[0]);
     pn_status s = PN_OK;
     if (g->off[0] != 0 || g->off[N] != g->E)
         s = pn_error(PN_ERR_INDEX, "%s: offsets %s must start at 0 and end at the number of edges %lld (src %s), got %lld "
@@ -105,7 +113,9 @@ static pn_status csr_load(const char *OP, const pn_tensor *offsets, const pn_ten
         else if (d > g->maxdeg)
             g->maxdeg = d;
     }
-    for (int64_t e = 0; e < g->E && !s; e++)
+    int out_of_range = 0; /* one vectorised pass; the first culprit only when there is one */
+    for (int64_t e = 0; e < g->E; e++) out_of_range |= (g->src[e] < 0) | (g->src[e] >= N);
+    for (int64_t e = 0; e < g->E && !s && out_of_range; e++)
         if (g->src[e] < 0 || g->src[e] >= N)
             s = pn_error(PN_ERR_INDEX, "%s: src %s holds node %lld at edge %lld, outside [0, %lld) for q %s", OP,
                          pn_shape_str(src), (long long)g->src[e], (long long)e, (long long)N, pn_shape_str(q));
@@ -440,22 +450,26 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     }
     void *dq = pn_ptr(dq_t), *dk = pn_ptr(dk_t), *dv = dv_t ? pn_ptr(dv_t) : NULL;
     double *dqt[2] = {NULL, NULL}, *dkt[2] = {NULL, NULL}, *dg = NULL, *da_l = NULL, *da_r = NULL;
-    double *dparam = calloc((size_t)(NH * PN_NPARAM), sizeof(double));
-    void *eG = calloc((size_t)EH, es), *ew = calloc((size_t)EH, es), *ek[2] = {NULL, NULL}, *edg = NULL;
+    /* per (node, head) parameter gradients: only when a parameter is learnable (the VJPs
+     * write them for those alone); per-edge arrays: every entry is written by pass 1 */
+    unsigned learn = 0;
+    for (int64_t h = 0; h < H; h++) learn |= c.st.hp[h].learn;
+    double *dparam = learn ? calloc((size_t)(NH * PN_NPARAM), sizeof(double)) : NULL;
+    void *eG = malloc((size_t)EH * es), *ew = malloc((size_t)EH * es), *ek[2] = {NULL, NULL}, *edg = NULL;
     int64_t *roff = calloc((size_t)(N + 2), sizeof(int64_t)), *rev = malloc(sizeof(int64_t) * (size_t)EH);
     int64_t *dst = malloc(sizeof(int64_t) * (size_t)EH);
-    bool oom = !gc || !dparam || !eG || !ew || !roff || !rev || !dst;
+    bool oom = !gc || (learn && !dparam) || !eG || !ew || !roff || !rev || !dst;
     const pn_score_plan *pl = &c.st.plan;
     for (int m = 0; m < 2; m++) {
         if (pl->qterm[m] != PN_TERM_NONE) oom |= !(dqt[m] = calloc((size_t)NH, sizeof(double)));
         if (pl->kterm[m] != PN_TERM_NONE) {
             oom |= !(dkt[m] = calloc((size_t)NH, sizeof(double)));
-            oom |= !(ek[m] = calloc((size_t)EH, es));
+            oom |= !(ek[m] = malloc((size_t)EH * es));
         }
     }
     if (c.st.einstein) {
         oom |= !(dg = calloc((size_t)NH, sizeof(double)));
-        oom |= !(edg = calloc((size_t)EH, es));
+        oom |= !(edg = malloc((size_t)EH * es));
     }
     if (c.a_l) {
         oom |= !(da_l = calloc((size_t)(H * c.D), sizeof(double)));
@@ -506,7 +520,7 @@ pn_status pn_cpu_attention_graph_bwd(const pn_tensor *q, const pn_tensor *k, con
     memset(gpar, 0, sizeof(double) * (size_t)(PN_NPARAM * H));
     pn_attn_terms_backward(&c, dqt, dkt, dq, dk, da_l, da_r);
     if (dg) pn_attn_lorentz_backward(&c, dg, dv, gpar + PN_P_curvature * H);
-    for (int64_t i = 0; i < N; i++)
+    for (int64_t i = 0; i < N && dparam; i++)
         for (int64_t h = 0; h < H; h++)
             for (int p = 0; p < PN_NPARAM; p++) gpar[p * H + h] += dparam[(i * H + h) * PN_NPARAM + p];
 

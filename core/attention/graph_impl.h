@@ -195,7 +195,7 @@ typedef struct {
     bool weights;                         /* the weights' backward: dout = dW (E, H), no v */
     real *dq;                             /* (N, H, D), zeroed */
     double *dqt[2];                       /* (N, H) or NULL */
-    double *dparam;                       /* (N, H, PN_NPARAM) */
+    double *dparam;                       /* (N, H, PN_NPARAM), or NULL when no parameter is learnable */
     real *eG, *ek[2], *ew, *edg;          /* per edge (E, H): dG, ∂L/∂k-terms, m·w, ∂L/∂γ(v_src) */
 } SFX(gbw_args);
 
@@ -274,7 +274,7 @@ PN_INLINE void SFX(gnode_bw1)(const pn_attn_call *c, const int64_t *off, const i
         const real *q1 = c->qt[1] ? (const real *)c->qt[1] + i * H + h : NULL;
         c->st.plan.EPI_VJP(pp, 1, deg, deg, G + h * ld, q0, q1, c->kt[0] ? K0 + h * ld : NULL,
                            c->kt[1] ? K1 + h * ld : NULL, s, s, dqt, c->kt[0] ? dk0 : NULL, c->kt[1] ? dk1 : NULL,
-                           a->dparam + (i * H + h) * PN_NPARAM);
+                           a->dparam ? a->dparam + (i * H + h) * PN_NPARAM : NULL);
         for (int m = 0; m < 2; m++)
             if (a->dqt[m]) a->dqt[m][i * H + h] = dqt[m];
         for (int64_t e = 0; e < deg; e++) {
