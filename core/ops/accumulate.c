@@ -36,6 +36,23 @@ pn_status pn_cpu_accumulate(pn_tensor *acc, const pn_tensor *g) {
 /* Serial: the output is usually small (a bias), and the summation order stays fixed. */
 pn_status pn_cpu_sum_to(pn_tensor *out, const pn_tensor *g) {
     memset(pn_ptr(out), 0, (size_t)pn_numel(out) * pn_elsize(out->dt));
+    /* the common case (a bias gradient): g contiguous (R, …C) summed over its leading dims into
+     * out (…C) — one pass of unit-stride rows, the same additions in the same order as below */
+    if (g->dt == PN_F32 && pn_is_contiguous(g) && pn_is_contiguous(out) && out->nd <= g->nd) {
+        int64_t C = 1;
+        int k = 0;
+        for (; k < out->nd && out->sizes[out->nd - 1 - k] == g->sizes[g->nd - 1 - k]; k++) C *= out->sizes[out->nd - 1 - k];
+        for (; k < out->nd; k++)
+            if (out->sizes[out->nd - 1 - k] != 1) C = -1; /* out's dims left of the matched suffix must be 1 */
+        if (C > 0 && C == pn_numel(out)) {
+            const int64_t R = pn_numel(g) / C;
+            float *po = (float *)pn_ptr(out);
+            const float *px = (const float *)pn_ptr(g);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t i = 0; i < C; i++) po[i] += px[r * C + i];
+            return PN_OK;
+        }
+    }
     int64_t st[PN_ITER_MAX_OPS][PN_MAX_DIMS];
     pn_broadcast_strides(out, g->nd, g->sizes, st[0]);
     memcpy(st[1], g->strides, sizeof st[1]);

@@ -61,6 +61,52 @@ static void run(const pn_iter *it, pn_tensor *const *ops, row_fn fn, const void 
     }
 }
 
+/* numel of the trailing dims of x that match out's (x's dims left of them all 1), or -1 when
+ * x is not such a suffix of out; x contiguous */
+static int64_t suffix_numel(const pn_tensor *x, const pn_tensor *out) {
+    if (x->nd > out->nd || !pn_is_contiguous(x)) return -1;
+    int64_t C = 1;
+    int k = 0;
+    for (; k < x->nd && x->sizes[x->nd - 1 - k] == out->sizes[out->nd - 1 - k]; k++) C *= x->sizes[x->nd - 1 - k];
+    for (; k < x->nd; k++)
+        if (x->sizes[x->nd - 1 - k] != 1) return -1;
+    return C;
+}
+
+/* A row broadcast (a bias (C) against (R, C)): every input full-shape contiguous, a scalar, or
+ * a contiguous suffix of C elements; then R rows of C with unit strides, without pn_iter.
+ * Returns false (nothing done) for any other layout. */
+static bool run_rows(pn_tensor *out, int nin, pn_tensor *const *ins, pn_tensor *const *ops, row_fn fn,
+                     const void *ctx) {
+    int64_t n = pn_numel(out), C = -1, st[PN_ITER_MAX_OPS] = {1};
+    for (int k = 0; k < nin; k++) {
+        if (pn_same_shape(ins[k], out) && pn_is_contiguous(ins[k])) st[k + 1] = 1;
+        else if (pn_numel(ins[k]) == 1) st[k + 1] = 0;
+        else {
+            int64_t c = suffix_numel(ins[k], out);
+            if (c <= 1 || (C >= 0 && c != C)) return false;
+            C = c;
+            st[k + 1] = -1; /* one row of C, repeated */
+        }
+    }
+    if (C <= 0 || n % C) return false;
+    const int64_t R = n / C;
+    char *base[PN_ITER_MAX_OPS];
+    int64_t es[PN_ITER_MAX_OPS], ist[PN_ITER_MAX_OPS];
+    for (int k = 0; k <= nin; k++) {
+        base[k] = pn_ptr(ops[k]);
+        es[k] = (int64_t)pn_elsize(ops[k]->dt);
+        ist[k] = st[k] == 0 ? 0 : 1;
+    }
+    #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        char *p[PN_ITER_MAX_OPS];
+        for (int k = 0; k <= nin; k++) p[k] = base[k] + (st[k] == 1 ? r * C * es[k] : 0);
+        fn(ctx, C, p, ist);
+    }
+    return true;
+}
+
 /* Iterate out (fresh, contiguous, shape = the broadcast shape) with inputs ins[0..nin). */
 static void run_over(pn_tensor *out, int nin, pn_tensor *const *ins, row_fn fn, const void *ctx) {
     pn_tensor *ops[PN_ITER_MAX_OPS] = {out};
@@ -74,6 +120,7 @@ static void run_over(pn_tensor *out, int nin, pn_tensor *const *ins, row_fn fn, 
     }
     pn_iter it;
     if (flat) iter_flat(&it, n, nin + 1, st);
+    else if (run_rows(out, nin, ins, ops, fn, ctx)) return;
     else pn_iter_init(&it, out->nd, out->sizes, nin + 1, ops, NULL);
     run(&it, ops, fn, ctx);
 }
