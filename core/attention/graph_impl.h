@@ -44,16 +44,17 @@ PN_INLINE void SFX(ggather)(const pn_attn_call *c, const int64_t *sr, int64_t de
         for (int64_t h = 0; h < H; h++)
             for (int64_t e = 0; e < deg; e++) G[h * ld + e] = 0;
     }
-    real *dst[3] = {K0, K1, GV};
-    const void *from[3] = {c->kt[0], c->kt[1], c->g};
-    for (int m = 0; m < 3; m++) {
-        if (!from[m] || !dst[m]) continue;
-        const real *t = from[m];
-        for (int64_t e = 0; e < deg; e++) {
-            const real *tj = t + sr[e] * H;
-            for (int64_t h = 0; h < H; h++) dst[m][h * ld + e] = tj[h];
-        }
-    }
+    /* the keys' terms and Lorentz factors: (N, H) rows, one per neighbour, each spread over the
+     * node's (H, ld) scratch (written out per array so the head loop unrolls) */
+    if (c->kt[0])
+        for (int64_t e = 0; e < deg; e++)
+            for (int64_t h = 0; h < H; h++) K0[h * ld + e] = ((const real *)c->kt[0])[sr[e] * H + h];
+    if (c->kt[1])
+        for (int64_t e = 0; e < deg; e++)
+            for (int64_t h = 0; h < H; h++) K1[h * ld + e] = ((const real *)c->kt[1])[sr[e] * H + h];
+    if (c->g && GV)
+        for (int64_t e = 0; e < deg; e++)
+            for (int64_t h = 0; h < H; h++) GV[h * ld + e] = ((const real *)c->g)[sr[e] * H + h];
 }
 
 /* S (H, ld): the scores of node i over its neighbours from G, K0, K1 (ggather), every head;
@@ -152,6 +153,7 @@ PN_INLINE void SFX(gnode_fwd)(const pn_attn_call *c, const int64_t *off, const i
         const int64_t H_ = c->H, D_ = c->D, Dg_ = c->Dg, Dv_ = c->Dv;                                             \
         if (H_ == 4 && D_ == 4 && Dv_ == 4 && Dg_ == 4) BODY(4, 4, 4, 4);                                           \
         else if (H_ == 4 && D_ == 4 && Dv_ == 4 && Dg_ == 3) BODY(4, 4, 3, 4);                                      \
+        else if (H_ == 4 && D_ == 4 && Dv_ == 3 && Dg_ == 3) BODY(4, 4, 3, 3); /* einstein: Klein values */        \
         else if (H_ == 8 && D_ == 8 && Dv_ == 8 && Dg_ == 8) BODY(8, 8, 8, 8);                                      \
         else if (H_ == 1) BODY(1, D_, Dg_, Dv_);                                                                    \
         else BODY(H_, D_, Dg_, Dv_);                                                                                \
@@ -355,9 +357,10 @@ PN_INLINE void SFX(gnode_bw2)(const pn_attn_call *c, const int64_t *roff, const 
             const real *dO = a->dout + (i * H + h) * Dv;
             for (int64_t d = 0; d < Dv; d++) dvj[h * Dv + d] += we * dO[d];
         }
-        for (int m = 0; m < 2; m++)
-            if (dkt[m])
-                for (int64_t h = 0; h < H; h++) dkt[m][j * H + h] += a->ek[m][e * H + h];
+        if (dkt[0])
+            for (int64_t h = 0; h < H; h++) dkt[0][j * H + h] += a->ek[0][e * H + h];
+        if (dkt[1])
+            for (int64_t h = 0; h < H; h++) dkt[1][j * H + h] += a->ek[1][e * H + h];
         if (dg)
             for (int64_t h = 0; h < H; h++) dg[j * H + h] += a->edg[e * H + h];
     }
