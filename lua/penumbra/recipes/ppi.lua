@@ -90,7 +90,7 @@ end
 local function experiment(o)
   local config = {
     score = o.score, dataset = 'auto', path = '', synthetic_graphs = 24, synthetic_nodes = 2400, data_seed = 0,
-    epochs = o.epochs or 10, patience = 100, eval_every = 1, batch = 2, lr = 0.005, weight_decay = 0,
+    epochs = o.epochs or 10, patience = 100, eval_every = 1, batch = 2, lr = o.lr or 0.005, weight_decay = 0,
     hidden = 256, heads = '4,4,6', residual = true, qk_dim = 0, map = 'default', gamma = o.gamma or 1, r = o.r or 0,
     seed = 0, threads = 0,
   }
