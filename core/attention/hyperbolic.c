@@ -388,6 +388,17 @@ static void k2h_bwd(const pn_rowmap *m, const double *x, const double *y, const 
     if (!floored) axpy_row(gx, m->sc[C_] * (gk + g[D] / m->sc[SQC]) / (s * s * s), x, D);
 }
 
+/* block versions of every row kernel above (rowmap.h) */
+PN_ROWMAP_ROWS(expmap0)
+PN_ROWMAP_ROWS(logmap0)
+PN_ROWMAP_ROWS(project)
+PN_ROWMAP_ROWS(mobius)
+PN_ROWMAP_ROWS(dist)
+PN_ROWMAP_ROWS(p2k)
+PN_ROWMAP_ROWS(h2k)
+PN_ROWMAP_ROWS(k2p)
+PN_ROWMAP_ROWS(k2h)
+
 /* ---- public entry points ---------------------------------------------------------------------------------- */
 /* checks shared by every toolkit op; fills the constants of the header comment */
 static pn_status setup(pn_rowmap *m, const char *op, pn_tensor *x, pn_tensor *y, double c) {
@@ -419,6 +430,8 @@ pn_tensor *pn_hyp_expmap0(pn_tensor *x, double c) {
     if (setup(&m, "hyper.expmap0", x, NULL, c)) return NULL;
     m.fwd = expmap0_fwd;
     m.bwd = expmap0_bwd;
+    m.fwd_rows = expmap0_fwd_rows;
+    m.bwd_rows = expmap0_bwd_rows;
     m.bad_fmt = "|v| = %g: a tangent vector must be finite";
     return pn_rowmap_apply(&m, x, NULL);
 }
@@ -430,6 +443,8 @@ pn_tensor *pn_hyp_logmap0(pn_tensor *x, double c) {
     snprintf(fmt, sizeof fmt, BALL_FMT, c);
     m.fwd = logmap0_fwd;
     m.bwd = logmap0_bwd;
+    m.fwd_rows = logmap0_fwd_rows;
+    m.bwd_rows = logmap0_bwd_rows;
     m.bad_fmt = fmt;
     return pn_rowmap_apply(&m, x, NULL);
 }
@@ -439,6 +454,8 @@ pn_tensor *pn_hyp_project(pn_tensor *x, double c) {
     if (setup(&m, "hyper.project", x, NULL, c)) return NULL;
     m.fwd = project_fwd;
     m.bwd = project_bwd;
+    m.fwd_rows = project_fwd_rows;
+    m.bwd_rows = project_bwd_rows;
     m.bad_fmt = "|x| = %g: a point to project must be finite";
     return pn_rowmap_apply(&m, x, NULL);
 }
@@ -451,6 +468,8 @@ pn_tensor *pn_hyp_mobius_add(pn_tensor *x, pn_tensor *y, double c) {
     snprintf(fmt, sizeof fmt, BALL_FMT, c);
     m.fwd = mobius_fwd;
     m.bwd = mobius_bwd;
+    m.fwd_rows = mobius_fwd_rows;
+    m.bwd_rows = mobius_bwd_rows;
     m.bad_fmt = fmt;
     return pn_rowmap_apply(&m, x, y);
 }
@@ -464,6 +483,8 @@ pn_tensor *pn_hyp_dist(pn_tensor *x, pn_tensor *y, double c) {
     m.Dout = 0;
     m.fwd = dist_fwd;
     m.bwd = dist_bwd;
+    m.fwd_rows = dist_fwd_rows;
+    m.bwd_rows = dist_bwd_rows;
     m.bad_fmt = fmt;
     return pn_rowmap_apply(&m, x, y);
 }
@@ -487,6 +508,8 @@ pn_tensor *pn_hyp_to_klein(pn_tensor *x, int from_model, double c) {
         snprintf(fmt, sizeof fmt, BALL_FMT, c);
         m.fwd = p2k_fwd;
         m.bwd = p2k_bwd;
+    m.fwd_rows = p2k_fwd_rows;
+    m.bwd_rows = p2k_bwd_rows;
     } else if (from_model == PN_MODEL_HYPERBOLOID) {
         if (m.D < 2)
             return pn_error_null(PN_ERR_SHAPE, "%s: x %s: a hyperboloid point needs at least 2 coordinates "
@@ -496,6 +519,8 @@ pn_tensor *pn_hyp_to_klein(pn_tensor *x, int from_model, double c) {
         m.Dout = m.D - 1;
         m.fwd = h2k_fwd;
         m.bwd = h2k_bwd;
+    m.fwd_rows = h2k_fwd_rows;
+    m.bwd_rows = h2k_bwd_rows;
     } else {
         return pn_error_null(PN_ERR_ARG, "%s: x %s: from model %d (%s) is not supported; use hyperboloid or poincare",
                              op, pn_shape_str(x), from_model, model_name(from_model));
@@ -513,10 +538,14 @@ pn_tensor *pn_hyp_from_klein(pn_tensor *x, int to_model, double c) {
     if (to_model == PN_MODEL_POINCARE) {
         m.fwd = k2p_fwd;
         m.bwd = k2p_bwd;
+    m.fwd_rows = k2p_fwd_rows;
+    m.bwd_rows = k2p_bwd_rows;
     } else if (to_model == PN_MODEL_HYPERBOLOID) {
         m.Dout = m.D + 1;
         m.fwd = k2h_fwd;
         m.bwd = k2h_bwd;
+    m.fwd_rows = k2h_fwd_rows;
+    m.bwd_rows = k2h_bwd_rows;
     } else {
         return pn_error_null(PN_ERR_ARG, "%s: x %s: to model %d (%s) is not supported; use hyperboloid or poincare",
                              op, pn_shape_str(x), to_model, model_name(to_model));

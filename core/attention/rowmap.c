@@ -1,5 +1,5 @@
-/* rowmap.c — the row driver of rowmap.h: gathers each point (a row of the last dim) into
- * double scratch, runs the map's row kernel, stores the result, and runs the backward
+/* rowmap.c — the row driver of rowmap.h: packs blocks of points (rows of the last dim) into
+ * double scratch, runs the map's block kernel, stores the result, and runs the backward
  * kernel over the same rows. Rows are independent, so the row loop is an OpenMP loop and
  * results do not depend on the thread count. */
 #include "rowmap.h"
@@ -53,6 +53,46 @@ static inline void scatter(char *base, int dt, int64_t off, int64_t n, const dou
         double *p = (double *)base + off;
         for (int64_t k = 0; k < n; k++) p[k] = src[k];
     }
+}
+
+/* Rows are processed in blocks of up to BLK points: packed into double scratch, one call of
+ * the map's block kernel (or its row kernel per row), then stored. */
+enum { BLK = 128 };
+
+/* t holds its points packed in batch order, D numbers each: contiguous, with exactly the batch
+ * shape (nd, shape) before its last dim (no broadcast). Then point pt starts at pt·D and a
+ * block of points is one run of memory: converted in one flat loop, or read in place (f64). */
+static bool packed(const pn_tensor *t, int nd, const int64_t *shape, int tnd) {
+    if (tnd != nd || !pn_is_contiguous((pn_tensor *)t)) return false;
+    for (int i = 0; i < nd; i++)
+        if (t->sizes[i] != shape[i]) return false;
+    return true;
+}
+
+/* n numbers of a contiguous f32/f64 run → double (dst), or a pointer to the run itself (f64) */
+static inline const double *load_run(const char *base, int dt, int64_t off, int64_t n, double *dst) {
+    if (dt == PN_F64) return (const double *)base + off;
+    const float *p = (const float *)base + off;
+    for (int64_t k = 0; k < n; k++) dst[k] = p[k];
+    return dst;
+}
+
+static int64_t rows_fwd_generic(const pn_rowmap *m, int64_t n, const double *x, const double *y, double *out,
+                                int *rej, double *bad) {
+    const int64_t D = m->D, Do = m->Dout > 0 ? m->Dout : 1;
+    int64_t first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double bv = 0;
+        int r = m->fwd(m, x + i * D, y ? y + i * D : NULL, out + i * Do, &bv);
+        if (r && first < 0) first = i, *rej = r, *bad = bv;
+    }
+    return first;
+}
+
+static void rows_bwd_generic(const pn_rowmap *m, int64_t n, const double *x, const double *y, const double *g,
+                             double *gx, double *gy) {
+    const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;
+    for (int64_t i = 0; i < n; i++) m->bwd(m, x + i * D, y ? y + i * D : NULL, g + i * Dg, gx + i * D, gy + i * D);
 }
 
 /* the batch shape: x's leading dims, or their broadcast with y's */
@@ -110,7 +150,7 @@ pn_status pn_cpu_rowmap_bwd(const pn_rowmap *m, const pn_tensor *x, const pn_ten
     PN_TRY(batch_shape(m, (pn_tensor *)x, (pn_tensor *)y, &bnd, bshape));
     const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;
     int nth = omp_get_max_threads();
-    const int64_t W = 5 * D + Dg;
+    const int64_t W = BLK * (4 * D + Dg); /* per thread: x, y, gx, gy (D each) and gout (Dg) rows */
     double *scratch = malloc(sizeof(double) * (size_t)(W * nth));
     if (!scratch) return pn_error(PN_ERR_OOM, "%s: out of memory in backward", m->op);
 
@@ -137,22 +177,32 @@ pn_status pn_cpu_rowmap_bwd(const pn_rowmap *m, const pn_tensor *x, const pn_ten
     const char *gb = pn_ptr(gout), *xb = pn_ptr(x), *yb = y ? pn_ptr(y) : NULL;
     char *gxb = gx ? pn_ptr(gx) : NULL, *gyb = gy ? pn_ptr(gy) : NULL;
     const int dt = m->dt;
+    const bool xp = packed(x, bnd, bshape, x->nd - 1), yp = !y || packed(y, bnd, bshape, y->nd - 1),
+               gp = packed(gout, bnd, bshape, m->Dout > 0 ? gout->nd - 1 : gout->nd);
+    const pn_rows_bwd rows = m->bwd_rows ? m->bwd_rows : rows_bwd_generic;
 #pragma omp parallel if (it.numel * D > PN_PAR_MIN)
     {
         double *s = scratch + W * omp_get_thread_num();
-        double *xs = s, *ys = s + D, *gxs = s + 2 * D, *gys = s + 3 * D, *gs = s + 5 * D;
+        double *xs = s, *ys = s + BLK * D, *gxs = s + 2 * BLK * D, *gys = s + 3 * BLK * D, *gs = s + 4 * BLK * D;
         int64_t off[PN_ITER_MAX_OPS], lo, hi;
         thread_range(it.numel, &lo, &hi);
-        for (int64_t pt = lo; pt < hi; pt++) { /* over points: the batch often merges into one row */
-            const int64_t i = pt % it.inner;
-            if (i == 0 || pt == lo) pn_iter_row(&it, pt / it.inner, off);
-            gather(xb, dt, off[2] + i * it.istride[2], xst, D, xs);
-            if (yb) gather(yb, dt, off[3] + i * it.istride[3], yst, D, ys);
-            gather(gb, dt, off[1] + i * it.istride[1], gst, Dg, gs);
-            m->bwd(m, xs, yb ? ys : NULL, gs, gxs, gys);
-            int64_t o = off[0] + i * it.istride[0];
-            if (gxb) scatter(gxb, dt, o, D, gxs);
-            if (gyb) scatter(gyb, dt, o, D, gys);
+        for (int64_t b = lo; b < hi; b += BLK) {
+            const int64_t n = hi - b < BLK ? hi - b : BLK;
+            const double *xr = xs, *yr = ys, *gr = gs;
+            if (xp) xr = load_run(xb, dt, b * D, n * D, xs);
+            if (yb && yp) yr = load_run(yb, dt, b * D, n * D, ys);
+            if (gp) gr = load_run(gb, dt, b * Dg, n * Dg, gs);
+            if (!xp || !yp || !gp)
+                for (int64_t pt = b; pt < b + n; pt++) { /* the batch often merges into one row */
+                    const int64_t i = pt % it.inner, k = pt - b;
+                    if (i == 0 || pt == b) pn_iter_row(&it, pt / it.inner, off);
+                    if (!xp) gather(xb, dt, off[2] + i * it.istride[2], xst, D, xs + k * D);
+                    if (yb && !yp) gather(yb, dt, off[3] + i * it.istride[3], yst, D, ys + k * D);
+                    if (!gp) gather(gb, dt, off[1] + i * it.istride[1], gst, Dg, gs + k * Dg);
+                }
+            rows(m, n, xr, yb ? yr : NULL, gr, gxs, gys);
+            if (gxb) scatter(gxb, dt, b * D, n * D, gxs);
+            if (gyb) scatter(gyb, dt, b * D, n * D, gys);
         }
     }
     free(scratch);
@@ -222,7 +272,7 @@ pn_status pn_cpu_rowmap_fwd(const pn_rowmap *mp, const pn_tensor *x, const pn_te
     PN_TRY(batch_shape(&m, (pn_tensor *)x, (pn_tensor *)y, &bnd, bshape));
     const int64_t D = m.D, Do = m.Dout > 0 ? m.Dout : 1;
     int nth = omp_get_max_threads();
-    const int64_t W = 2 * D + Do;
+    const int64_t W = BLK * (2 * D + Do); /* per thread: x, y (D each) and out (Do) rows */
     double *scratch = malloc(sizeof(double) * (size_t)(W * nth));
     if (!scratch) return pn_error(PN_ERR_OOM, "%s: out of memory", m.op);
 
@@ -240,31 +290,43 @@ pn_status pn_cpu_rowmap_fwd(const pn_rowmap *mp, const pn_tensor *x, const pn_te
     const int64_t xst = x->strides[x->nd - 1], yst = y ? y->strides[y->nd - 1] : 0;
     const char *xb = pn_ptr(x), *yb = y ? pn_ptr(y) : NULL;
     char *ob = pn_ptr(out);
+    const bool xp = packed(x, bnd, bshape, x->nd - 1), yp = !y || packed(y, bnd, bshape, y->nd - 1);
+    const pn_rows_fwd rows = m.fwd_rows ? m.fwd_rows : rows_fwd_generic;
     int64_t bad_row = INT64_MAX;
     int bad_arg = 0;
     double bad_val = 0;
 #pragma omp parallel if (it.numel * D > PN_PAR_MIN)
     {
         double *s = scratch + W * omp_get_thread_num();
-        double *xs = s, *ys = s + D, *os = s + 2 * D;
+        double *xs = s, *ys = s + BLK * D, *os = s + 2 * BLK * D;
         int64_t off[PN_ITER_MAX_OPS], lo, hi;
         thread_range(it.numel, &lo, &hi);
         int64_t my_row = INT64_MAX;
         int my_arg = 0;
         double my_val = 0;
-        for (int64_t pt = lo; pt < hi; pt++) { /* over points: the batch often merges into one row */
-            const int64_t i = pt % it.inner;
-            if (i == 0 || pt == lo) pn_iter_row(&it, pt / it.inner, off);
-            gather(xb, m.dt, off[1] + i * it.istride[1], xst, D, xs);
-            if (yb) gather(yb, m.dt, off[2] + i * it.istride[2], yst, D, ys);
+        for (int64_t b = lo; b < hi; b += BLK) {
+            const int64_t n = hi - b < BLK ? hi - b : BLK;
+            const double *xr = xs, *yr = ys;
+            if (xp) xr = load_run(xb, m.dt, b * D, n * D, xs);
+            if (yb && yp) yr = load_run(yb, m.dt, b * D, n * D, ys);
+            if (!xp || !yp)
+                for (int64_t pt = b; pt < b + n; pt++) { /* the batch often merges into one row */
+                    const int64_t i = pt % it.inner, k = pt - b;
+                    if (i == 0 || pt == b) pn_iter_row(&it, pt / it.inner, off);
+                    if (!xp) gather(xb, m.dt, off[1] + i * it.istride[1], xst, D, xs + k * D);
+                    if (yb && !yp) gather(yb, m.dt, off[2] + i * it.istride[2], yst, D, ys + k * D);
+                }
+            /* f64: the kernel writes the output in place */
+            double *orow = m.dt == PN_F64 ? (double *)ob + b * Do : os;
+            int rej = 0;
             double bv = 0;
-            int rej = m.fwd(&m, xs, yb ? ys : NULL, os, &bv);
-            if (rej && pt < my_row) { /* the first rejected point, whatever the thread count */
-                my_row = pt;
+            int64_t k = rows(&m, n, xr, yb ? yr : NULL, orow, &rej, &bv);
+            if (k >= 0 && b + k < my_row) { /* the first rejected point, whatever the thread count */
+                my_row = b + k;
                 my_arg = rej;
                 my_val = bv;
             }
-            scatter(ob, m.dt, off[0] + i * it.istride[0], Do, os);
+            if (m.dt != PN_F64) scatter(ob, m.dt, b * Do, n * Do, os);
         }
 #pragma omp critical(pn_rowmap_bad)
         if (my_row < bad_row) {

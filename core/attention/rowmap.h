@@ -6,8 +6,9 @@
  * style). A map is a pair of row kernels written once in double precision:
  *   fwd(x, y) → out            (one row; returns nonzero to reject the row, see below)
  *   bwd(x, y, gout) → gx, gy   (the vector-Jacobian product of the same row)
- * The driver gathers each row into double scratch (any strides, f32 or f64), runs the
- * kernel, stores the result in the tensor's dtype, records the autograd node and runs the
+ * The driver packs blocks of rows into double scratch (any strides, f32 or f64; a contiguous
+ * input is one flat conversion, or read in place when f64), runs the kernel once per block
+ * (PN_ROWMAP_ROWS wraps the row kernel in the row loop), stores the result in the tensor's dtype, records the autograd node and runs the
  * backward over the same rows. Doing the maths per row in double is what lets the kernels
  * use the stable rewrites and clamps of the papers' formulas (see each kernel) without a
  * chain of tensor ops, each of which would round to f32 and could overflow on its own.
@@ -26,6 +27,15 @@ typedef int (*pn_row_fwd)(const pn_rowmap *m, const double *x, const double *y, 
 /* g: (Dout) or (1); gx, gy: (D) — both always written (gy ignored for one-input maps) */
 typedef void (*pn_row_bwd)(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx,
                            double *gy);
+/* The same kernels over n consecutive packed rows (x, y: (n, D); out: (n, Dout|1); g: (n, Dout|1);
+ * gx, gy: (n, D)), generated from the row kernels by PN_ROWMAP_ROWS so the maths stays written
+ * once: one indirect call per block of rows instead of one per row, and the row kernel inlined.
+ * fwd_rows returns the index of the first rejected row of the block (its fwd code in *rej and
+ * value in *bad), or -1; every row's output is written either way. */
+typedef int64_t (*pn_rows_fwd)(const pn_rowmap *m, int64_t n, const double *x, const double *y, double *out,
+                               int *rej, double *bad);
+typedef void (*pn_rows_bwd)(const pn_rowmap *m, int64_t n, const double *x, const double *y, const double *g,
+                            double *gx, double *gy);
 
 struct pn_rowmap {
     const char *op;        /* name in error messages and grad_fn, e.g. "hyper.dist" */
@@ -38,8 +48,30 @@ struct pn_rowmap {
     int64_t iv[2];
     pn_row_fwd fwd;
     pn_row_bwd bwd;
+    pn_rows_fwd fwd_rows;  /* optional (NULL: the driver calls fwd per row) */
+    pn_rows_bwd bwd_rows;  /* optional (NULL: bwd per row) */
     const char *bad_fmt;   /* printf format with one %g: why a rejected row cannot be mapped */
 };
+
+/* Defines name##_fwd_rows and name##_bwd_rows from the row kernels name##_fwd, name##_bwd. */
+#define PN_ROWMAP_ROWS(name)                                                                                     \
+    static int64_t name##_fwd_rows(const pn_rowmap *m, int64_t n, const double *x, const double *y, double *out, \
+                                   int *rej, double *bad) {                                                      \
+        const int64_t D = m->D, Do = m->Dout > 0 ? m->Dout : 1;                                                  \
+        int64_t first = -1;                                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                                        \
+            double bv = 0;                                                                                       \
+            int r = name##_fwd(m, x + i * D, y ? y + i * D : NULL, out + i * Do, &bv);                           \
+            if (r && first < 0) first = i, *rej = r, *bad = bv;                                                  \
+        }                                                                                                        \
+        return first;                                                                                            \
+    }                                                                                                            \
+    static void name##_bwd_rows(const pn_rowmap *m, int64_t n, const double *x, const double *y, const double *g, \
+                                double *gx, double *gy) {                                                        \
+        const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;                                                  \
+        for (int64_t i = 0; i < n; i++)                                                                          \
+            name##_bwd(m, x + i * D, y ? y + i * D : NULL, g + i * Dg, gx + i * D, gy + i * D);                  \
+    }
 
 /* Generic checks shared by every map: x (and y) non-nil, f32/f64, cpu, at least 1 dim, and
  * for two inputs the same dtype and the same last dim. */
