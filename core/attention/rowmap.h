@@ -53,11 +53,19 @@ struct pn_rowmap {
     const char *bad_fmt;   /* printf format with one %g: why a rejected row cannot be mapped */
 };
 
-/* Defines name##_fwd_rows and name##_bwd_rows from the row kernels name##_fwd, name##_bwd. */
+/* Defines name##_fwd_rows and name##_bwd_rows from the row kernels name##_fwd, name##_bwd.
+ * PN_FLATTEN inlines the row kernel (and its inline helpers) into the row loop; the loop is
+ * instantiated again for D = 3 and D = 4 (the head dims of the hyperbolic models) on a copy of
+ * the map whose D is a constant, so the kernels' loops over coordinates unroll. Same maths,
+ * same order of operations in every instance. */
+#if defined(__GNUC__)
+#define PN_FLATTEN __attribute__((flatten))
+#else
+#define PN_FLATTEN
+#endif
 #define PN_ROWMAP_ROWS(name)                                                                                     \
-    static int64_t name##_fwd_rows(const pn_rowmap *m, int64_t n, const double *x, const double *y, double *out, \
-                                   int *rej, double *bad) {                                                      \
-        const int64_t D = m->D, Do = m->Dout > 0 ? m->Dout : 1;                                                  \
+    static inline int64_t name##_fwd_loop(const pn_rowmap *m, int64_t D, int64_t Do, int64_t n, const double *x, \
+                                          const double *y, double *out, int *rej, double *bad) {                 \
         int64_t first = -1;                                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                                        \
             double bv = 0;                                                                                       \
@@ -66,11 +74,40 @@ struct pn_rowmap {
         }                                                                                                        \
         return first;                                                                                            \
     }                                                                                                            \
-    static void name##_bwd_rows(const pn_rowmap *m, int64_t n, const double *x, const double *y, const double *g, \
-                                double *gx, double *gy) {                                                        \
-        const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;                                                  \
+    static PN_FLATTEN int64_t name##_fwd_rows(const pn_rowmap *m, int64_t n, const double *x, const double *y,   \
+                                              double *out, int *rej, double *bad) {                              \
+        const int64_t Do = m->Dout > 0 ? m->Dout : 1;                                                            \
+        if (m->D == 3 || m->D == 4) {                                                                            \
+            pn_rowmap k = *m;                                                                                    \
+            if (m->D == 3) {                                                                                     \
+                k.D = 3;                                                                                         \
+                return name##_fwd_loop(&k, 3, Do, n, x, y, out, rej, bad);                                       \
+            }                                                                                                    \
+            k.D = 4;                                                                                             \
+            return name##_fwd_loop(&k, 4, Do, n, x, y, out, rej, bad);                                           \
+        }                                                                                                        \
+        return name##_fwd_loop(m, m->D, Do, n, x, y, out, rej, bad);                                             \
+    }                                                                                                            \
+    static inline void name##_bwd_loop(const pn_rowmap *m, int64_t D, int64_t Dg, int64_t n, const double *x,    \
+                                       const double *y, const double *g, double *gx, double *gy) {               \
         for (int64_t i = 0; i < n; i++)                                                                          \
             name##_bwd(m, x + i * D, y ? y + i * D : NULL, g + i * Dg, gx + i * D, gy + i * D);                  \
+    }                                                                                                            \
+    static PN_FLATTEN void name##_bwd_rows(const pn_rowmap *m, int64_t n, const double *x, const double *y,      \
+                                           const double *g, double *gx, double *gy) {                            \
+        const int64_t Dg = m->Dout > 0 ? m->Dout : 1;                                                            \
+        if (m->D == 3 || m->D == 4) {                                                                            \
+            pn_rowmap k = *m;                                                                                    \
+            if (m->D == 3) {                                                                                     \
+                k.D = 3;                                                                                         \
+                name##_bwd_loop(&k, 3, Dg, n, x, y, g, gx, gy);                                                  \
+                return;                                                                                          \
+            }                                                                                                    \
+            k.D = 4;                                                                                             \
+            name##_bwd_loop(&k, 4, Dg, n, x, y, g, gx, gy);                                                      \
+            return;                                                                                              \
+        }                                                                                                        \
+        name##_bwd_loop(m, m->D, Dg, n, x, y, g, gx, gy);                                                        \
     }
 
 /* Generic checks shared by every map: x (and y) non-nil, f32/f64, cpu, at least 1 dim, and
