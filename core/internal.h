@@ -154,6 +154,10 @@ pn_status pn_broadcast_shape(const char *op, int nda, const int64_t *sa, int ndb
 /* Strides of t viewed at shape (nd, shape): right-aligned, 0 where t has size 1 or is missing.
  * Caller has checked that t broadcasts to shape. */
 void pn_broadcast_strides(const pn_tensor *t, int nd, const int64_t *shape, int64_t *strides);
+/* When t is contiguous and its shape is a trailing part of big's (t's dims left of the match
+ * all 1) — a bias (C) against (R, C) — the number of elements of that part (= numel(t));
+ * otherwise -1. The row-broadcast fast paths of elementwise ops and sum_to use it. */
+int64_t pn_suffix_numel(const pn_tensor *t, const pn_tensor *big);
 /* Checks dtype/device: float tensors for differentiable maths. */
 pn_status pn_check_float(const char *op, const char *arg, const pn_tensor *t);
 pn_status pn_check_cpu(const char *op, const char *arg, const pn_tensor *t);

@@ -99,6 +99,16 @@ pn_status pn_broadcast_shape(const char *op, int nda, const int64_t *sa, int ndb
     return PN_OK;
 }
 
+int64_t pn_suffix_numel(const pn_tensor *t, const pn_tensor *big) {
+    if (t->nd > big->nd || !pn_is_contiguous(t)) return -1;
+    int64_t C = 1;
+    int k = 0;
+    for (; k < t->nd && t->sizes[t->nd - 1 - k] == big->sizes[big->nd - 1 - k]; k++) C *= t->sizes[t->nd - 1 - k];
+    for (; k < t->nd; k++)
+        if (t->sizes[t->nd - 1 - k] != 1) return -1;
+    return C;
+}
+
 void pn_broadcast_strides(const pn_tensor *t, int nd, const int64_t *shape, int64_t *strides) {
     for (int i = 0; i < nd; i++) {
         int it = t->nd - nd + i;

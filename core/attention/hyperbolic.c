@@ -214,7 +214,7 @@ static void mobius_bwd(const pn_rowmap *m, const double *x, const double *y, con
                        double *gy) {
     int64_t D = m->D;
     double c = m->sc[C_], bad;
-    mob s;
+    mob s = {0}; /* the forward accepted this row, so setup fills s; zeroed for the compiler */
     mob_setup(m, x, y, &s, &bad);
     double gX = 0, gY = 0, gO = 0;
     for (int64_t i = 0; i < D; i++) {
@@ -269,7 +269,7 @@ static int dist_fwd(const pn_rowmap *m, const double *x, const double *y, double
 static void dist_bwd(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx, double *gy) {
     int64_t D = m->D;
     double c = m->sc[C_], sq = m->sc[SQC], bad;
-    dst s;
+    dst s = {0}; /* as in mobius_bwd */
     dist_setup(m, x, y, &s, &bad);
     if (s.delta == 0 || s.z > m->sc[AMAX]) {
         memset(gx, 0, sizeof(double) * (size_t)D);
@@ -428,10 +428,7 @@ static pn_status setup(pn_rowmap *m, const char *op, pn_tensor *x, pn_tensor *y,
 pn_tensor *pn_hyp_expmap0(pn_tensor *x, double c) {
     pn_rowmap m;
     if (setup(&m, "hyper.expmap0", x, NULL, c)) return NULL;
-    m.fwd = expmap0_fwd;
-    m.bwd = expmap0_bwd;
-    m.fwd_rows = expmap0_fwd_rows;
-    m.bwd_rows = expmap0_bwd_rows;
+    PN_ROWMAP_USE(m, expmap0);
     m.bad_fmt = "|v| = %g: a tangent vector must be finite";
     return pn_rowmap_apply(&m, x, NULL);
 }
@@ -441,10 +438,7 @@ pn_tensor *pn_hyp_logmap0(pn_tensor *x, double c) {
     char fmt[200];
     if (setup(&m, "hyper.logmap0", x, NULL, c)) return NULL;
     snprintf(fmt, sizeof fmt, BALL_FMT, c);
-    m.fwd = logmap0_fwd;
-    m.bwd = logmap0_bwd;
-    m.fwd_rows = logmap0_fwd_rows;
-    m.bwd_rows = logmap0_bwd_rows;
+    PN_ROWMAP_USE(m, logmap0);
     m.bad_fmt = fmt;
     return pn_rowmap_apply(&m, x, NULL);
 }
@@ -452,10 +446,7 @@ pn_tensor *pn_hyp_logmap0(pn_tensor *x, double c) {
 pn_tensor *pn_hyp_project(pn_tensor *x, double c) {
     pn_rowmap m;
     if (setup(&m, "hyper.project", x, NULL, c)) return NULL;
-    m.fwd = project_fwd;
-    m.bwd = project_bwd;
-    m.fwd_rows = project_fwd_rows;
-    m.bwd_rows = project_bwd_rows;
+    PN_ROWMAP_USE(m, project);
     m.bad_fmt = "|x| = %g: a point to project must be finite";
     return pn_rowmap_apply(&m, x, NULL);
 }
@@ -466,10 +457,7 @@ pn_tensor *pn_hyp_mobius_add(pn_tensor *x, pn_tensor *y, double c) {
     if (!y) return pn_error_null(PN_ERR_ARG, "hyper.mobius_add: y is nil");
     if (setup(&m, "hyper.mobius_add", x, y, c)) return NULL;
     snprintf(fmt, sizeof fmt, BALL_FMT, c);
-    m.fwd = mobius_fwd;
-    m.bwd = mobius_bwd;
-    m.fwd_rows = mobius_fwd_rows;
-    m.bwd_rows = mobius_bwd_rows;
+    PN_ROWMAP_USE(m, mobius);
     m.bad_fmt = fmt;
     return pn_rowmap_apply(&m, x, y);
 }
@@ -481,10 +469,7 @@ pn_tensor *pn_hyp_dist(pn_tensor *x, pn_tensor *y, double c) {
     if (setup(&m, "hyper.dist", x, y, c)) return NULL;
     snprintf(fmt, sizeof fmt, BALL_FMT, c);
     m.Dout = 0;
-    m.fwd = dist_fwd;
-    m.bwd = dist_bwd;
-    m.fwd_rows = dist_fwd_rows;
-    m.bwd_rows = dist_bwd_rows;
+    PN_ROWMAP_USE(m, dist);
     m.bad_fmt = fmt;
     return pn_rowmap_apply(&m, x, y);
 }
@@ -506,10 +491,7 @@ pn_tensor *pn_hyp_to_klein(pn_tensor *x, int from_model, double c) {
     if (setup(&m, op, x, NULL, c)) return NULL;
     if (from_model == PN_MODEL_POINCARE) {
         snprintf(fmt, sizeof fmt, BALL_FMT, c);
-        m.fwd = p2k_fwd;
-        m.bwd = p2k_bwd;
-    m.fwd_rows = p2k_fwd_rows;
-    m.bwd_rows = p2k_bwd_rows;
+        PN_ROWMAP_USE(m, p2k);
     } else if (from_model == PN_MODEL_HYPERBOLOID) {
         if (m.D < 2)
             return pn_error_null(PN_ERR_SHAPE, "%s: x %s: a hyperboloid point needs at least 2 coordinates "
@@ -517,10 +499,7 @@ pn_tensor *pn_hyp_to_klein(pn_tensor *x, int from_model, double c) {
         snprintf(fmt, sizeof fmt, "|x_-|/x_d = %%g: not on the upper sheet of the hyperboloid (needs "
                  "0 <= |x_-| < x_d, time-like coordinate last)");
         m.Dout = m.D - 1;
-        m.fwd = h2k_fwd;
-        m.bwd = h2k_bwd;
-    m.fwd_rows = h2k_fwd_rows;
-    m.bwd_rows = h2k_bwd_rows;
+        PN_ROWMAP_USE(m, h2k);
     } else {
         return pn_error_null(PN_ERR_ARG, "%s: x %s: from model %d (%s) is not supported; use hyperboloid or poincare",
                              op, pn_shape_str(x), from_model, model_name(from_model));
@@ -536,16 +515,10 @@ pn_tensor *pn_hyp_from_klein(pn_tensor *x, int to_model, double c) {
     if (setup(&m, op, x, NULL, c)) return NULL;
     snprintf(fmt, sizeof fmt, "sqrt(c)*|k| = %%g with c = %g: outside the Klein ball (needs < 1)", c);
     if (to_model == PN_MODEL_POINCARE) {
-        m.fwd = k2p_fwd;
-        m.bwd = k2p_bwd;
-    m.fwd_rows = k2p_fwd_rows;
-    m.bwd_rows = k2p_bwd_rows;
+        PN_ROWMAP_USE(m, k2p);
     } else if (to_model == PN_MODEL_HYPERBOLOID) {
         m.Dout = m.D + 1;
-        m.fwd = k2h_fwd;
-        m.bwd = k2h_bwd;
-    m.fwd_rows = k2h_fwd_rows;
-    m.bwd_rows = k2h_bwd_rows;
+        PN_ROWMAP_USE(m, k2h);
     } else {
         return pn_error_null(PN_ERR_ARG, "%s: x %s: to model %d (%s) is not supported; use hyperboloid or poincare",
                              op, pn_shape_str(x), to_model, model_name(to_model));

@@ -263,10 +263,9 @@ static pn_status check_map(const char *op, pn_tensor *x) {
     return PN_OK;
 }
 
-static pn_tensor *run_map(const char *op, pn_tensor *x, pn_row_fwd f, pn_row_bwd b, pn_rows_fwd fr, pn_rows_bwd br,
-                          double s0, double s1, int64_t i0) {
-    pn_rowmap m = {.op = op, .arg = {"x", "y"}, .nin = 1, .fwd = f, .bwd = b, .fwd_rows = fr, .bwd_rows = br,
-                   .bad_fmt = "%g"};
+static pn_tensor *run_map(const char *op, pn_tensor *x, pn_rows_fwd fr, pn_rows_bwd br, double s0, double s1,
+                          int64_t i0) {
+    pn_rowmap m = {.op = op, .arg = {"x", "y"}, .nin = 1, .fwd_rows = fr, .bwd_rows = br, .bad_fmt = "%g"};
     m.D = m.Dout = x->sizes[x->nd - 1];
     m.sc[0] = s0;
     m.sc[1] = s1;
@@ -276,19 +275,19 @@ static pn_tensor *run_map(const char *op, pn_tensor *x, pn_row_fwd f, pn_row_bwd
 
 pn_tensor *pn_map_psi(pn_tensor *x) {
     if (check_map("maps.psi", x)) return NULL;
-    return run_map("maps.psi", x, psi_fwd, psi_bwd, psi_fwd_rows, psi_bwd_rows, 0, x->dt == PN_F32 ? FLT_MIN : DBL_MIN, 0);
+    return run_map("maps.psi", x, psi_fwd_rows, psi_bwd_rows, 0, x->dt == PN_F32 ? FLT_MIN : DBL_MIN, 0);
 }
 
 pn_tensor *pn_map_xi(pn_tensor *x, double h) {
     if (check_map("maps.xi", x)) return NULL;
     if (!(h > 0) || isinf(h))
         return pn_error_null(PN_ERR_ARG, "maps.xi: x %s: h = %g must be a positive finite height", pn_shape_str(x), h);
-    return run_map("maps.xi", x, xi_fwd, xi_bwd, xi_fwd_rows, xi_bwd_rows, h, x->dt == PN_F32 ? FLT_MIN : DBL_MIN, 0);
+    return run_map("maps.xi", x, xi_fwd_rows, xi_bwd_rows, h, x->dt == PN_F32 ? FLT_MIN : DBL_MIN, 0);
 }
 
 pn_tensor *pn_map_pseudopolar(pn_tensor *x) {
     if (check_map("maps.pseudopolar", x)) return NULL;
-    return run_map("maps.pseudopolar", x, pp_fwd, pp_bwd, pp_fwd_rows, pp_bwd_rows, x->dt == PN_F32 ? 1e-6 : 1e-12, 0, 0);
+    return run_map("maps.pseudopolar", x, pp_fwd_rows, pp_bwd_rows, x->dt == PN_F32 ? 1e-6 : 1e-12, 0, 0);
 }
 
 pn_tensor *pn_map_exp0(pn_tensor *x, double h, int scale_last) {
@@ -296,5 +295,5 @@ pn_tensor *pn_map_exp0(pn_tensor *x, double h, int scale_last) {
     if (h == h && !(h > 0))
         return pn_error_null(PN_ERR_ARG, "maps.exp0: x %s: h = %g must be a positive height (NaN for none)",
                              pn_shape_str(x), h);
-    return run_map("maps.exp0", x, exp0_fwd, exp0_bwd, exp0_fwd_rows, exp0_bwd_rows, h, x->dt == PN_F32 ? 30.0 : 300.0, scale_last != 0);
+    return run_map("maps.exp0", x, exp0_fwd_rows, exp0_bwd_rows, h, x->dt == PN_F32 ? 30.0 : 300.0, scale_last != 0);
 }

@@ -77,24 +77,6 @@ static inline const double *load_run(const char *base, int dt, int64_t off, int6
     return dst;
 }
 
-static int64_t rows_fwd_generic(const pn_rowmap *m, int64_t n, const double *x, const double *y, double *out,
-                                int *rej, double *bad) {
-    const int64_t D = m->D, Do = m->Dout > 0 ? m->Dout : 1;
-    int64_t first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double bv = 0;
-        int r = m->fwd(m, x + i * D, y ? y + i * D : NULL, out + i * Do, &bv);
-        if (r && first < 0) first = i, *rej = r, *bad = bv;
-    }
-    return first;
-}
-
-static void rows_bwd_generic(const pn_rowmap *m, int64_t n, const double *x, const double *y, const double *g,
-                             double *gx, double *gy) {
-    const int64_t D = m->D, Dg = m->Dout > 0 ? m->Dout : 1;
-    for (int64_t i = 0; i < n; i++) m->bwd(m, x + i * D, y ? y + i * D : NULL, g + i * Dg, gx + i * D, gy + i * D);
-}
-
 /* the batch shape: x's leading dims, or their broadcast with y's */
 static pn_status batch_shape(const pn_rowmap *m, pn_tensor *x, pn_tensor *y, int *nd, int64_t *shape) {
     if (!y) {
@@ -179,7 +161,7 @@ pn_status pn_cpu_rowmap_bwd(const pn_rowmap *m, const pn_tensor *x, const pn_ten
     const int dt = m->dt;
     const bool xp = packed(x, bnd, bshape, x->nd - 1), yp = !y || packed(y, bnd, bshape, y->nd - 1),
                gp = packed(gout, bnd, bshape, m->Dout > 0 ? gout->nd - 1 : gout->nd);
-    const pn_rows_bwd rows = m->bwd_rows ? m->bwd_rows : rows_bwd_generic;
+    const pn_rows_bwd rows = m->bwd_rows;
 #pragma omp parallel if (it.numel * D > PN_PAR_MIN)
     {
         double *s = scratch + W * omp_get_thread_num();
@@ -291,7 +273,7 @@ pn_status pn_cpu_rowmap_fwd(const pn_rowmap *mp, const pn_tensor *x, const pn_te
     const char *xb = pn_ptr(x), *yb = y ? pn_ptr(y) : NULL;
     char *ob = pn_ptr(out);
     const bool xp = packed(x, bnd, bshape, x->nd - 1), yp = !y || packed(y, bnd, bshape, y->nd - 1);
-    const pn_rows_fwd rows = m.fwd_rows ? m.fwd_rows : rows_fwd_generic;
+    const pn_rows_fwd rows = m.fwd_rows;
     int64_t bad_row = INT64_MAX;
     int bad_arg = 0;
     double bad_val = 0;

@@ -7,13 +7,13 @@
  *   fwd(x, y) → out            (one row; returns nonzero to reject the row, see below)
  *   bwd(x, y, gout) → gx, gy   (the vector-Jacobian product of the same row)
  * The driver packs blocks of rows into double scratch (any strides, f32 or f64; a contiguous
- * input is one flat conversion, or read in place when f64), runs the kernel once per block
- * (PN_ROWMAP_ROWS wraps the row kernel in the row loop), stores the result in the tensor's dtype, records the autograd node and runs the
- * backward over the same rows. Doing the maths per row in double is what lets the kernels
+ * input is one flat conversion, or read in place when f64), runs the block kernel once per
+ * block (PN_ROWMAP_ROWS wraps the row kernel in the row loop), stores the result in the
+ * tensor's dtype, records the autograd node and runs the backward over the same rows. Doing the maths per row in double is what lets the kernels
  * use the stable rewrites and clamps of the papers' formulas (see each kernel) without a
  * chain of tensor ops, each of which would round to f32 and could overflow on its own.
  *
- * Rejecting a row (a point that cannot lie on the manifold): fwd returns 1 (x) or 2 (y)
+ * Rejecting a row (a point that cannot lie on the manifold): <name>_fwd returns 1 (x) or 2 (y)
  * and writes the offending number to *bad; the driver reports the first such row as
  * "<op>: <arg> <shape>, point <i>: <why>" with why = bad_fmt formatted with that number. */
 #ifndef PN_ATTENTION_ROWMAP_H
@@ -22,11 +22,13 @@
 #include "../backend.h"
 
 typedef struct pn_rowmap pn_rowmap;
-/* x, y: (D) rows (y NULL for one-input maps); out: (Dout) or (1) when Dout == 0 */
-typedef int (*pn_row_fwd)(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad);
-/* g: (Dout) or (1); gx, gy: (D) — both always written (gy ignored for one-input maps) */
-typedef void (*pn_row_bwd)(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx,
-                           double *gy);
+/* A map's row kernels, static functions of its file:
+ *   int  <name>_fwd(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad)
+ *        x, y: (D) rows (y NULL for one-input maps); out: (Dout) or (1) when Dout == 0
+ *   void <name>_bwd(const pn_rowmap *m, const double *x, const double *y, const double *g,
+ *                   double *gx, double *gy)
+ *        g: (Dout) or (1); gx, gy: (D) — both always written (gy ignored for one-input maps)
+ * The driver calls them only through the block kernels below. */
 /* The same kernels over n consecutive packed rows (x, y: (n, D); out: (n, Dout|1); g: (n, Dout|1);
  * gx, gy: (n, D)), generated from the row kernels by PN_ROWMAP_ROWS so the maths stays written
  * once: one indirect call per block of rows instead of one per row, and the row kernel inlined.
@@ -46,10 +48,8 @@ struct pn_rowmap {
     int dt;                /* dtype of the inputs (set by pn_rowmap_apply) */
     double sc[8];          /* kernel parameters (curvature, clamps, …) */
     int64_t iv[2];
-    pn_row_fwd fwd;
-    pn_row_bwd bwd;
-    pn_rows_fwd fwd_rows;  /* optional (NULL: the driver calls fwd per row) */
-    pn_rows_bwd bwd_rows;  /* optional (NULL: bwd per row) */
+    pn_rows_fwd fwd_rows;  /* PN_ROWMAP_ROWS(name): name##_fwd_rows, set by PN_ROWMAP_USE */
+    pn_rows_bwd bwd_rows;  /* name##_bwd_rows */
     const char *bad_fmt;   /* printf format with one %g: why a rejected row cannot be mapped */
 };
 
@@ -63,6 +63,9 @@ struct pn_rowmap {
 #else
 #define PN_FLATTEN
 #endif
+/* a map's block kernels into a pn_rowmap */
+#define PN_ROWMAP_USE(m, name) ((m).fwd_rows = name##_fwd_rows, (m).bwd_rows = name##_bwd_rows)
+
 #define PN_ROWMAP_ROWS(name)                                                                                     \
     static inline int64_t name##_fwd_loop(const pn_rowmap *m, int64_t D, int64_t Do, int64_t n, const double *x, \
                                           const double *y, double *out, int *rej, double *bad) {                 \

@@ -38,13 +38,9 @@ pn_status pn_cpu_sum_to(pn_tensor *out, const pn_tensor *g) {
     memset(pn_ptr(out), 0, (size_t)pn_numel(out) * pn_elsize(out->dt));
     /* the common case (a bias gradient): g contiguous (R, …C) summed over its leading dims into
      * out (…C) — one pass of unit-stride rows, the same additions in the same order as below */
-    if (g->dt == PN_F32 && pn_is_contiguous(g) && pn_is_contiguous(out) && out->nd <= g->nd) {
-        int64_t C = 1;
-        int k = 0;
-        for (; k < out->nd && out->sizes[out->nd - 1 - k] == g->sizes[g->nd - 1 - k]; k++) C *= out->sizes[out->nd - 1 - k];
-        for (; k < out->nd; k++)
-            if (out->sizes[out->nd - 1 - k] != 1) C = -1; /* out's dims left of the matched suffix must be 1 */
-        if (C > 0 && C == pn_numel(out)) {
+    if (g->dt == PN_F32 && pn_is_contiguous(g)) {
+        const int64_t C = pn_suffix_numel(out, g);
+        if (C > 0) {
             const int64_t R = pn_numel(g) / C;
             float *po = (float *)pn_ptr(out);
             const float *px = (const float *)pn_ptr(g);

@@ -61,18 +61,6 @@ static void run(const pn_iter *it, pn_tensor *const *ops, row_fn fn, const void 
     }
 }
 
-/* numel of the trailing dims of x that match out's (x's dims left of them all 1), or -1 when
- * x is not such a suffix of out; x contiguous */
-static int64_t suffix_numel(const pn_tensor *x, const pn_tensor *out) {
-    if (x->nd > out->nd || !pn_is_contiguous(x)) return -1;
-    int64_t C = 1;
-    int k = 0;
-    for (; k < x->nd && x->sizes[x->nd - 1 - k] == out->sizes[out->nd - 1 - k]; k++) C *= x->sizes[x->nd - 1 - k];
-    for (; k < x->nd; k++)
-        if (x->sizes[x->nd - 1 - k] != 1) return -1;
-    return C;
-}
-
 /* A row broadcast (a bias (C) against (R, C)): every input full-shape contiguous, a scalar, or
  * a contiguous suffix of C elements; then R rows of C with unit strides, without pn_iter.
  * Returns false (nothing done) for any other layout. */
@@ -83,7 +71,7 @@ static bool run_rows(pn_tensor *out, int nin, pn_tensor *const *ins, pn_tensor *
         if (pn_same_shape(ins[k], out) && pn_is_contiguous(ins[k])) st[k + 1] = 1;
         else if (pn_numel(ins[k]) == 1) st[k + 1] = 0;
         else {
-            int64_t c = suffix_numel(ins[k], out);
+            int64_t c = pn_suffix_numel(ins[k], out);
             if (c <= 1 || (C >= 0 && c != C)) return false;
             C = c;
             st[k + 1] = -1; /* one row of C, repeated */
