@@ -372,7 +372,82 @@ pn_lin_state *pn_power_state_new(int64_t B, int64_t H, int64_t D, int64_t Dv, in
 /* q, k (B, H, D), v (B, H, Dv), log_gate (B, H) or NULL → output (B, H, Dv) for this position */
 pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *log_gate);
 void pn_lin_state_reset(pn_lin_state *s);
+pn_status pn_lin_state_reorder(pn_lin_state *s, pn_tensor *idx); /* keep rows idx (1-D, 0-based) */
 int64_t pn_lin_state_bytes(const pn_lin_state *s);
 void pn_lin_state_free(pn_lin_state *s);
+
+/* ---- text: sentencepiece BPE (text/spm.cc, a C++ shim over libsentencepiece) -------------
+ * Lua: lua/penumbra/text/bpe.lua (pn.text.bpe). Ids are 0-based; models trained here have
+ * pad 0, unk 1, bos 2, eos 3. Texts are UTF-8 with an explicit byte length (not validated
+ * text is an error naming the line and byte). Variable-size results (ids, strings) are
+ * malloc'd and owned by the caller: release them with pn_spm_buf_free; NULL means error,
+ * an empty result is non-NULL with length 0. */
+typedef struct pn_spm pn_spm;
+/* Trains a BPE model on text files (one sentence per line, every line, in order) and writes
+ * <model_prefix>.model and <model_prefix>.vocab; num_threads <= 0: pn_num_threads(). */
+pn_status pn_spm_train(const char *const *inputs, int ninputs, const char *model_prefix, int vocab_size,
+                       double character_coverage, int num_threads);
+pn_spm *pn_spm_load(const char *path);   /* owned: free with pn_spm_free */
+void pn_spm_free(pn_spm *s);
+void pn_spm_buf_free(void *p);           /* a result of pn_spm_encode*, pn_spm_decode */
+int pn_spm_piece_size(const pn_spm *s);  /* the vocabulary size */
+int pn_spm_unk_id(const pn_spm *s);
+int pn_spm_bos_id(const pn_spm *s);      /* −1 when the model has none (bos, eos, pad) */
+int pn_spm_eos_id(const pn_spm *s);
+int pn_spm_pad_id(const pn_spm *s);
+const char *pn_spm_id_to_piece(const pn_spm *s, int id);       /* borrowed, lives as long as s */
+int pn_spm_piece_to_id(const pn_spm *s, const char *piece);    /* the unk id when unknown */
+/* one text → *n ids (no bos/eos added) */
+int32_t *pn_spm_encode(const pn_spm *s, const char *text, int64_t len, int64_t *n);
+/* n texts → one array of ids; line i's are ids[offsets[i] .. offsets[i+1]) (offsets: n+1,
+ * caller-sized); OpenMP over lines, num_threads <= 0: pn_num_threads() */
+int32_t *pn_spm_encode_batch(const pn_spm *s, const char *const *lines, const int64_t *lens, int64_t n,
+                             int64_t *offsets, int num_threads);
+/* one text → its subword pieces ('▁' marks a word start), separated by NUL bytes; *len bytes */
+char *pn_spm_encode_pieces(const pn_spm *s, const char *text, int64_t len, int64_t *out_len);
+/* ids → detokenised UTF-8 (*len bytes); pad/bos/eos ids are skipped, others out of range are errors */
+char *pn_spm_decode(const pn_spm *s, const int32_t *ids, int64_t n, int64_t *out_len);
+/* SHA-256 as 64 lowercase hex digits + NUL into out[65] (tokenizer cache keys) */
+pn_status pn_sha256_hex(const void *data, int64_t len, char *out);
+pn_status pn_sha256_file(const char *path, char *out);
+const char *pn_spm_version(void);        /* the sentencepiece version built against ("0.1.97") */
+
+/* ---- text: BLEU / chrF (text/bleu.c) --------------------------------------------------------
+ * Corpus scores exactly as sacreBLEU 2.x computes them with its defaults (`sacrebleu REF -i HYP`,
+ * BLEU().corpus_score / CHRF().corpus_score). BLEU: tokenizer 13a, cased, n-grams 1..4, 'exp'
+ * smoothing, no effective order, brevity penalty. chrF: chrF2 (character n-grams 1..6 with the
+ * whitespace removed, no word n-grams, beta 2, sacreBLEU's default averaging over the orders
+ * seen). Inputs: n_hyp UTF-8 strings and n_streams reference streams ref[r] of n_ref[r] strings
+ * each (one stream = one reference per segment; with several, BLEU clips by the largest count
+ * over the references and takes the closest reference length, chrF takes the best reference).
+ * Errors (no output written): counts that differ, a NULL string, invalid UTF-8 — each naming the
+ * line (from 1). n_hyp = 0 gives zero scores (bp 1). */
+#define PN_BLEU_MAX_ORDER 4
+#define PN_CHRF_CHAR_ORDER 6
+typedef struct pn_bleu_score {
+    double score;                          /* 0..100 */
+    double precisions[PN_BLEU_MAX_ORDER];  /* percent, smoothed as sacreBLEU does */
+    int64_t counts[PN_BLEU_MAX_ORDER];     /* clipped matching n-grams per order */
+    int64_t totals[PN_BLEU_MAX_ORDER];     /* hypothesis n-grams per order */
+    int64_t sys_len, ref_len;              /* tokens; ref_len sums the closest reference lengths */
+    double bp, ratio;                      /* brevity penalty; sys_len / ref_len (0 when ref_len = 0) */
+    char line[192];                        /* sacreBLEU's text: "BLEU = 35.12 67.1/43.0/30.2/21.5 (BP = …)" */
+} pn_bleu_score;
+typedef struct pn_chrf_score {
+    double score;                          /* 0..100 */
+    int64_t hyp[PN_CHRF_CHAR_ORDER];       /* corpus statistics per character n-gram order */
+    int64_t ref[PN_CHRF_CHAR_ORDER];
+    int64_t match[PN_CHRF_CHAR_ORDER];
+    int32_t char_order, word_order, beta;  /* 6, 0, 2 */
+    char line[64];                         /* "chrF2 = 52.34" */
+} pn_chrf_score;
+pn_status pn_bleu(const char *const *hyp, int64_t n_hyp, const char *const *const *ref, const int64_t *n_ref,
+                  int32_t n_streams, pn_bleu_score *out);
+pn_status pn_chrf(const char *const *hyp, int64_t n_hyp, const char *const *const *ref, const int64_t *n_ref,
+                  int32_t n_streams, pn_chrf_score *out);
+/* The 13a tokenisation of one line (sacreBLEU's rstrip + Tokenizer13a): tokens joined by single
+ * spaces. Buffer protocol of pn_h5_list: returns the full length (no NUL), writes at most size−1
+ * bytes and a NUL; -1 on error (NULL line, invalid UTF-8). */
+int64_t pn_bleu_tokenize_13a(const char *line, char *buf, int64_t size);
 
 #endif /* PENUMBRA_H */

@@ -16,6 +16,9 @@ usage: ./bench <command | script.lua> [args]
   ./bench runs [dir]                   list the run files under dir (default runs/):
                                        experiment, seed, status, best metric, date
   ./bench show run.h5 …                config, summary and the datasets a run file holds
+  ./bench bleu REF [REF2 …] HYP [--chrf]
+                                       corpus BLEU of HYP against REF as sacreBLEU prints it
+                                       (defaults: 13a, cased); --chrf adds a "chrF2 = …" line
   ./bench repl [run.h5]                interactive LuaJIT with pn loaded (and the run:
                                        run.config, run.metrics, run.model, heatmap(), …)
   ./bench test [spec files or dirs]    run the busted specs (default: spec/); ends with
@@ -110,6 +113,9 @@ elseif cmd == 'plot' or cmd == 'runs' or cmd == 'show' or cmd == 'repl' then
     elseif cmd == 'show' then require('penumbra.runs').main_show(rest)
     else require('penumbra.repl').main(rest) end
   end, report)
+  if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
+elseif cmd == 'bleu' then
+  local ok, err = xpcall(function() require('penumbra.text.bleu').main(rest) end, report)
   if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
 elseif cmd:match('%.lua$') then
   run_script(cmd, rest)

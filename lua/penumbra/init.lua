@@ -33,7 +33,7 @@ function pn.kernels(device)
 end
 
 -- the layers above the tensors (a missing or renamed one is an error, not a silent nil)
-for _, name in ipairs({ 'io', 'nn', 'optim', 'data', 'experiment', 'plot', 'metrics' }) do
+for _, name in ipairs({ 'io', 'nn', 'optim', 'data', 'experiment', 'plot', 'metrics', 'text' }) do
   pn[name] = require('penumbra.' .. name)
 end
 
