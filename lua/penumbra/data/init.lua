@@ -102,5 +102,6 @@ data.scalefree = require('penumbra.data.scalefree')(data)
 local ppi = require('penumbra.data.ppi')(data)
 data.ppi = ppi.load
 data.ppi_synthetic = require('penumbra.data.ppi_synthetic')(data, ppi)
+data.translation = require('penumbra.data.translation').register(data) -- 'multi30k', 'iwslt14'
 
 return data
