@@ -108,6 +108,27 @@ void pn_lin_state_reset(pn_lin_state *s) {
     s->steps = 0;
 }
 
+/* Beam search keeps, repeats and drops rows of the batch between steps: S and z become their
+ * rows idx (1-D i32/i64, 0-based, each in [0, B)), and the batch size becomes len(idx). */
+pn_status pn_lin_state_reorder(pn_lin_state *s, pn_tensor *idx) {
+    if (!s) return pn_error(PN_ERR_ARG, "lin_state_reorder: state is nil (freed?)");
+    const char *op = state_name(s);
+    if (!idx) return pn_error(PN_ERR_ARG, "%s.reorder: idx is nil", op);
+    if (idx->nd != 1 || (idx->dt != PN_I64 && idx->dt != PN_I32) || idx->sizes[0] < 1)
+        return pn_error(PN_ERR_SHAPE, "%s.reorder: idx %s %s must be a non-empty 1-D i64 or i32 tensor", op,
+                        pn_dtype_name(idx->dt), pn_shape_str(idx));
+    pn_tensor *S = pn_index_select(s->S, 0, idx); /* checks every index against B */
+    if (!S) return PN_ERR_ARG;
+    pn_tensor *z = NULL;
+    if (s->z && !(z = pn_index_select(s->z, 0, idx))) {
+        pn_release(S);
+        return PN_ERR_ARG;
+    }
+    pn_release(s->S), pn_release(s->z);
+    s->S = S, s->z = z, s->B = idx->sizes[0];
+    return PN_OK;
+}
+
 int64_t pn_lin_state_bytes(const pn_lin_state *s) {
     if (!s) return 0;
     int64_t n = (int64_t)sizeof *s + pn_numel(s->S) * (int64_t)sizeof(double);

@@ -47,17 +47,26 @@ return function(nn, pn)
     if self.map == 'psi' then return pn.maps.psi(t)
     elseif self.map == 'xi' then return pn.maps.xi(t, { h = self.o.r or 1 })
     elseif self.map == 'pseudopolar' then return pn.maps.pseudopolar(t)
-    elseif self.map == 'exp0' then return pn.maps.exp0(t, {})
+    elseif self.map == 'exp0' then
+      -- penumbral needs heights below r as ξ gives them (Coneheads §5.1: the exp-map point
+      -- projected onto the horosphere's region): exp0 clamps the height at r there
+      return pn.maps.exp0(t, { h = self.score == 'penumbral' and (self.o.r or self.desc.params.r.default) or nil })
     end
     return t
   end
 
-  function MHA:forward(xq, xkv, extra)
-    xkv = xkv or xq
+  -- The mapped keys (B, H, Nk, qk_dim) and values (B, H, Nk, dv) of x_kv (B, Nk, d_model):
+  -- what an incremental decoder caches (keys of earlier positions never change).
+  function MHA:keys_values(xkv)
+    return self:map_qk(self:heads_of(self.k_proj(xkv), self.dk)), self:heads_of(self.v_proj(xkv), self.dv)
+  end
+
+  -- x_q (B, Nq, d_model) against keys and values from keys_values → (B, Nq, d_model). With
+  -- causal, query i sees keys j <= i + (Nk − Nq) (sequences aligned at their ends), so one
+  -- new query against the cache of every earlier position is row Nk of the full forward.
+  function MHA:attend(xq, k, v, extra)
     extra = extra or {}
     local q = self:map_qk(self:heads_of(self.q_proj(xq), self.dk))
-    local k = self:map_qk(self:heads_of(self.k_proj(xkv), self.dk))
-    local v = self:heads_of(self.v_proj(xkv), self.dv)
     local o = self.o
     local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
                    bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
@@ -66,6 +75,23 @@ return function(nn, pn)
     local s = out:shape()
     out = out:transpose(2, 3):reshape(s[1], s[3], self.d)
     return self.out_proj(out)
+  end
+
+  function MHA:forward(xq, xkv, extra)
+    local k, v = self:keys_values(xkv or xq)
+    return self:attend(xq, k, v, extra)
+  end
+
+  -- The attention weights (B, H, Nq, Nk) the forward would use (heatmaps)
+  function MHA:weights(xq, xkv, extra)
+    extra = extra or {}
+    local q = self:map_qk(self:heads_of(self.q_proj(xq), self.dk))
+    local k = self:map_qk(self:heads_of(self.k_proj(xkv or xq), self.dk))
+    local o = self.o
+    local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
+                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
+    score_params.fill(opts, self.desc, o, self, self.learned)
+    return pn.attention_weights(q, k, opts)
   end
 
   function MHA:extra_repr()

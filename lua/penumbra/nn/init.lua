@@ -138,7 +138,7 @@ nn.LeakyReLU = activation('LeakyReLU', function(x, a) return x:leaky_relu(a or 0
 nn.Identity = activation('Identity', function(x) return x end)
 
 -- attention layers (need pn.attention / pn.graph_attention)
-for _, name in ipairs({ 'attention', 'gat', 'linear_attention', 'recursive' }) do
+for _, name in ipairs({ 'attention', 'gat', 'linear_attention', 'recursive', 'transformer', 'translate' }) do
   require('penumbra.nn.' .. name)(nn, pn)
 end
 

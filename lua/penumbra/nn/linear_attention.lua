@@ -19,7 +19,8 @@
 -- Both layers generate one position at a time with step(x_t): x_t (B, d) → (B, d), the
 -- row t of forward on the sequence so far, from a recurrent state (pn.cosine_state /
 -- pn.power_state) created at the first step and dropped by :reset_state() (call it between
--- sequences, and after parameter updates: the cosine state keeps σ(m) from its creation).
+-- sequences, and after parameter updates: the cosine state keeps σ(m) from its creation);
+-- :reorder_state(idx) keeps rows idx (1-D i64, 0-based) of the batch (beam search).
 -- step runs without autograd; it needs causal = true.
 --
 -- x_kv, when given, must have the length of x_q: the linear kernels pair row t of the
@@ -98,6 +99,15 @@ return function(nn, pn)
 
   local function step_out(self, o, b) return self.out_proj(o:reshape(b, self.d)) end
 
+  -- keep rows idx (1-D i64, 0-based) of the recurrent state between steps (beam search)
+  local function reorder_state(self, idx)
+    if not self._state then return self end
+    self._state:reorder(idx)
+    self._state_batch = idx:numel()
+    if self._mu then self._mu = self._mu:index_select(1, idx) end
+    return self
+  end
+
   local function reset_state(self)
     if self._state then self._state:free() end
     self._state, self._state_batch = nil, nil
@@ -136,6 +146,7 @@ return function(nn, pn)
   end
 
   CA.reset_state = reset_state
+  CA.reorder_state = reorder_state
 
   function CA:extra_repr()
     return string.format('d=%d, heads=%d, causal=%s', self.d, self.heads, tostring(self.causal))
@@ -221,6 +232,7 @@ return function(nn, pn)
   end
 
   PA.reset_state = reset_state
+  PA.reorder_state = reorder_state
 
   function PA:extra_repr()
     return string.format('d=%d, heads=%d, p=%d, causal=%s, gating=%s, rotary=%s%s', self.d, self.heads, self.p,

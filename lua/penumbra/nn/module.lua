@@ -78,6 +78,17 @@ function Module:num_parameters()
   return n
 end
 
+-- Every parameter of the module and its children converted to dtype ('f64' for gradchecks),
+-- in place of the old ones (gradients and optimiser state are not carried over). Returns self.
+function Module:to(dtype)
+  for _, n in ipairs(self._param_order) do
+    local t = self._params[n]
+    if t:dtype() ~= dtype then self:param(n, t:detach():to(dtype)) end
+  end
+  for _, c in ipairs(self._child_order) do self._children[c]:to(dtype) end
+  return self
+end
+
 function Module:train(mode)
   if mode == nil then mode = true end
   self.training = mode

@@ -6,11 +6,11 @@
 --   pn.rope(x, {base=10000, theta=nil, rate=nil})   x:rope(opts)
 --   pn.cosine_state{batch=, heads=, dim=, dim_v=, m=, dtype=}
 --   pn.power_state{batch=, heads=, dim=, dim_v=, p=2, scale=, dtype=}
---     state:step(q, k, v [, log_gate]) -> (B, H, Dv)   state:reset()   state:bytes()   state:free()
+--     state:step(q, k, v [, log_gate]) -> (B, H, Dv)   state:reset()   state:reorder(idx)   state:bytes()   state:free()
 -- q, k (B, H, N, D) and v (B, H, N, Dv); (B, N, D) and (N, D) are accepted too (one head,
 -- one batch) and the output drops the same dims. m: (H) tensor or a number (every head).
 return function(pn, M, B)
-  local C, wrap, ffi = B.C, B.wrap, B.ffi
+  local C, wrap, check, ffi = B.C, B.wrap, B.check, B.ffi
   local is_tensor = pn.is_tensor
   local NAN = 0 / 0
 
@@ -110,6 +110,11 @@ return function(pn, M, B)
     return wrap(C.pn_lin_state_step(self._p, q, k, v, log_gate))
   end
   function State:reset() C.pn_lin_state_reset(self._p) end
+  -- keep rows idx (1-D i64, 0-based; repeats allowed) of the batch: beam search between steps
+  function State:reorder(idx)
+    need_tensor(self.kind .. '.reorder', 'idx', idx)
+    check(C.pn_lin_state_reorder(self._p, idx))
+  end
   function State:bytes() return tonumber(C.pn_lin_state_bytes(self._p)) end
   function State:free()
     if self._p ~= nil then

@@ -1,0 +1,276 @@
+-- penumbra.nn.transformer — the encoder–decoder Transformer for translation (Vaswani et al.;
+-- fairseq's transformer_iwslt_de_en layout), with any registry score in its attention.
+--
+-- Transformer{vocab=, d_model=256, heads=4, ff=1024, enc_layers=3, dec_layers=3, dropout=0.1,
+--   act_dropout=0, prenorm=false, score='dot', map=nil, qk_dim=nil, self_attn='softmax',
+--   max_positions=1024, pad=0, bos=2, eos=3, <score param>=, learn_<param>=}
+--   vocab        one vocabulary shared by source and target (a joint BPE model); the embedding
+--                is tied: the same matrix embeds both sides and projects the decoder's output
+--                to logits (x·Eᵀ)
+--   prenorm      false: post-norm (LayerNorm after each residual add, fairseq's default);
+--                true: pre-norm (LayerNorm before each sub-layer, one more at each stack's end)
+--   score, map   the attention score of every attention (encoder self, decoder self, cross)
+--                and the map applied to q and k (nil: the score's registry map — umbral ψ,
+--                penumbral ξ, hyperbolic pseudo-polar; 'exp0', 'psi', 'xi', 'pseudopolar'
+--                or 'none' to override: Coneheads Table 2)
+--   qk_dim       the per-head width of q and k (default d_model/heads); values keep
+--                d_model/heads. Coneheads Fig. 4 changes only this
+--   self_attn    the decoder's self-attention: 'softmax' (the score above), 'cosine'
+--                (Cottention) or 'power' (symmetric power attention, p = 2, gated, RoPE) —
+--                the linear family, causal, generated through its recurrent state
+-- Embeddings are scaled by √d_model and drawn from N(0, d_model^−1/2) (fairseq); positions are
+-- sinusoidal (sin on even, cos on odd coordinates). Dropout (`dropout`) on the embeddings and
+-- on every sub-layer's output before its residual add; `act_dropout` after the FFN's ReLU.
+--
+-- forward(src (B, S) i64, tgt_in (B, T) i64, src_mask (B, 1, 1, S) u8) → logits (B, T, vocab)
+-- encode(src, src_mask) → memory (B, S, d);  decode(tgt_in, memory, src_mask) → logits
+-- Incremental decoding (nn/translate.lua drives it; no autograd):
+--   st = model:begin_decode(memory, src_mask)     -- cross-attention keys/values computed once
+--   logits = model:decode_step(st, tokens (B) i64)  → (B, vocab), position st.t (from 0)
+--   model:reorder(st, idx (B') i64)               -- keep / repeat rows (beams, finished sentences)
+-- softmax self-attention caches each layer's mapped keys and values; the linear family keeps
+-- its recurrent state (pn.cosine_state / pn.power_state) and reorders it in place.
+return function(nn, pn)
+  local options = require 'penumbra.options'
+  local count = { 'integer', min = 1 }
+  local rate = { 'number', min = 0, below = 1 }
+  local TF_OPTS = { vocab = count, d_model = count, heads = count, ff = count, enc_layers = { 'integer', min = 0 },
+                    dec_layers = count, dropout = rate, act_dropout = rate, prenorm = 'boolean', score = 'string',
+                    map = { 'string', one_of = { 'none', 'psi', 'xi', 'pseudopolar', 'exp0' } }, qk_dim = count,
+                    self_attn = { 'string', one_of = { 'softmax', 'cosine', 'power' } }, max_positions = count,
+                    pad = { 'integer', min = 0 }, bos = { 'integer', min = 0 }, eos = { 'integer', min = 0 },
+                    model = 'string', normalize = 'string', squared = 'boolean' }
+
+  -- (n, d) sinusoidal table: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(…)
+  local function sinusoids(n, d)
+    local ffi = require 'ffi'
+    local buf = ffi.new('float[?]', n * d)
+    for p = 0, n - 1 do
+      for i = 0, d - 1 do
+        local e = 2 * math.floor(i / 2) / d
+        local a = p / 10000 ^ e
+        buf[p * d + i] = (i % 2 == 0) and math.sin(a) or math.cos(a)
+      end
+    end
+    return pn.from_buffer(buf, { n, d }, 'f32')
+  end
+
+  -- ---- one layer of each stack -------------------------------------------------------------
+  local FFN = nn.class('FeedForward')
+  function FFN:init(d, ff, act_dropout)
+    self:add('fc1', nn.Linear(d, ff))
+    self:add('fc2', nn.Linear(ff, d))
+    self.act_dropout = act_dropout
+  end
+  function FFN:forward(x)
+    local h = self.fc1(x):relu()
+    if self.act_dropout > 0 then h = pn.dropout(h, self.act_dropout, self.training) end
+    return self.fc2(h)
+  end
+
+  -- residual sub-layer: post-norm LN(x + drop(f(x))), pre-norm x + drop(f(LN(x)))
+  local function sublayer(self, x, norm, f)
+    if self.prenorm then return x + pn.dropout(f(norm(x)), self.p, self.training) end
+    return norm(x + pn.dropout(f(x), self.p, self.training))
+  end
+
+  local EncLayer = nn.class('EncoderLayer')
+  function EncLayer:init(o, attn_opts)
+    self.prenorm, self.p = o.prenorm, o.dropout
+    self:add('self_attn', nn.MultiheadAttention(o.d_model, o.heads, attn_opts(false)))
+    self:add('norm1', nn.LayerNorm(o.d_model))
+    self:add('ffn', FFN(o.d_model, o.ff, o.act_dropout))
+    self:add('norm2', nn.LayerNorm(o.d_model))
+  end
+  function EncLayer:forward(x, mask)
+    x = sublayer(self, x, self.norm1, function(h) return self.self_attn(h, h, { mask = mask }) end)
+    return sublayer(self, x, self.norm2, function(h) return self.ffn(h) end)
+  end
+
+  local DecLayer = nn.class('DecoderLayer')
+  function DecLayer:init(o, attn_opts)
+    self.prenorm, self.p = o.prenorm, o.dropout
+    self.linear = o.self_attn ~= 'softmax'
+    if o.self_attn == 'cosine' then
+      self:add('self_attn', nn.CosineAttention(o.d_model, o.heads, { causal = true }))
+    elseif o.self_attn == 'power' then
+      self:add('self_attn', nn.PowerAttention(o.d_model, o.heads, { causal = true }))
+    else
+      self:add('self_attn', nn.MultiheadAttention(o.d_model, o.heads, attn_opts(true)))
+    end
+    self:add('norm1', nn.LayerNorm(o.d_model))
+    self:add('cross_attn', nn.MultiheadAttention(o.d_model, o.heads, attn_opts(false)))
+    self:add('norm2', nn.LayerNorm(o.d_model))
+    self:add('ffn', FFN(o.d_model, o.ff, o.act_dropout))
+    self:add('norm3', nn.LayerNorm(o.d_model))
+  end
+  -- y (B, T, d); mem_kv = {k, v} of the memory for the cross attention
+  function DecLayer:forward(y, mem_kv, mask)
+    y = sublayer(self, y, self.norm1, function(h) return self.self_attn(h, h) end)
+    y = sublayer(self, y, self.norm2, function(h) return self.cross_attn:attend(h, mem_kv[1], mem_kv[2], { mask = mask }) end)
+    return sublayer(self, y, self.norm3, function(h) return self.ffn(h) end)
+  end
+  -- one position: y (B, 1, d); cache = this layer's decoding state
+  function DecLayer:step(y, cache, mask)
+    y = sublayer(self, y, self.norm1, function(h)
+      if self.linear then
+        local s = h:shape()
+        return self.self_attn:step(h:view(s[1], s[3])):view(s[1], 1, s[3])
+      end
+      local k, v = self.self_attn:keys_values(h)
+      cache.k = cache.k and pn.cat({ cache.k, k }, 3) or k
+      cache.v = cache.v and pn.cat({ cache.v, v }, 3) or v
+      return self.self_attn:attend(h, cache.k, cache.v)
+    end)
+    y = sublayer(self, y, self.norm2, function(h)
+      return self.cross_attn:attend(h, cache.mem_k, cache.mem_v, { mask = mask })
+    end)
+    return sublayer(self, y, self.norm3, function(h) return self.ffn(h) end)
+  end
+
+  -- ---- the model ------------------------------------------------------------------------------
+  local TF = nn.class('Transformer')
+  nn.Transformer = TF
+
+  function TF:init(o)
+    local score = type(o) == 'table' and o.score or 'dot'
+    if type(score) ~= 'string' then error('Transformer: score must be a string, got ' .. type(score), 3) end
+    local desc = pn.attention_variant(score)
+    if desc.graph_only then error("Transformer: score '" .. score .. "' works on graphs only", 3) end
+    o = options.check('Transformer', o, options.score_params(options.with(TF_OPTS), desc), 3)
+    if not o.vocab then error('Transformer: vocab (the shared vocabulary size) is required', 3) end
+    local c = {}
+    for k, v in pairs(o) do c[k] = v end
+    c.d_model, c.heads, c.ff = o.d_model or 256, o.heads or 4, o.ff or 1024
+    c.enc_layers, c.dec_layers = o.enc_layers or 3, o.dec_layers or 3
+    c.dropout, c.act_dropout = o.dropout or 0.1, o.act_dropout or 0
+    c.prenorm, c.score, c.self_attn = o.prenorm == true, score, o.self_attn or 'softmax'
+    c.max_positions = o.max_positions or 1024
+    c.pad, c.bos, c.eos = o.pad or 0, o.bos or 2, o.eos or 3
+    for _, k in ipairs({ 'pad', 'bos', 'eos' }) do
+      if c[k] >= c.vocab then error(string.format('Transformer: %s id %d is outside the vocabulary of %d', k, c[k], c.vocab), 3) end
+    end
+    if c.d_model % c.heads ~= 0 then
+      error('Transformer: d_model ' .. c.d_model .. ' is not divisible by heads ' .. c.heads, 3)
+    end
+    self.o, self.d = c, c.d_model
+    local function attn_opts(causal)
+      local a = { score = score, map = o.map, qk_dim = o.qk_dim, causal = causal or nil, model = o.model,
+                  normalize = o.normalize, squared = o.squared }
+      for _, p in ipairs(desc.params) do
+        a[p.name] = o[p.name]
+        a['learn_' .. p.name] = o['learn_' .. p.name]
+      end
+      return a
+    end
+    self:add('embed', nn.Embedding(c.vocab, c.d_model, { std = c.d_model ^ -0.5 }))
+    pn.no_grad(function() self.embed.weight:narrow(1, c.pad + 1, 1):zero_() end)
+    self.pe = sinusoids(c.max_positions, c.d_model)
+    self.enc, self.dec = {}, {}
+    for i = 1, c.enc_layers do self.enc[i] = self:add('enc' .. i, EncLayer(c, attn_opts)) end
+    for i = 1, c.dec_layers do self.dec[i] = self:add('dec' .. i, DecLayer(c, attn_opts)) end
+    if c.prenorm then
+      if c.enc_layers > 0 then self:add('enc_norm', nn.LayerNorm(c.d_model)) end
+      self:add('dec_norm', nn.LayerNorm(c.d_model))
+    end
+  end
+
+  local function shape_str(t) return '[' .. table.concat(t:shape(), ',') .. ']' end
+
+  -- tokens (B, N) at positions first … first+N−1 → scaled embeddings + positions, dropped out
+  function TF:embed_tokens(tokens, first)
+    local n = tokens:shape()[2]
+    if first + n > self.o.max_positions then
+      error(string.format('Transformer: a sequence of %d positions is longer than max_positions %d', first + n,
+        self.o.max_positions), 3)
+    end
+    local e = self.embed(tokens)
+    if self.pe:dtype() ~= e:dtype() then self.pe = self.pe:to(e:dtype()) end -- after model:to('f64')
+    local x = e * math.sqrt(self.d) + self.pe:narrow(1, first + 1, n)
+    return pn.dropout(x, self.o.dropout, self.training)
+  end
+
+  local function check_tokens(what, t, dims)
+    if not pn.is_tensor(t) then error('Transformer: ' .. what .. ' must be a tensor, got ' .. type(t), 4) end
+    if t:dim() ~= dims or (t:dtype() ~= 'i64' and t:dtype() ~= 'i32') then
+      error(string.format('Transformer: %s must be a (B, N) i64 tensor of token ids, got %s %s', what, t:dtype(),
+        shape_str(t)), 4)
+    end
+  end
+
+  function TF:encode(src, src_mask)
+    check_tokens('src', src, 2)
+    if src_mask and (src_mask:dim() ~= 4 or src_mask:shape()[4] ~= src:shape()[2]) then
+      error(string.format('Transformer: src_mask %s must be (B, 1, 1, S) for src %s', shape_str(src_mask),
+        shape_str(src)), 2)
+    end
+    local x = self:embed_tokens(src, 0)
+    for _, l in ipairs(self.enc) do x = l(x, src_mask) end
+    if self.enc_norm then x = self.enc_norm(x) end
+    return x
+  end
+
+  -- decoder states (B, T, d) → logits (B, T, vocab) through the tied embedding
+  function TF:logits(y)
+    if self.dec_norm then y = self.dec_norm(y) end
+    return y:matmul(self.embed.weight:transpose(1, 2))
+  end
+
+  function TF:decode(tgt_in, memory, src_mask)
+    check_tokens('tgt_in', tgt_in, 2)
+    local y = self:embed_tokens(tgt_in, 0)
+    for _, l in ipairs(self.dec) do
+      local k, v = l.cross_attn:keys_values(memory)
+      y = l(y, { k, v }, src_mask)
+    end
+    return self:logits(y)
+  end
+
+  function TF:forward(src, tgt_in, src_mask)
+    return self:decode(tgt_in, self:encode(src, src_mask), src_mask)
+  end
+
+  -- ---- incremental decoding -------------------------------------------------------------------
+  function TF:begin_decode(memory, src_mask)
+    return pn.no_grad(function()
+      local st = { t = 0, mask = src_mask, layers = {} }
+      for i, l in ipairs(self.dec) do
+        local k, v = l.cross_attn:keys_values(memory)
+        st.layers[i] = { mem_k = k, mem_v = v }
+        if l.linear then l.self_attn:reset_state() end
+      end
+      return st
+    end)
+  end
+
+  function TF:decode_step(st, tokens)
+    return pn.no_grad(function()
+      local b = tokens:numel()
+      local y = self:embed_tokens(tokens:reshape(b, 1), st.t)
+      for i, l in ipairs(self.dec) do y = l:step(y, st.layers[i], st.mask) end
+      st.t = st.t + 1
+      return self:logits(y):view(b, self.o.vocab)
+    end)
+  end
+
+  -- keep rows idx (i64, 0-based, repeats allowed) of every cached tensor and recurrent state
+  function TF:reorder(st, idx)
+    pn.no_grad(function()
+      if st.mask then st.mask = st.mask:index_select(1, idx) end
+      for i, l in ipairs(self.dec) do
+        local c = st.layers[i]
+        for _, k in ipairs({ 'k', 'v', 'mem_k', 'mem_v' }) do
+          if c[k] then c[k] = c[k]:index_select(1, idx) end
+        end
+        if l.linear then l.self_attn:reorder_state(idx) end
+      end
+    end)
+  end
+
+  function TF:extra_repr()
+    local c = self.o
+    return string.format('vocab=%d, d=%d, heads=%d, ff=%d, layers=%d+%d, score=%s%s, %s-norm', c.vocab, c.d_model,
+      c.heads, c.ff, c.enc_layers, c.dec_layers, c.score, c.self_attn ~= 'softmax' and (', decoder self: ' .. c.self_attn) or '',
+      c.prenorm and 'pre' or 'post')
+  end
+end

@@ -1,0 +1,200 @@
+-- penumbra.nn.translate — greedy and beam-search decoding for nn.Transformer, batched over
+-- sentences, on the model's incremental decoding state (cached keys/values, recurrent states).
+--
+-- model:translate(src (B, S) i64, {beam=5, lenpen=1, max_len_a=1.5, max_len_b=10, src_mask=nil})
+--   → { {ids…}, … } one list of target ids per sentence (no bos, no eos), and a parallel list
+--   of scores (the sum of the chosen tokens' log-probabilities, including eos; beam search
+--   ranks finished hypotheses by that sum divided by length^lenpen, the length counting eos).
+--   src_mask defaults to src ~= pad. model:greedy(src, opts) takes the argmax at every step
+--   (beam search with beam = 1 chooses the same tokens: a spec holds them equal).
+--   A sentence stops at eos or after max_len_a·(its source length) + max_len_b tokens (capped
+--   by max_positions − 1), where eos is forced, as fairseq does. pad and bos are never chosen.
+-- Beam search follows fairseq's SequenceGenerator: each live hypothesis is extended by every
+-- token, the best 2·beam candidates of a sentence are taken in order, an eos among the first
+-- beam of them finishes a hypothesis, the others (up to beam) stay live; a sentence is done
+-- when it has beam finished hypotheses. Finished sentences leave the batch (their rows are
+-- dropped from the decoding state), so long sentences do not keep short ones computing.
+return function(nn, pn)
+  local ffi = require 'ffi'
+  local options = require 'penumbra.options'
+  local TF = nn.Transformer
+  local OPTS = { beam = { 'integer', min = 1 }, lenpen = 'number', max_len_a = { 'number', min = 0 },
+                 max_len_b = { 'integer', min = 0 }, src_mask = 'tensor' }
+
+  local NEG = -math.huge
+
+  local function src_lengths(src, pad)
+    local s = src:shape()
+    local flat = src:to('i64'):contiguous()
+    local p = ffi.cast('int64_t *', flat:data_ptr())
+    local lens = {}
+    for b = 0, s[1] - 1 do
+      local n = 0
+      for j = 0, s[2] - 1 do if p[b * s[2] + j] ~= pad then n = n + 1 end end
+      lens[b + 1] = n
+    end
+    return lens
+  end
+
+  local function ids_tensor(list) return pn.tensor(list, { dtype = 'i64' }) end
+
+  -- log-probabilities (rows, V) f32 on the host: a pointer valid while the tensor lives
+  local function host_logprobs(logits)
+    local lp = logits:log_softmax(-1):to('f32'):contiguous()
+    return lp, ffi.cast('float *', lp:data_ptr())
+  end
+
+  local function greedy(self, st, B, maxlen)
+    local c = self.o
+    local out, scores = {}, {}
+    local rows = {}               -- row r → sentence
+    local tokens = {}
+    for i = 1, B do rows[i], out[i], scores[i], tokens[i] = i, {}, 0, c.bos end
+    local V = c.vocab
+    while #rows > 0 do
+      local lp, p = host_logprobs(self:decode_step(st, ids_tensor(tokens)))
+      local keep, next_rows, next_tokens = {}, {}, {}
+      for r, i in ipairs(rows) do
+        local base = (r - 1) * V
+        local best, bw = NEG, c.eos
+        local forced = #out[i] >= maxlen[i]
+        if forced then best = p[base + c.eos] else
+          for w = 0, V - 1 do
+            if w ~= c.pad and w ~= c.bos then
+              local v = p[base + w]
+              if v > best or (v ~= v and best == NEG) then best, bw = v, w end
+            end
+          end
+        end
+        scores[i] = scores[i] + best
+        if bw == c.eos then
+          -- finished
+        else
+          out[i][#out[i] + 1] = bw
+          keep[#keep + 1] = r - 1
+          next_rows[#next_rows + 1] = i
+          next_tokens[#next_tokens + 1] = bw
+        end
+      end
+      lp = nil
+      if #keep == 0 then break end
+      if #keep < #rows then self:reorder(st, ids_tensor(keep)) end
+      rows, tokens = next_rows, next_tokens
+    end
+    return out, scores
+  end
+
+  local function beam_search(self, st, B, maxlen, K, lenpen)
+    local c = self.o
+    local V = c.vocab
+    -- live hypotheses: one row each of the decoding state
+    local live = {}
+    for i = 1, B do live[i] = { sent = i, tokens = {}, score = 0 } end
+    local finished = {}
+    for i = 1, B do finished[i] = {} end
+    local cs, cr, cw = {}, {}, {} -- candidate buffer of one sentence, sorted by score (descending)
+    while #live > 0 do
+      local toks = {}
+      for r, h in ipairs(live) do toks[r] = h.tokens[#h.tokens] or c.bos end
+      local lp, p = host_logprobs(self:decode_step(st, ids_tensor(toks)))
+      local next_live, parents = {}, {}
+      local r = 1
+      while r <= #live do
+        local i = live[r].sent
+        local r_end = r
+        while r_end + 1 <= #live and live[r_end + 1].sent == i do r_end = r_end + 1 end
+        -- the best 2K (score, row, word) candidates of sentence i
+        local n, cap = 0, 2 * K
+        local forced = #live[r].tokens >= maxlen[i]
+        for rr = r, r_end do
+          local base, s0 = (rr - 1) * V, live[rr].score
+          local w0, w1 = 0, V - 1
+          if forced then w0, w1 = c.eos, c.eos end
+          for w = w0, w1 do
+            if w ~= c.pad and w ~= c.bos then
+              local v = s0 + p[base + w]
+              if v ~= v then v = NEG end
+              if n < cap or v > cs[n] then
+                local j = n < cap and n + 1 or n
+                while j > 1 and cs[j - 1] < v do
+                  cs[j], cr[j], cw[j] = cs[j - 1], cr[j - 1], cw[j - 1]
+                  j = j - 1
+                end
+                cs[j], cr[j], cw[j] = v, rr, w
+                if n < cap then n = n + 1 end
+              end
+            end
+          end
+        end
+        local fin, kept = finished[i], 0
+        for j = 1, n do
+          local h = live[cr[j]]
+          if cw[j] == c.eos then
+            if j <= K and #fin < K then
+              fin[#fin + 1] = { tokens = h.tokens, score = cs[j], norm = cs[j] / ((#h.tokens + 1) ^ lenpen) }
+            end
+          elseif kept < K and cs[j] > NEG then
+            local t = {}
+            for q = 1, #h.tokens do t[q] = h.tokens[q] end
+            t[#t + 1] = cw[j]
+            next_live[#next_live + 1] = { sent = i, tokens = t, score = cs[j] }
+            parents[#parents + 1] = cr[j] - 1
+            kept = kept + 1
+          end
+        end
+        if #fin >= K or forced then
+          -- done: drop this sentence's new live hypotheses
+          while #next_live > 0 and next_live[#next_live].sent == i do
+            next_live[#next_live] = nil
+            parents[#parents] = nil
+          end
+        end
+        r = r_end + 1
+      end
+      lp = nil
+      live = next_live
+      if #live > 0 then self:reorder(st, ids_tensor(parents)) end
+    end
+    local out, scores = {}, {}
+    for i = 1, B do
+      local best
+      for _, h in ipairs(finished[i]) do
+        if not best or h.norm > best.norm then best = h end
+      end
+      out[i], scores[i] = best and best.tokens or {}, best and best.score or NEG
+    end
+    return out, scores
+  end
+
+  local function run(self, who, src, o, search)
+    o = options.check(who, o, OPTS, 3)
+    if not pn.is_tensor(src) or src:dim() ~= 2 then
+      error(who .. ': src must be a (B, S) tensor of token ids, got ' ..
+        (pn.is_tensor(src) and ('[' .. table.concat(src:shape(), ',') .. ']') or type(src)), 3)
+    end
+    local c = self.o
+    local K, lenpen = o.beam or 5, o.lenpen or 1
+    local a, b = o.max_len_a or 1.5, o.max_len_b or 10
+    local B = src:shape()[1]
+    src = src:to('i64')
+    local mask = o.src_mask or src:ne(c.pad):to('u8'):view(B, 1, 1, src:shape()[2])
+    local maxlen = {}
+    for i, n in ipairs(src_lengths(src, c.pad)) do
+      maxlen[i] = math.min(math.floor(a * n + b), c.max_positions - 1)
+    end
+    local was_training = self.training
+    self:eval()
+    local ok, out, scores = pcall(function()
+      return pn.no_grad(function()
+        local st = self:begin_decode(self:encode(src, mask), mask)
+        return search(self, st, B, maxlen, K, lenpen)
+      end)
+    end)
+    self:train(was_training)
+    if not ok then error(out, 0) end
+    return out, scores
+  end
+
+  function TF:translate(src, o) return run(self, 'translate', src, o, beam_search) end
+  function TF:greedy(src, o) return run(self, 'greedy', src, o, greedy) end
+end
