@@ -1,0 +1,4 @@
+-- Multi30k de→en with a 3 + 3 layer Transformer whose attention is the hyperbolic score
+-- (recipes/nmt.lua: joint BPE, label smoothing, inverse-sqrt warm-up, beam 5 test BLEU).
+--   ./bench experiments/nmt_multi30k_hyperbolic.lua [preset=small] [epochs=N] [seed=S] …
+return require('penumbra.recipes.nmt'){ score = 'hyperbolic' }
