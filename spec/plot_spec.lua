@@ -143,6 +143,37 @@ do
   h:close()
 end
 
+-- a sweep table as experiments/nmt_ablation_dims.lua writes it (compare.sweep): per row the
+-- seeds' test_bleu and the row's settings as attributes; root attributes x, series, rows
+local ABL = tmpdir .. '/runs/ablation/dims.h5'
+local ABL_ROWS = { -- name, score, qk_dim, test_bleu per seed (nil: every run failed, no arrays)
+  { 'dot qk_dim=64', 'dot', 64, { 31.0, 31.4, 31.2 } }, { 'dot qk_dim=16', 'dot', 16, { 30.1, 30.5, 29.9 } },
+  { 'umbral qk_dim=16', 'umbral', 16, { 31.5, 31.1 } }, { 'umbral qk_dim=32', 'umbral', 32, nil },
+  { 'umbral qk_dim=64', 'umbral', 64, { 32.0, 32.2, 31.9 } },
+}
+os.execute("mkdir -p '" .. tmpdir .. "/runs/ablation'")
+do
+  local h = pn.io.open(ABL, 'w')
+  local names = {}
+  for _, r in ipairs(ABL_ROWS) do
+    names[#names + 1] = r[1]
+    if r[4] then
+      h:write(r[1] .. '/test_bleu', pn.tensor(r[4], { dtype = 'f64' }))
+      h:write(r[1] .. '/val_bleu', pn.tensor(r[4], { dtype = 'f64' }))
+      h:set_attr(r[1], 'score', r[2])
+      h:set_attr(r[1], 'qk_dim', r[3])
+    end
+  end
+  h:set_attr('/', 'seeds', 3)
+  h:set_attr('/', 'table', '| score | q/k width | test BLEU |\n|---|---|---|\n')
+  h:set_attr('/', 'rows', table.concat(names, '\n'))
+  h:set_attr('/', 'metric', 'bleu')
+  h:set_attr('/', 'x', 'qk_dim')
+  h:set_attr('/', 'series', 'score')
+  h:set_attr('/', 'xlabel', 'q/k width per head')
+  h:close()
+end
+
 local function data_of(kind, files, opts)
   local job = plot.prepare(kind, files, opts)
   local dir = tmpdir .. '/data-' .. kind
@@ -386,6 +417,62 @@ describe('plot data files', function()
     os.remove(junk)
   end)
 
+  it('ablation: one line per series, points in x order with mean ± std and count; failed rows left out', function()
+    local job, paths = data_of('ablation', { ABL }, {})
+    local blocks = parse_blocks(read_file(paths.datafile))
+    assert.equal(2, #blocks)
+    local function stats(xs)
+      local m = 0
+      for _, x in ipairs(xs) do m = m + x end
+      m = m / #xs
+      local v = 0
+      for _, x in ipairs(xs) do v = v + (x - m) ^ 2 end
+      return m, math.sqrt(v / (#xs - 1))
+    end
+    -- series in the order the rows name them first; within one, sorted by x
+    local want = { { ABL_ROWS[2], ABL_ROWS[1] }, { ABL_ROWS[3], ABL_ROWS[5] } }
+    for b, rows in ipairs(want) do
+      assert.equal(#rows, #blocks[b])
+      for i, r in ipairs(rows) do
+        local m, sd = stats(r[4])
+        local got = blocks[b][i].numbers
+        assert.equal(r[3], got[1])
+        assert.truthy(near(m, got[2]), tostring(got[2]))
+        assert.truthy(near(sd, got[3]), tostring(got[3]))
+        assert.equal(#r[4], got[4])
+      end
+    end
+    local vars = {}
+    for _, kv in ipairs(job.vars) do vars[kv[1]] = kv[2] end
+    assert.same({ 'dot', 'umbral' }, vars.titles)
+    assert.same({ 16, 64 }, vars.xs)
+    assert.equal(1, vars.logx)      -- 16..64: a log2 axis
+    assert.equal('test_bleu', vars.ylab)
+    assert.equal('q/k width per head', vars.xlab)
+    assert.truthy(vars.plot_title:find('counts differ', 1, true), vars.plot_title)
+    assert.equal(1, #job.warnings)
+    assert.truthy(job.warnings[1]:find('umbral qk_dim=32 has no test_bleu', 1, true), job.warnings[1])
+    assert.equal(ABL:gsub('%.h5$', '') .. '.ablation.png', job.default_out)
+    -- --series: another attribute names the lines (one line here: the rows' qk_dim as series)
+    job = plot.prepare('ablation', { ABL }, { series = 'qk_dim' })
+    assert.equal(2, #job.series)   -- 64, 16 (first seen), each over both scores
+    -- the compare kind draws the same table as bars, in its rows order
+    job = plot.prepare('compare', { ABL }, { metric = 'test_bleu' })
+    local order = {}
+    for i, r in ipairs(job.rows) do order[i] = r.name end
+    assert.same({ 'dot qk_dim=64', 'dot qk_dim=16', 'umbral qk_dim=16', 'umbral qk_dim=64' }, order)
+    -- a run file, two files, or an unknown x attribute are errors
+    local ok, err = pcall(plot.prepare, 'ablation', { RUN1 }, {})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('is a run file', 1, true), tostring(err))
+    ok, err = pcall(plot.prepare, 'ablation', { ABL, ABL }, {})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('one table at a time', 1, true), tostring(err))
+    ok, err = pcall(plot.prepare, 'ablation', { ABL }, { x = 'width' })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("has no number attribute 'width'", 1, true), tostring(err))
+  end)
+
   it('rejects unknown kinds, missing files and no files', function()
     local ok, err = pcall(plot.prepare, 'pie', { RUN1 })
     assert.is_false(ok)
@@ -406,6 +493,7 @@ describe('plot pictures', function()
     { 'radius', { RUN1, RUN2 }, {} },
     { 'heatmap', { RUN1 }, { head = 1 } },
     { 'compare', { CMP }, {} },
+    { 'ablation', { ABL }, {} },
   }
   for _, c in ipairs(cases) do
     it(c[1] .. ': a PNG of the requested size and an SVG', function()

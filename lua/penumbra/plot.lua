@@ -4,6 +4,8 @@
 --   pn.plot.radius(files, {tag=, bins=30, density=, logx=, out=})
 --   pn.plot.heatmap(file, {tag=, head=1, out=})
 --   pn.plot.compare(files, {metric='test_acc', ymin=0, out=})   -- runs/compare/<stamp>.h5 or run files
+--   pn.plot.ablation(file, {metric='test_bleu', x='qk_dim', series='score', out=})  -- a sweep table
+--                                                  -- (compare.sweep): metric vs x, a line per series
 --   pn.plot(kind, files, opts)  -- the same, by name; returns the path written
 --   ./bench plot <kind> <run files…> [--out file.png|.svg|.pdf] [--option value …]
 --
@@ -412,7 +414,7 @@ end
 
 -- ---- compare ----------------------------------------------------------------------------------
 -- Rows {name, values} from ./bench compare files (groups with <metric> arrays, ordered as in
--- their Markdown table) and from run files, grouped by what they ran: the same experiment and
+-- their Markdown table, or as their root attribute rows lists them: sweep tables) and from run files, grouped by what they ran: the same experiment and
 -- config apart from the seed (runs.config_key). A group is named by its run files' variant
 -- ('cora_umbral epochs=20'); files from before that attribute get the experiment plus the
 -- config values that tell its groups apart. Unreadable files and files without the metric
@@ -451,7 +453,9 @@ local function compare_rows(files, metric)
       else
         seeds = r.attrs.seeds or seeds
         local order = {}
-        if type(r.attrs.table) == 'string' then
+        if type(r.attrs.rows) == 'string' then -- sweep tables (compare.sweep) name their rows in order
+          for name in r.attrs.rows:gmatch('[^\n]+') do order[#order + 1] = name end
+        elseif type(r.attrs.table) == 'string' then
           for name in r.attrs.table:gmatch('\n| ([^|\n]-) |') do
             if name ~= '---' and not name:match('^experiment') then order[#order + 1] = name end
           end
@@ -573,7 +577,108 @@ function prepare.compare(files, opts)
   }
 end
 
-P.KINDS = { 'curves', 'radius', 'heatmap', 'compare' }
+-- ---- ablation ---------------------------------------------------------------------------------
+-- A sweep table (compare.sweep; experiments/nmt_ablation_dims.lua) as lines: the metric against a
+-- swept setting, one line per series, error bars = std over seeds. The root attributes say which
+-- row attribute is x (x = 'qk_dim') and which names the series (series = 'score'); --x and
+-- --series choose others. Rows are read in the order of the root attribute rows; a row without
+-- the metric (every run failed) is left out with a warning.
+function prepare.ablation(files, opts)
+  if #files > 1 then plot_error('ablation: one table at a time (got ' .. #files .. ')') end
+  local path = files[1]
+  local r = open_run(path)
+  local ok, res = pcall(function()
+    if r:is_run() then
+      plot_error('ablation: ' .. path .. ' is a run file; this kind draws a sweep table (experiments/nmt_ablation_dims.lua)')
+    end
+    local a = r.attrs
+    local xkey, skey = opts.x or a.x, opts.series or a.series
+    if type(xkey) ~= 'string' then
+      plot_error('ablation: ' .. path .. ' has no root attribute x (the swept setting); name one with --x')
+    end
+    local metric = opts.metric or ('test_' .. tostring(a.metric or 'acc'))
+    local names = {}
+    if type(a.rows) == 'string' then
+      for name in a.rows:gmatch('[^\n]+') do names[#names + 1] = name end
+    else
+      local set = {}
+      for _, n in ipairs(r.f:list('/')) do
+        local g = n:match('^(.*)/[^/]+$')
+        if g and not set[g] then set[g] = true; names[#names + 1] = g end
+      end
+      table.sort(names)
+    end
+    local series, by_name, warnings, xs_set, nmax = {}, {}, {}, {}, 0
+    local counts = {}
+    for _, name in ipairs(names) do
+      local key = name .. '/' .. metric
+      if not r.f:exists(key) then
+        warnings[#warnings + 1] = string.format('%s: row %s has no %s (no finished run)', path, name, metric)
+      else
+        local ga = r:attrs_of(name)
+        local x = tonumber(ga[xkey])
+        if x == nil then plot_error(string.format("ablation: row %s of %s has no number attribute '%s'", name, path, xkey)) end
+        local sname = skey and ga[skey] ~= nil and tostring(ga[skey]) or 'all'
+        local s = by_name[sname]
+        if not s then
+          s = { title = sname, points = {} }
+          by_name[sname] = s
+          series[#series + 1] = s
+        end
+        local values = runs.flat(r:read(key))
+        local m, sd = mean_std(values)
+        s.points[#s.points + 1] = { x = x, mean = m, std = sd, n = #values }
+        xs_set[x] = true
+        counts[#values] = true
+        nmax = math.max(nmax, #values)
+      end
+    end
+    if #series == 0 then plot_error('ablation: nothing to draw in ' .. path .. ': ' .. table.concat(warnings, '; ')) end
+    local blocks = {}
+    for i, s in ipairs(series) do
+      table.sort(s.points, function(p, q) return p.x < q.x end)
+      local lines = {}
+      for k, p in ipairs(s.points) do lines[k] = string.format('%s %s %s %d', num(p.x), num(p.mean), num(p.std), p.n) end
+      blocks[i] = table.concat(lines, '\n')
+    end
+    local xs = {}
+    for x in pairs(xs_set) do xs[#xs + 1] = x end
+    table.sort(xs)
+    local titles = {}
+    for i, s in ipairs(series) do titles[i] = s.title end
+    -- widths 16..128 read best on a log2 axis; a linear axis when x has zero, negatives or a small range
+    local logx = xs[1] > 0 and xs[#xs] / xs[1] >= 4
+    local xmin, xmax
+    if logx then xmin, xmax = xs[1] / 1.25, xs[#xs] * 1.25
+    else
+      local pad = xs[#xs] > xs[1] and 0.06 * (xs[#xs] - xs[1]) or 0.5
+      xmin, xmax = xs[1] - pad, xs[#xs] + pad
+    end
+    local nvals = 0
+    for _ in pairs(counts) do nvals = nvals + 1 end
+    local over
+    if nmax == 1 then over = 'one run each (no spread)'
+    elseif nvals == 1 then over = 'mean ± std over ' .. nmax .. ' seeds'
+    else over = 'mean ± std over seeds (counts differ: some runs failed)' end
+    local xlab = opts.x and xkey or (type(a.xlabel) == 'string' and a.xlabel or xkey)
+    return {
+      kind = 'ablation', script = 'ablation.gp', warnings = warnings, series = series,
+      data = { datafile = table.concat(blocks, '\n\n\n') .. '\n' },
+      vars = {
+        { 'n', #series }, { 'titles', titles }, { 'xs', xs }, { 'logx', logx and 1 or 0 },
+        { 'xmin', xmin }, { 'xmax', xmax }, { 'points', nmax },
+        { 'plot_title', opts.title or string.format('%s vs %s: %s', metric, xlab, over) },
+        { 'xlab', xlab }, { 'ylab', metric },
+      },
+      default_out = default_out(path, 'ablation'),
+    }
+  end)
+  r:close()
+  if not ok then error(res, 0) end
+  return res
+end
+
+P.KINDS = { 'curves', 'radius', 'heatmap', 'compare', 'ablation' }
 
 function P.prepare(kind, files, opts)
   opts = opts or {}
@@ -772,7 +877,11 @@ kinds:
   heatmap  one head of an attention map /attention/<tag> (H, Nq, Nk)
            --tag name (default: the first)  --head h (1-based, default 1)
   compare  bars with error bars (mean ± std) from runs/compare/<stamp>.h5 or from run files
+           (also a sweep table, e.g. runs/ablation/nmt_ablation_maps-<stamp>.h5 --metric test_bleu)
            --metric test_acc (default)  --ymin 0
+  ablation a sweep table (runs/ablation/nmt_ablation_dims-<stamp>.h5) as lines: the metric
+           against the swept setting, one line per series, error bars = std over seeds
+           --metric (default test_<the table's metric>)  --x qk_dim  --series score
 
 common:    --out path (default next to the first file: run.h5 → run.<kind>.png)
            --size 900x560  --title text  --keep (keep gnuplot's inputs, print where)
@@ -780,7 +889,7 @@ common:    --out path (default next to the first file: run.h5 → run.<kind>.png
 
 local FLAGS = { density = true, logx = true, logy = true, keep = true }
 local VALUED = { out = true, metric = true, smooth = true, tag = true, head = true, bins = true, size = true,
-                 title = true, ymin = true }
+                 title = true, ymin = true, x = true, series = true }
 
 function P.parse_args(argv)
   local kind = argv[1]
