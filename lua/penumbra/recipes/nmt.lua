@@ -16,6 +16,9 @@
 --   return require('penumbra.recipes.nmt'){ score = 'umbral' }          -- experiments/nmt_multi30k_umbral.lua
 --   ./bench experiments/nmt_multi30k_dot.lua preset=small              -- a quick look (minutes)
 --
+-- train_limit = N / eval_limit = N use only the first N training / validation and test pairs
+-- (0: all): for specs and dry runs; the run says so, and its scores are not comparable.
+--
 -- Presets (preset=base | small) set the defaults of the model and schedule keys; any key given
 -- on the command line wins. base: 3 + 3 layers, d = 256, 4 heads, FFN 1024, vocab 8000.
 -- small: 2 + 2 layers, d = 128, 4 heads, FFN 256, vocab 4000, 2 epochs.
@@ -180,6 +183,22 @@ local function write_attention(state, cfg, run, i)
   end)
 end
 
+-- the first n pairs of an encoded split (n = 0: all of them); eval splits are in order
+local function take(enc, n)
+  if n == 0 or n >= enc.n then return enc end
+  for _, k in ipairs({ 'src_ids', 'tgt_ids', 'index', 'line' }) do
+    if enc[k] then for i = #enc[k], n + 1, -1 do enc[k][i] = nil end end
+  end
+  enc.n = n
+  return enc
+end
+
+local function first(list, n)
+  local t = {}
+  for i = 1, n do t[i] = list[i] end
+  return t
+end
+
 local function experiment(o)
   local args = rawget(_G, 'args') or {}
   local preset_name = args.preset or o.preset or 'base'
@@ -190,7 +209,7 @@ local function experiment(o)
     map = o.map or 'default', hyper_model = o.hyper_model or 'default', qk_dim = o.qk_dim or 0, r = 0,
     self_attn = o.self_attn or 'softmax', prenorm = false, act_dropout = 0, label_smoothing = 0.1,
     weight_decay = 0.0001, clip = 1.0, max_len = 256, eval_tokens = 6000, beam = 5, val_beam = 1, lenpen = 1.0,
-    average = 5, samples = 5, attention_maps = 3, seed = 0, threads = 0, quiet = false, patience = 100,
+    average = 5, samples = 5, attention_maps = 3, train_limit = 0, eval_limit = 0, seed = 0, threads = 0, quiet = false, patience = 100,
   }
   for k, v in pairs(preset) do config[k] = v end
   local count = { 'integer', min = 1 }
@@ -210,7 +229,8 @@ local function experiment(o)
                label_smoothing = { 'number', min = 0, below = 1 }, weight_decay = { 'number', min = 0 },
                clip = { 'number', min = 0 }, max_len = count, eval_tokens = count, beam = count, val_beam = count,
                lenpen = 'number', average = count, samples = { 'integer', min = 0 },
-               attention_maps = { 'integer', min = 0 } },
+               attention_maps = { 'integer', min = 0 }, train_limit = { 'integer', min = 0 },
+               eval_limit = { 'integer', min = 0 } },
     monitor = 'val_bleu', mode = 'max', also = { val_loss = 'min' },
     model = function(state) return state.model end,
   }
@@ -236,9 +256,15 @@ local function experiment(o)
       run:set('truncated_' .. split.name, e.truncated or 0)
       return e
     end
-    state.train_enc = encode(d.train, 'train')
-    state.val_enc = encode(d.valid, 'eval')
-    state.test_enc = encode(d.test, 'eval')
+    state.train_enc = take(encode(d.train, 'train'), cfg.train_limit)
+    state.val_enc = take(encode(d.valid, 'eval'), cfg.eval_limit)
+    state.test_enc = take(encode(d.test, 'eval'), cfg.eval_limit)
+    -- the references scored: every line of the split (or the first eval_limit)
+    state.refs = { val = first(d.valid.tgt_raw, state.val_enc.n), test = first(d.test.tgt_raw, state.test_enc.n) }
+    if cfg.train_limit > 0 or cfg.eval_limit > 0 then
+      say(cfg, 'nmt: a quick look on part of the data: train_limit=%d eval_limit=%d (scores are not comparable)',
+        cfg.train_limit, cfg.eval_limit)
+    end
     if (d.train.skipped or {}).empty and d.train.skipped.empty > 0 then
       say(cfg, 'nmt: train: %d pairs with an empty side skipped', d.train.skipped.empty)
     end
@@ -298,17 +324,17 @@ local function experiment(o)
 
   function def.evaluate(state, cfg, split, step)
     local enc = split == 'test' and state.test_enc or state.val_enc
-    local data = split == 'test' and state.d.test or state.d.valid
+    local refs = state.refs[split]
     local loss, nll = eval_loss(state, cfg, enc)
     local beam = split == 'test' and cfg.beam or (step and cfg.val_beam or cfg.beam)
     local t0 = stats.now()
     local hyps = translate_split(state, cfg, enc, beam)
     local secs = stats.now() - t0
-    local b, chrf = score(hyps, data.tgt_raw)
+    local b, chrf = score(hyps, refs)
     state.last_hyps = state.last_hyps or {}
     state.last_hyps[split] = hyps
     return { loss = loss, nll = nll, ppl = math.exp(nll), bleu = b.score, chrf = chrf, bleu_bp = b.bp,
-             sentences_per_s = #data.tgt_raw / secs, beam = beam }
+             sentences_per_s = #refs / secs, beam = beam }
   end
 
   function def.on_eval(state, cfg, run, step, m)
@@ -326,11 +352,11 @@ local function experiment(o)
     local out = {}
     local hyps = state.last_hyps and state.last_hyps.test
     if hyps then
-      local n = #state.d.test.tgt_raw
+      local refs = state.refs.test
       local t = {}
-      for i = 1, n do t[i] = hyps[i] or '' end
+      for i = 1, #refs do t[i] = hyps[i] or '' end
       run:write_text('text/test_hyps', table.concat(t, '\n') .. '\n', { beam = cfg.beam })
-      out.test_bleu_line = pn.text.bleu(t, state.d.test.tgt_raw).line
+      out.test_bleu_line = pn.text.bleu(t, refs).line
     end
     for i = 1, math.min(cfg.attention_maps, state.val_enc.n) do write_attention(state, cfg, run, i) end
     -- checkpoint averaging: the mean of the last `average` epochs' parameters
