@@ -1,7 +1,8 @@
 -- experiments/perf/bleu_conformance.lua — our corpus BLEU and chrF (core/text/bleu.c,
 -- penumbra.text.bleu, `./bench bleu`) against PyPI sacreBLEU on real corpora. Not run by CI.
 --
---   ./bench experiments/perf/bleu_conformance.lua [cli=1] [keep=0]
+--   ./bench experiments/perf/bleu_conformance.lua [cli=1] [keep=0] [runs=run1.h5,run2.h5]
+--   runs=: NMT run files whose beam-5 test translations (/text/test_hyps) join the systems
 --
 -- References: multi30k_de_en/{valid,test}.en and iwslt14_de_en/{valid,test}.en (found on the
 -- dataset search path). "Systems" are built from real text: the tokenised lowercased
@@ -154,6 +155,24 @@ do
   add('synthetic-13a', file_of('syn.hyp', h), { file_of('syn.ref', S2) })
   add('synthetic-13a/2refs', tmp .. '/syn.hyp', { tmp .. '/syn.ref', file_of('syn.ref2', S1) })
   add('synthetic drop/2refs', file_of('syn.drop', drop(S1, 5)), { tmp .. '/syn.ref', tmp .. '/syn.ref2' })
+end
+
+-- real system outputs: the beam-5 test translations (/text/test_hyps) of NMT run files,
+-- runs=a.h5,b.h5 (every line of Multi30k test2016 against its raw reference)
+for path in (args.runs or ''):gmatch('[^,]+') do
+  local ok, text = pcall(function()
+    local r = require('penumbra.runs').open(path)
+    local t = r:read_text('text/test_hyps')
+    if r.close then r:close() end
+    return t
+  end)
+  if not ok then error('bleu_conformance: ' .. path .. ' has no /text/test_hyps (an NMT run file?): ' .. tostring(text), 0) end
+  local name = path:match('([^/]+)%.h5$') or path
+  local hyp = tmp .. '/run-' .. name .. '.hyp'
+  local fh = assert(io.open(hyp, 'wb'))
+  fh:write(text)
+  fh:close()
+  add('m30k-test system ' .. (path:match('runs/([^/]+)/') or name), hyp, { data.find('multi30k_de_en/test.en') })
 end
 
 -- ---- sacreBLEU ------------------------------------------------------------------------------------
