@@ -59,12 +59,7 @@ end
 
 local function split_commas(s)
   if type(s) == 'table' then return s end
-  local out = {}
-  for part in tostring(s):gmatch('[^,]+') do
-    part = part:gsub('^%s+', ''):gsub('%s+$', '')
-    if part ~= '' then out[#out + 1] = part end
-  end
-  return out
+  return require('penumbra.compare').list(s)
 end
 
 local function plot_error(msg) error('plot: ' .. msg, 0) end
