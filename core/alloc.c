@@ -18,8 +18,10 @@ void pn_count_node(int d) { __atomic_add_fetch(&live_nodes, d, __ATOMIC_RELAXED)
 /* Tensors of tens of MB are freed and reallocated every training step; glibc would hand
  * each one back to the kernel (mmap/munmap) and fault fresh pages in on the next
  * allocation, which costs more than the arithmetic of a softmax. So: keep blocks below
- * 32 MiB in the heap (mallopt), and park freed blocks from 1 MiB up in a small cache of
- * exact (1 MiB-rounded) sizes for the next request of that size. Off in ASan builds, where
+ * 32 MiB in the heap (mallopt), and park freed blocks from 1 MiB up in a small cache
+ * (sizes rounded to 1 MiB) for the next request that fits one of them. A block handed out
+ * from the cache may be larger than asked; it is parked again under the size asked for,
+ * which it holds. Off in ASan builds, where
  * reuse would hide use-after-free. */
 __attribute__((constructor)) static void pn_tune_malloc(void) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's maximum on 64-bit */
@@ -27,7 +29,7 @@ __attribute__((constructor)) static void pn_tune_malloc(void) {
 }
 
 #define BIG (1u << 20)             /* blocks from here on are cached */
-#define CACHE_SLOTS 16
+#define CACHE_SLOTS 64
 #define CACHE_LIMIT ((size_t)1 << 30) /* bytes parked at most */
 
 static struct {
@@ -49,15 +51,19 @@ static void *cache_take(size_t n) {
     (void)n;
     return NULL;
 #else
+    /* the smallest parked block that holds n and wastes at most a quarter of it: batches of
+     * varying size (token-count batching) reuse each other's logits and activations */
     void *p = NULL;
+    int best = -1;
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SLOTS; i++)
-        if (cache.p[i] && cache.n[i] == n) {
-            p = cache.p[i];
-            cache.p[i] = NULL;
-            cache.total -= n;
-            break;
-        }
+        if (cache.p[i] && cache.n[i] >= n && cache.n[i] - n <= n / 4 && (best < 0 || cache.n[i] < cache.n[best]))
+            best = i;
+    if (best >= 0) {
+        p = cache.p[best];
+        cache.p[best] = NULL;
+        cache.total -= cache.n[best];
+    }
     pthread_mutex_unlock(&cache_lock);
     return p;
 #endif
