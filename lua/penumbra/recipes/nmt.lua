@@ -307,9 +307,13 @@ local function experiment(o)
         last = t
         local el = t - t0
         local rate = ntok / el
+        -- what is left: this epoch's and the later epochs' batches at this rate, plus their
+        -- validations at the last one's duration (none measured yet in epoch 1)
         local left = (state.train_tokens - ntok) / rate + (cfg.epochs - epoch) * state.train_tokens / rate
-        io.stderr:write(string.format('nmt epoch %d/%d batch %d/%d | loss %.3f | %.0f tgt tok/s (%.0f src+tgt) | lr %.2e | ETA %s (training only)\n',
-          epoch, cfg.epochs, i, #batches, sum / ntok, rate, (ntok + nsrc) / el, opt.lr, fmt_time(left)))
+        local evals = (cfg.epochs - epoch + 1) * (state.eval_secs or 0)
+        io.stderr:write(string.format('nmt epoch %d/%d batch %d/%d | loss %.3f | %.0f tgt tok/s (%.0f src+tgt) | lr %.2e | ETA %s%s\n',
+          epoch, cfg.epochs, i, #batches, sum / ntok, rate, (ntok + nsrc) / el, opt.lr, fmt_time(left + evals),
+          state.eval_secs and '' or ' (training; + validations)'))
       end
     end
     local el = stats.now() - t0
@@ -325,11 +329,13 @@ local function experiment(o)
   function def.evaluate(state, cfg, split, step)
     local enc = split == 'test' and state.test_enc or state.val_enc
     local refs = state.refs[split]
+    local t_eval = stats.now()
     local loss, nll = eval_loss(state, cfg, enc)
     local beam = split == 'test' and cfg.beam or (step and cfg.val_beam or cfg.beam)
     local t0 = stats.now()
     local hyps = translate_split(state, cfg, enc, beam)
     local secs = stats.now() - t0
+    if step then state.eval_secs = stats.now() - t_eval end
     local b, chrf = score(hyps, refs)
     state.last_hyps = state.last_hyps or {}
     state.last_hyps[split] = hyps
