@@ -567,7 +567,8 @@ function M.run(def, overrides)
   end, function(e)
     local msg = tostring(e)
     if msg:find('interrupted') then status = 'interrupted' elseif status ~= 'failed' then status = 'failed' end
-    err_msg = err_msg or msg
+    -- the message without a "file.lua:123: " position (a user reads it; PN_TRACEBACK=1 shows where)
+    err_msg = err_msg or (msg:gsub("^[^%s:]+%.lua:%d+: ", ""))
     return debug.traceback(msg, 2)
   end)
 
