@@ -24,7 +24,7 @@
 -- PyTorch's loss, logits (max |Δ| / max |logits|) and the gradient of every parameter (max |Δ|
 -- relative to that gradient's max |g|, floored at 1e-3 of the largest; the key projections' biases,
 -- whose gradient is zero in exact arithmetic, must stay under 1e-3 of the largest) are compared;
--- over 1e-4 relative the run stops. Then `warmup` untimed steps on each side, then `rounds` rounds taking
+-- over 1e-4 relative (logits, loss) or 1e-3 (gradients: f32 sums over ~3600 tokens) the run stops. Then `warmup` untimed steps on each side, then `rounds` rounds taking
 -- turns — ours for each score in `scores`, then PyTorch — of `steps` timed steps each, with
 -- dropout (the base preset's 0.2) on both sides. Reported: median ms/step, target tokens/s
 -- (Σ ntokens / the round's time; median over rounds) and ours/PyTorch in tokens/s (> 1: ours is
@@ -212,9 +212,13 @@ local function main()
       'of max |logits| %.3g (%.2g relative); worst gradient rel. error %.3g (%s) over %s parameters; key-projection ' ..
       'biases (zero gradient in exact arithmetic) at most %.2g of the largest gradient', batches[1].ntokens, ref_loss, tl,
       dl, ml, dl / ml, ge, gw, np_, kb))
-    if not (dl / ml <= 1e-4 and ge <= 1e-4 and kb <= 1e-3 and
+    -- gradients: 1e-3 of each parameter's largest entry. A bias gradient is an f32 sum over
+    -- every token of the batch (3600 at max_tokens 4096) with cancellation, and the two sides
+    -- sum in different orders: 2.4e-4 was seen at full size, 3e-6 at 1000 tokens
+    if not (dl / ml <= 1e-4 and ge <= 1e-3 and kb <= 1e-3 and
             math.abs(tonumber(tl) - ref_loss) <= 1e-4 * math.abs(ref_loss)) then
-      error('nmt_cpu: ours and PyTorch disagree beyond 1e-4 relative: not timing different models', 0)
+      error('nmt_cpu: ours and PyTorch disagree (logits or loss beyond 1e-4, gradients beyond 1e-3 relative): ' ..
+        'not timing different models', 0)
     end
   end
 
