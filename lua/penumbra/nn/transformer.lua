@@ -27,7 +27,7 @@
 -- Incremental decoding (nn/translate.lua drives it; no autograd):
 --   st = model:begin_decode(memory, src_mask)     -- cross-attention keys/values computed once
 --   logits = model:decode_step(st, tokens (B) i64)  → (B, vocab), position st.t (from 0)
---   model:reorder(st, idx (B') i64)               -- keep / repeat rows (beams, finished sentences)
+--   model:reorder(st, idx (B') i64 [, same_sources]) -- keep / repeat rows (beams, finished sentences)
 -- softmax self-attention caches each layer's mapped keys and values; the linear family keeps
 -- its recurrent state (pn.cosine_state / pn.power_state) and reorders it in place.
 return function(nn, pn)
@@ -253,14 +253,17 @@ return function(nn, pn)
     end)
   end
 
-  -- keep rows idx (i64, 0-based, repeats allowed) of every cached tensor and recurrent state
-  function TF:reorder(st, idx)
+  -- keep rows idx (i64, 0-based, repeats allowed) of every cached tensor and recurrent state;
+  -- same_sources = true says row r of the result decodes the same source sentence as row r
+  -- did (beams swapped within each sentence), so the memory's keys, values and mask stay
+  local MEMORY = { mem_k = true, mem_v = true }
+  function TF:reorder(st, idx, same_sources)
     pn.no_grad(function()
-      if st.mask then st.mask = st.mask:index_select(1, idx) end
+      if st.mask and not same_sources then st.mask = st.mask:index_select(1, idx) end
       for i, l in ipairs(self.dec) do
         local c = st.layers[i]
         for _, k in ipairs({ 'k', 'v', 'mem_k', 'mem_v' }) do
-          if c[k] then c[k] = c[k]:index_select(1, idx) end
+          if c[k] and not (same_sources and MEMORY[k]) then c[k] = c[k]:index_select(1, idx) end
         end
         if l.linear then l.self_attn:reorder_state(idx) end
       end

@@ -152,8 +152,13 @@ return function(nn, pn)
         r = r_end + 1
       end
       lp = nil
+      -- the same sentences in the same rows (beams reshuffled within each): the memory stays
+      local same = #next_live == #live
+      for j = 1, same and #live or 0 do
+        if next_live[j].sent ~= live[j].sent then same = false break end
+      end
       live = next_live
-      if #live > 0 then self:reorder(st, ids_tensor(parents)) end
+      if #live > 0 then self:reorder(st, ids_tensor(parents), same) end
     end
     local out, scores = {}, {}
     for i = 1, B do
