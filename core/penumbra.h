@@ -397,9 +397,7 @@ int pn_spm_eos_id(const pn_spm *s);
 int pn_spm_pad_id(const pn_spm *s);
 const char *pn_spm_id_to_piece(const pn_spm *s, int id);       /* borrowed, lives as long as s */
 int pn_spm_piece_to_id(const pn_spm *s, const char *piece);    /* the unk id when unknown */
-/* one text → *n ids (no bos/eos added) */
-int32_t *pn_spm_encode(const pn_spm *s, const char *text, int64_t len, int64_t *n);
-/* n texts → one array of ids; line i's are ids[offsets[i] .. offsets[i+1]) (offsets: n+1,
+/* n texts → one array of ids (no bos/eos added); line i's are ids[offsets[i] .. offsets[i+1]) (offsets: n+1,
  * caller-sized); OpenMP over lines, num_threads <= 0: pn_num_threads() */
 int32_t *pn_spm_encode_batch(const pn_spm *s, const char *const *lines, const int64_t *lens, int64_t n,
                              int64_t *offsets, int num_threads);

@@ -397,36 +397,6 @@ int pn_spm_piece_to_id(const pn_spm *s, const char *piece) {
     }
 }
 
-int32_t *pn_spm_encode(const pn_spm *s, const char *text, int64_t len, int64_t *n_out) {
-    static const char *OP = "bpe_encode";
-    if (!s || !n_out || (!text && len > 0) || len < 0)
-        return (int32_t *)pn_error_null(PN_ERR_ARG, "%s: NULL model, text or count, or negative length", OP);
-    *n_out = 0;
-    int64_t bad = utf8_invalid_at(text, len);
-    if (bad >= 0) {
-        bad_utf8(OP, "the text", text, len, bad);
-        return nullptr;
-    }
-    try {
-        std::vector<int> ids;
-        spm::util::Status st = s->sp.Encode(absl::string_view(text, (size_t)len), &ids);
-        if (!st.ok())
-            return (int32_t *)pn_error_null(PN_ERR_STATE, "%s: sentencepiece: %s", OP,
-                                            clean(st.message(), "failed").c_str());
-        std::vector<int32_t> out(ids.begin(), ids.end());
-        int32_t *p = malloc_copy(out.data(), out.size());
-        if (!p) return (int32_t *)pn_error_null(PN_ERR_OOM, "%s: out of memory for %zu ids", OP, out.size());
-        *n_out = (int64_t)out.size();
-        return p;
-    } catch (const std::bad_alloc &) {
-        return (int32_t *)pn_error_null(PN_ERR_OOM, "%s: out of memory encoding %lld bytes", OP, (long long)len);
-    } catch (const std::exception &e) {
-        return (int32_t *)pn_error_null(PN_ERR_STATE, "%s: sentencepiece threw: %s", OP, e.what());
-    } catch (...) {
-        return (int32_t *)pn_error_null(PN_ERR_STATE, "%s: sentencepiece threw an unknown exception", OP);
-    }
-}
-
 int32_t *pn_spm_encode_batch(const pn_spm *s, const char *const *lines, const int64_t *lens, int64_t n, int64_t *offsets,
                              int num_threads) {
     static const char *OP = "bpe_encode_lines";

@@ -57,20 +57,24 @@ return function(nn, pn)
 
   -- The mapped keys (B, H, Nk, qk_dim) and values (B, H, Nk, dv) of x_kv (B, Nk, d_model):
   -- what an incremental decoder caches (keys of earlier positions never change).
-  function MHA:keys_values(xkv)
-    return self:map_qk(self:heads_of(self.k_proj(xkv), self.dk)), self:heads_of(self.v_proj(xkv), self.dv)
+  function MHA:keys(xkv) return self:map_qk(self:heads_of(self.k_proj(xkv), self.dk)) end
+  function MHA:keys_values(xkv) return self:keys(xkv), self:heads_of(self.v_proj(xkv), self.dv) end
+
+  -- the mapped queries (B, H, Nq, qk_dim) of x_q and the options of pn.attention for them
+  local function queries(self, xq, extra)
+    extra = extra or {}
+    local o = self.o
+    local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
+                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
+    score_params.fill(opts, self.desc, o, self, self.learned)
+    return self:map_qk(self:heads_of(self.q_proj(xq), self.dk)), opts
   end
 
   -- x_q (B, Nq, d_model) against keys and values from keys_values → (B, Nq, d_model). With
   -- causal, query i sees keys j <= i + (Nk − Nq) (sequences aligned at their ends), so one
   -- new query against the cache of every earlier position is row Nk of the full forward.
   function MHA:attend(xq, k, v, extra)
-    extra = extra or {}
-    local q = self:map_qk(self:heads_of(self.q_proj(xq), self.dk))
-    local o = self.o
-    local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
-                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
-    score_params.fill(opts, self.desc, o, self, self.learned)
+    local q, opts = queries(self, xq, extra)
     local out = pn.attention(q, k, v, opts)            -- (B, H, Nq, dv)
     local s = out:shape()
     out = out:transpose(2, 3):reshape(s[1], s[3], self.d)
@@ -84,14 +88,8 @@ return function(nn, pn)
 
   -- The attention weights (B, H, Nq, Nk) the forward would use (heatmaps)
   function MHA:weights(xq, xkv, extra)
-    extra = extra or {}
-    local q = self:map_qk(self:heads_of(self.q_proj(xq), self.dk))
-    local k = self:map_qk(self:heads_of(self.k_proj(xkv or xq), self.dk))
-    local o = self.o
-    local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
-                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
-    score_params.fill(opts, self.desc, o, self, self.learned)
-    return pn.attention_weights(q, k, opts)
+    local q, opts = queries(self, xq, extra)
+    return pn.attention_weights(q, self:keys(xkv or xq), opts)
   end
 
   function MHA:extra_repr()

@@ -24,6 +24,9 @@
 --
 -- forward(src (B, S) i64, tgt_in (B, T) i64, src_mask (B, 1, 1, S) u8) → logits (B, T, vocab)
 -- encode(src, src_mask) → memory (B, S, d);  decode(tgt_in, memory, src_mask) → logits
+-- attention_maps(src, tgt_in [, src_mask]) → the last encoder layer's self-attention weights
+--   (B, H, S, S) (nil without encoder layers) and the last decoder layer's cross-attention
+--   weights (B, H, T, S)
 -- Incremental decoding (nn/translate.lua drives it; no autograd):
 --   st = model:begin_decode(memory, src_mask)     -- cross-attention keys/values computed once
 --   logits = model:decode_step(st, tokens (B) i64)  → (B, vocab), position st.t (from 0)
@@ -82,8 +85,12 @@ return function(nn, pn)
     self:add('ffn', FFN(o.d_model, o.ff, o.act_dropout))
     self:add('norm2', nn.LayerNorm(o.d_model))
   end
+  -- self.seen, when a table: the input of the attention is kept there (TF:attention_maps)
   function EncLayer:forward(x, mask)
-    x = sublayer(self, x, self.norm1, function(h) return self.self_attn(h, h, { mask = mask }) end)
+    x = sublayer(self, x, self.norm1, function(h)
+      if self.seen then self.seen.x = h end
+      return self.self_attn(h, h, { mask = mask })
+    end)
     return sublayer(self, x, self.norm2, function(h) return self.ffn(h) end)
   end
 
@@ -107,7 +114,10 @@ return function(nn, pn)
   -- y (B, T, d); mem_kv = {k, v} of the memory for the cross attention
   function DecLayer:forward(y, mem_kv, mask)
     y = sublayer(self, y, self.norm1, function(h) return self.self_attn(h, h) end)
-    y = sublayer(self, y, self.norm2, function(h) return self.cross_attn:attend(h, mem_kv[1], mem_kv[2], { mask = mask }) end)
+    y = sublayer(self, y, self.norm2, function(h)
+      if self.seen then self.seen.x = h end
+      return self.cross_attn:attend(h, mem_kv[1], mem_kv[2], { mask = mask })
+    end)
     return sublayer(self, y, self.norm3, function(h) return self.ffn(h) end)
   end
   -- one position: y (B, 1, d); cache = this layer's decoding state
@@ -228,6 +238,31 @@ return function(nn, pn)
 
   function TF:forward(src, tgt_in, src_mask)
     return self:decode(tgt_in, self:encode(src, src_mask), src_mask)
+  end
+
+  -- The weights (B, H, ·, S) of the last encoder layer's self-attention and of the last decoder
+  -- layer's cross-attention when the model reads src and tgt_in (teacher forcing), without
+  -- dropout or autograd: the heatmaps of a run file
+  function TF:attention_maps(src, tgt_in, src_mask)
+    return pn.no_grad(function()
+      local was = self.training
+      self:eval()
+      local last_enc, last_dec = self.enc[#self.enc], self.dec[#self.dec]
+      local se, sd = {}, {}
+      if last_enc then last_enc.seen = se end
+      last_dec.seen = sd
+      local ok, mem = pcall(function()
+        local m = self:encode(src, src_mask)
+        self:decode(tgt_in, m, src_mask)
+        return m
+      end)
+      if last_enc then last_enc.seen = nil end
+      last_dec.seen = nil
+      self:train(was)
+      if not ok then error(mem, 0) end
+      local enc_w = last_enc and last_enc.self_attn:weights(se.x, se.x, { mask = src_mask })
+      return enc_w, last_dec.cross_attn:weights(sd.x, mem, { mask = src_mask })
+    end)
   end
 
   -- ---- incremental decoding -------------------------------------------------------------------

@@ -145,42 +145,19 @@ local function write_attention(state, cfg, run, i)
     for _, id in ipairs(ids) do t[#t + 1] = tok:piece(id) end
     return table.concat(t, '\n')
   end
-  pn.no_grad(function()
-    local was = model.training
-    model:eval()
-    local src = pn.tensor({ src_ids }, { dtype = 'i64' })
-    local tin = { 2 }
-    for _, id in ipairs(tgt_ids) do tin[#tin + 1] = id end
-    local tgt = pn.tensor({ tin }, { dtype = 'i64' })
-    -- the input of the last encoder layer, and of the last decoder layer's cross-attention
-    local x = model:embed_tokens(src, 0)
-    local L = #model.enc
-    for l = 1, L - 1 do x = model.enc[l](x) end
-    local last = model.enc[L]
-    local h = last.prenorm and last.norm1(x) or x
-    local w = last.self_attn:weights(h, h)                       -- (1, H, S, S)
-    local s = w:shape()
-    run:write('attention/val' .. i .. '_enc', w:view(s[2], s[3], s[4]),
-      { row_labels = labels(src_ids), col_labels = labels(src_ids), layer = L, sentence = enc.index[i] or i,
+  local src = pn.tensor({ src_ids }, { dtype = 'i64' })
+  local tin = { 2 }
+  for _, id in ipairs(tgt_ids) do tin[#tin + 1] = id end
+  local enc_w, cross_w = model:attention_maps(src, pn.tensor({ tin }, { dtype = 'i64' }))
+  local function heads(w) local sh = w:shape() return w:view(sh[2], sh[3], sh[4]) end
+  if enc_w then
+    run:write('attention/val' .. i .. '_enc', heads(enc_w),
+      { row_labels = labels(src_ids), col_labels = labels(src_ids), layer = #model.enc, sentence = enc.index[i] or i,
         kind = 'encoder self-attention (last layer)' })
-    local mem = model:encode(src)
-    local y = model:embed_tokens(tgt, 0)
-    local D = #model.dec
-    for l = 1, D - 1 do
-      local k, v = model.dec[l].cross_attn:keys_values(mem)
-      y = model.dec[l](y, { k, v })
-    end
-    local dl = model.dec[D]
-    local hy = dl.prenorm and dl.norm1(y) or y
-    y = dl.prenorm and (y + dl.self_attn(hy, hy)) or dl.norm1(y + dl.self_attn(hy, hy))
-    local hc = dl.prenorm and dl.norm2(y) or y
-    local cw = dl.cross_attn:weights(hc, mem)                   -- (1, H, T, S)
-    s = cw:shape()
-    run:write('attention/val' .. i .. '_cross', cw:view(s[2], s[3], s[4]),
-      { row_labels = labels(tgt_ids, '<s>'), col_labels = labels(src_ids), layer = D, sentence = enc.index[i] or i,
-        kind = 'decoder cross-attention (last layer), reference target' })
-    model:train(was)
-  end)
+  end
+  run:write('attention/val' .. i .. '_cross', heads(cross_w),
+    { row_labels = labels(tgt_ids, '<s>'), col_labels = labels(src_ids), layer = #model.dec,
+      sentence = enc.index[i] or i, kind = 'decoder cross-attention (last layer), reference target' })
 end
 
 -- the first n pairs of an encoded split (n = 0: all of them); eval splits are in order
@@ -339,6 +316,8 @@ local function experiment(o)
     local b, chrf = score(hyps, refs)
     state.last_hyps = state.last_hyps or {}
     state.last_hyps[split] = hyps
+    state.last_bleu_line = state.last_bleu_line or {}
+    state.last_bleu_line[split] = b.line
     return { loss = loss, nll = nll, ppl = math.exp(nll), bleu = b.score, chrf = chrf, bleu_bp = b.bp,
              sentences_per_s = #refs / secs, beam = beam }
   end
@@ -362,7 +341,7 @@ local function experiment(o)
       local t = {}
       for i = 1, #refs do t[i] = hyps[i] or '' end
       run:write_text('text/test_hyps', table.concat(t, '\n') .. '\n', { beam = cfg.beam })
-      out.test_bleu_line = pn.text.bleu(t, refs).line
+      out.test_bleu_line = state.last_bleu_line.test
     end
     for i = 1, math.min(cfg.attention_maps, state.val_enc.n) do write_attention(state, cfg, run, i) end
     -- checkpoint averaging: the mean of the last `average` epochs' parameters

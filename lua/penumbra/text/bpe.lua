@@ -148,23 +148,6 @@ local function check_lines(op, lines, level)
   end
 end
 
-local function ids_of(p, n)
-  local t = {}
-  for i = 0, n - 1 do t[i + 1] = p[i] end
-  return t
-end
-
-function Tok:encode(line)
-  local h = handle(self, 2)
-  check_line('encode', line, 'the line', 2)
-  local n = i64_1()
-  local p = C.pn_spm_encode(h, line, #line, n)
-  if p == nil then error(B.last_error(), 2) end
-  local t = ids_of(p, tonumber(n[0]))
-  C.pn_spm_buf_free(p)
-  return t
-end
-
 -- {{ids}, …} and the flat form (ids, offsets) for callers that build tensors
 local function encode_batch(self, lines, level)
   local h = handle(self, level + 1)
@@ -192,6 +175,12 @@ function Tok:encode_lines(lines)
   end
   C.pn_spm_buf_free(p)
   return out
+end
+
+-- one line: a batch of one (the C side has one encoder)
+function Tok:encode(line)
+  check_line('encode', line, 'the line', 2)
+  return self:encode_lines({ line })[1]
 end
 
 function Tok:decode(ids)
