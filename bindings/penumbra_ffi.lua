@@ -41,9 +41,10 @@ local function last_error()
 end
 B.last_error = last_error
 
--- The GC does not see C memory: collect when live tensor bytes have doubled since the
--- last collection (at least 64 MiB), so dropped tensors are freed in loops and their
--- memory is reused while still warm.
+-- The GC does not see C memory: collect when live tensor bytes (host and device: the CUDA
+-- allocator counts its blocks in pn_live_bytes too) have doubled since the last collection
+-- (at least 64 MiB), so dropped tensors are freed in loops and their memory is reused while
+-- still warm.
 local GC_MIN = 64 * 2 ^ 20
 local gc_threshold = GC_MIN
 local function pressure()

@@ -14,6 +14,7 @@ int64_t pn_live_tensors(void) { return __atomic_load_n(&live_tensors, __ATOMIC_R
 int64_t pn_live_nodes(void) { return __atomic_load_n(&live_nodes, __ATOMIC_RELAXED); }
 void pn_count_tensor(int d) { __atomic_add_fetch(&live_tensors, d, __ATOMIC_RELAXED); }
 void pn_count_node(int d) { __atomic_add_fetch(&live_nodes, d, __ATOMIC_RELAXED); }
+void pn_count_bytes(int64_t d) { __atomic_add_fetch(&live_bytes, d, __ATOMIC_RELAXED); }
 
 /* Tensors of tens of MB are freed and reallocated every training step; glibc would hand
  * each one back to the kernel (mmap/munmap) and fault fresh pages in on the next

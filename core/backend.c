@@ -15,7 +15,7 @@ extern const pn_kernels pn_cuda_kernels;
 const pn_kernels *pn_backend(int dev) {
     if (dev == PN_CPU) return &cpu_kernels;
 #ifdef PN_HAVE_CUDA
-    if (dev == PN_CUDA) return &pn_cuda_kernels;
+    if (dev == PN_CUDA) return pn_cuda_available() ? &pn_cuda_kernels : NULL; /* a GPU, or the interpreter */
 #endif
     return NULL;
 }
@@ -25,6 +25,11 @@ const char *pn_device_name(int dev) { return dev == PN_CPU ? "cpu" : dev == PN_C
 pn_status pn_backend_for(const char *op, int dev, const pn_kernels **out) {
     *out = pn_backend(dev);
     if (*out) return PN_OK;
+#ifdef PN_HAVE_CUDA
+    if (dev == PN_CUDA)
+        return pn_error(PN_ERR_DEVICE, "%s: no CUDA device is available (this build has CUDA kernels but "
+                                       "cudaGetDeviceCount found no GPU)", op);
+#endif
     return pn_error(PN_ERR_DEVICE, "%s: this build of penumbra has no %s backend (built without CUDA)", op,
                     pn_device_name(dev));
 }

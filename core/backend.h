@@ -14,6 +14,10 @@
 
 #include "internal.h"
 
+#if defined(__cplusplus) && !defined(PN_FFI)
+extern "C" { /* C linkage for core/cuda/ and core/text/spm.cc */
+#endif
+
 /* host-built tables some kernels read (their launchers upload them): attention/linear.h */
 typedef struct pn_sympow_table pn_sympow_table;
 typedef struct pn_rowmap pn_rowmap; /* attention/rowmap.h: a map's row kernels and sizes */
@@ -66,4 +70,7 @@ pn_status pn_common_device(const char *op, int n, const pn_tensor *const *ts, co
  * *dev gets it and *k its kernel table (pn_backend_for). */
 pn_status pn_kernels_for(const char *op, int n, const pn_tensor *const *ts, const char *const *names, int *dev,
                          const pn_kernels **k);
+#if defined(__cplusplus) && !defined(PN_FFI)
+}
+#endif
 #endif /* PN_BACKEND_H */

@@ -7,7 +7,7 @@
  *   dims        pn_wrap_dim, pn_broadcast_shape, pn_broadcast_strides
  *   dtype       pn_ld / pn_st (generic load/store as double), pn_is_float
  *   iteration   pn_iter: N operands over one (broadcast) shape, inner-row loops
- *   autograd    pn_node, pn_ag_needed, pn_ag_record, pn_ag_save, PN_NO_GRAD_BEGIN/END
+ *   autograd    pn_node, pn_ag_needed, pn_ag_record, pn_ag_save (no-grad: pn_set_grad_enabled)
  *   threads     PN_PAR_MIN: below this many elements a loop stays serial
  */
 #ifndef PN_INTERNAL_H
@@ -21,7 +21,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__cplusplus) && !defined(PN_FFI)
+extern "C" { /* C linkage for core/cuda/ and core/text/spm.cc */
+#endif
+
 #define PN_PAR_MIN 32768 /* elements; smaller loops are not worth waking threads for */
+
+/* A function C and CUDA both compile from the same source (Philox below, the score maths of
+ * core/attention/): empty in C, __host__ __device__ under nvcc. */
+#ifndef PN_HD
+#if defined(__CUDACC__)
+#define PN_HD __host__ __device__
+#else
+#define PN_HD
+#endif
+#endif
 
 /* ---- errors ------------------------------------------------------------------- */
 /* Set the thread-local message and return code (printf-style). */
@@ -43,6 +57,7 @@ void *pn_alloc(size_t nbytes);   /* 64-byte aligned, counted in pn_live_bytes; N
 void pn_free(void *p, size_t nbytes);
 void pn_count_tensor(int delta);
 void pn_count_node(int delta);
+void pn_count_bytes(int64_t delta); /* device memory, counted by its allocator */
 
 struct pn_storage {
     void *data;
@@ -95,7 +110,7 @@ static inline char *pn_ptr(const pn_tensor *t) {
 }
 
 /* ---- generic element access (slow path; kernels specialise f32/f64) ----------- */
-static inline double pn_ld(const void *p, int dt, int64_t i) {
+PN_HD static inline double pn_ld(const void *p, int dt, int64_t i) {
     switch (dt) {
     case PN_F32: return ((const float *)p)[i];
     case PN_F64: return ((const double *)p)[i];
@@ -104,7 +119,7 @@ static inline double pn_ld(const void *p, int dt, int64_t i) {
     default: return ((const uint8_t *)p)[i];
     }
 }
-static inline void pn_st(void *p, int dt, int64_t i, double v) {
+PN_HD static inline void pn_st(void *p, int dt, int64_t i, double v) {
     switch (dt) {
     case PN_F32: ((float *)p)[i] = (float)v; break;
     case PN_F64: ((double *)p)[i] = v; break;
@@ -114,7 +129,7 @@ static inline void pn_st(void *p, int dt, int64_t i, double v) {
     }
 }
 /* integer index load (i32 or i64 tensors) */
-static inline int64_t pn_ldi(const void *p, int dt, int64_t i) {
+PN_HD static inline int64_t pn_ldi(const void *p, int dt, int64_t i) {
     return dt == PN_I64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
@@ -126,7 +141,7 @@ uint64_t pn_philox_reserve(int64_t blocks, uint64_t *seed);
 
 /* Philox 4x32-10 (Salmon et al. 2011): 4 random words for counter block ctr under key seed.
  * Inline so kernels that draw per element keep it in registers. */
-static inline void pn_philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
+PN_HD static inline void pn_philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int r = 0; r < 10; r++) {
@@ -143,6 +158,43 @@ static inline void pn_philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
     out[1] = c1;
     out[2] = c2;
     out[3] = c3;
+}
+
+/* The two values of counter block ctr (fill_random, CPU and CUDA): uniform in [0, 1) with 53
+ * bits each (kind 0), or a Box–Muller pair of standard normals (kind 1). */
+PN_HD static inline void pn_philox_pair(uint64_t seed, uint64_t ctr, int kind, double *v0, double *v1) {
+    uint32_t w[4];
+    pn_philox4x32(seed, ctr, w);
+    const double two53 = 1.0 / 9007199254740992.0;
+    double u0 = (double)(((uint64_t)w[0] << 21) ^ (uint64_t)(w[1] >> 11)) * two53;
+    double u1 = (double)(((uint64_t)w[2] << 21) ^ (uint64_t)(w[3] >> 11)) * two53;
+    *v0 = u0;
+    *v1 = u1;
+    if (kind == 1) { /* Box–Muller: both outputs used */
+        double r = sqrt(-2.0 * log(1.0 - u0)), th = 2.0 * 3.14159265358979323846 * u1;
+        *v0 = r * cos(th);
+        *v1 = r * sin(th);
+    }
+}
+
+/* fill_random's block b (CPU and CUDA): values 2b and 2b+1 of the n-element contiguous p */
+PN_HD static inline void pn_random_block(void *p, int dt, int64_t n, int kind, uint64_t seed, uint64_t base,
+                                         int64_t b) {
+    double v0, v1;
+    pn_philox_pair(seed, base + (uint64_t)b, kind, &v0, &v1);
+    int64_t i = 2 * b;
+    if (dt == PN_F32) {
+        float f0 = (float)v0, f1 = (float)v1;
+        if (kind == 0) { /* keep [0,1): rounding to float could reach 1.0 */
+            if (f0 >= 1.0f) f0 = 0x1.fffffep-1f;
+            if (f1 >= 1.0f) f1 = 0x1.fffffep-1f;
+        }
+        ((float *)p)[i] = f0;
+        if (i + 1 < n) ((float *)p)[i + 1] = f1;
+    } else {
+        pn_st(p, dt, i, v0);
+        if (i + 1 < n) pn_st(p, dt, i + 1, v1);
+    }
 }
 
 /* ---- dims and broadcasting ------------------------------------------------------ */
@@ -241,4 +293,7 @@ void pn_node_release(pn_node *n);
  * recorded shape (sum over broadcast dims). New reference. */
 pn_tensor *pn_grad_to_input(pn_node *n, int i, pn_tensor *g);
 
+#if defined(__cplusplus) && !defined(PN_FFI)
+}
+#endif
 #endif /* PN_INTERNAL_H */

@@ -22,6 +22,10 @@
 
 #define PN_MAX_DIMS 8
 
+#if defined(__cplusplus) && !defined(PN_FFI)
+extern "C" { /* C linkage for core/cuda/ and core/text/spm.cc */
+#endif
+
 typedef enum { PN_F32 = 0, PN_F64 = 1, PN_I32 = 2, PN_I64 = 3, PN_U8 = 4 } pn_dtype;
 typedef enum { PN_CPU = 0, PN_CUDA = 1 } pn_device;
 
@@ -72,7 +76,32 @@ const char *pn_version(void);
 void pn_interrupt_install(void);
 int pn_interrupted(void);
 void pn_interrupt_clear(void);
+/* ---- CUDA (core/cuda; DESIGN §8) ------------------------------------------------
+ * available: a CUDA device can run penumbra's kernels (a GPU, or the kernel interpreter of a
+ * -DPN_CUDA_EMU=ON build); interpreted: it is the interpreter. The rest fail with a
+ * PN_ERR_DEVICE message where there is no device. */
 int pn_cuda_available(void);
+int pn_cuda_interpreted(void);
+const char *pn_cuda_device_name(void);          /* "" where there is none */
+typedef struct pn_cuda_memory_stats {
+    int64_t allocated;    /* bytes held by live tensors (as asked for) */
+    int64_t reserved;     /* bytes obtained from cudaMalloc and not returned (cache included) */
+    int64_t peak;         /* the most `allocated` has been since start or the last reset */
+    int64_t malloc_calls; /* cudaMalloc calls since start */
+    int64_t free_calls;   /* cudaFree calls since start */
+    int64_t blocks;       /* live allocations */
+} pn_cuda_memory_stats;
+pn_status pn_cuda_memory_stats_get(pn_cuda_memory_stats *out);
+pn_status pn_cuda_reset_peak(void);
+pn_status pn_cuda_empty_cache(void);            /* cudaFree every cached (unused) block */
+pn_status pn_cuda_synchronize(void);            /* wait for queued work; reports kernel errors */
+/* The interpreter's thread order between barriers: "fwd", "rev" or "rand:SEED" (NULL or ""
+ * = fwd); pn_cuda_emu_schedule_name says which is in force. */
+pn_status pn_cuda_emu_schedule(const char *spec);
+const char *pn_cuda_emu_schedule_name(void);
+/* The interpreter's planted-bug cases (core/cuda/emu/selftest.cu): runs case name, writes up
+ * to n result values to out; the interpreter's report as the error when it caught one. */
+pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n);
 /* The device kernels (core/kernels.def), for listing what a backend has: their number, the name
  * of kernel i (0-based; NULL out of range), and whether device dev has it (1), lacks it (0) or
  * is not built in (-1). */
@@ -120,6 +149,7 @@ pn_tensor *pn_expand(pn_tensor *t, int nd, const int64_t *shape);   /* -1 keeps 
 pn_tensor *pn_contiguous(pn_tensor *t);   /* new reference to t itself when already contiguous */
 pn_tensor *pn_clone(pn_tensor *t);        /* always a fresh contiguous copy (differentiable) */
 pn_tensor *pn_to_dtype(pn_tensor *t, int dtype);  /* cast; differentiable between f32/f64 */
+pn_tensor *pn_to_device(pn_tensor *t, int device); /* copy to device (t itself when there); differentiable */
 enum { PN_ALL_DIMS = 127 }; /* squeeze: every size-1 dim */
 
 /* ---- in-place, never recorded by autograd (optimisers, init) ------------------ */
@@ -448,4 +478,7 @@ pn_status pn_chrf(const char *const *hyp, int64_t n_hyp, const char *const *cons
  * bytes and a NUL; -1 on error (NULL line, invalid UTF-8). */
 int64_t pn_bleu_tokenize_13a(const char *line, char *buf, int64_t size);
 
+#if defined(__cplusplus) && !defined(PN_FFI)
+}
+#endif
 #endif /* PENUMBRA_H */

@@ -13,11 +13,6 @@ void pn_manual_seed(uint64_t seed) {
 }
 uint64_t pn_seed(void) { return g_seed; }
 
-/* uniform in [0,1) with 53 (f64) or 24 (f32) bits */
-static inline double u01_64(uint32_t a, uint32_t b) {
-    return (double)(((uint64_t)a << 21) ^ (uint64_t)(b >> 11)) * (1.0 / 9007199254740992.0);
-}
-
 /* Reserve n draws of 4 words each; returns the first counter block. */
 static uint64_t reserve(int64_t blocks) {
     uint64_t base = g_offset;
@@ -38,30 +33,7 @@ pn_status pn_cpu_fill_random(pn_tensor *t, int kind, uint64_t seed, uint64_t bas
     char *p = pn_ptr(t);
     int dt = t->dt;
     #pragma omp parallel for if (n > PN_PAR_MIN) schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        uint32_t w[4];
-        pn_philox4x32(seed, base + (uint64_t)b, w);
-        double u0 = u01_64(w[0], w[1]), u1 = u01_64(w[2], w[3]);
-        double v0 = u0, v1 = u1;
-        if (kind == 1) { /* Box–Muller: both outputs used */
-            double r = sqrt(-2.0 * log(1.0 - u0)), th = 2.0 * M_PI * u1;
-            v0 = r * cos(th);
-            v1 = r * sin(th);
-        }
-        int64_t i = 2 * b;
-        if (dt == PN_F32) {
-            float f0 = (float)v0, f1 = (float)v1;
-            if (kind == 0) { /* keep [0,1): rounding to float could reach 1.0 */
-                if (f0 >= 1.0f) f0 = 0x1.fffffep-1f;
-                if (f1 >= 1.0f) f1 = 0x1.fffffep-1f;
-            }
-            ((float *)p)[i] = f0;
-            if (i + 1 < n) ((float *)p)[i + 1] = f1;
-        } else {
-            pn_st(p, dt, i, v0);
-            if (i + 1 < n) pn_st(p, dt, i + 1, v1);
-        }
-    }
+    for (int64_t b = 0; b < blocks; b++) pn_random_block(p, dt, n, kind, seed, base, b);
     return PN_OK;
 }
 

@@ -13,6 +13,17 @@ pn_status pn_cpu_mem_free(void *p, size_t nbytes) {
     return PN_OK;
 }
 
+/* host memory is the CPU's memory: both directions are a copy */
+pn_status pn_cpu_upload(void *dst, const void *host_src, size_t nbytes) {
+    if (nbytes) memcpy(dst, host_src, nbytes);
+    return PN_OK;
+}
+
+pn_status pn_cpu_download(void *host_dst, const void *src, size_t nbytes) {
+    if (nbytes) memcpy(host_dst, src, nbytes);
+    return PN_OK;
+}
+
 pn_storage *pn_storage_new(size_t nbytes, int dev) {
     const pn_kernels *k;
     if (pn_backend_for("storage", dev, &k)) return NULL;
@@ -39,12 +50,4 @@ void pn_storage_release(pn_storage *s) {
         if (k && k->mem_free) k->mem_free(s->data, s->nbytes);
         free(s);
     }
-}
-
-int pn_cuda_available(void) {
-#ifdef PN_HAVE_CUDA
-    return 1; /* refined by core/cuda once kernels land */
-#else
-    return 0;
-#endif
 }

@@ -331,6 +331,15 @@ pn_status pn_cpu_copy(pn_tensor *dst, const pn_tensor *src) {
 
 pn_status pn_copy_(pn_tensor *dst, const pn_tensor *src) {
     if (!dst || !src) return pn_error(PN_ERR_ARG, "copy_: nil tensor");
+    if (dst->dev != src->dev) { /* across devices: move src over first (not recorded) */
+        int mode = pn_set_grad_enabled(0);
+        pn_tensor *moved = pn_to_device((pn_tensor *)src, dst->dev);
+        pn_set_grad_enabled(mode);
+        if (!moved) return PN_ERR_DEVICE;
+        pn_status st = pn_copy_(dst, moved);
+        pn_release(moved);
+        return st;
+    }
     int nd, dev;
     const pn_kernels *k;
     PN_TRY(pn_kernels_for("copy_", 2, (const pn_tensor *const[]){dst, src}, (const char *const[]){"dst", "src"}, &dev,
@@ -344,14 +353,45 @@ pn_status pn_copy_(pn_tensor *dst, const pn_tensor *src) {
     return PN_KCALL("copy_", k, copy, dst, src);
 }
 
+/* LuaJIT keeps its own values in the NaN space (NaN-boxing): a NaN whose payload bits are not
+ * the canonical ones — the device's all-ones fill pattern, a payload carried through arithmetic
+ * from a NaN input — read through the FFI can come out as nil or worse. So every NaN that
+ * leaves the core for the host reader is the canonical one (the value is a NaN either way). */
+static void canonical_nans(void *p, int dt, int64_t n) {
+    if (dt == PN_F64) {
+        double *d = p;
+        for (int64_t i = 0; i < n; i++)
+            if (d[i] != d[i]) d[i] = NAN;
+    } else if (dt == PN_F32) {
+        float *f = p;
+        for (int64_t i = 0; i < n; i++)
+            if (f[i] != f[i]) f[i] = NAN;
+    }
+}
+
+/* A CPU copy of the device tensor t (not recorded), for the host reads below: NULL + error. */
+static pn_tensor *host_copy(const pn_tensor *t) {
+    int mode = pn_set_grad_enabled(0);
+    pn_tensor *h = pn_to_device((pn_tensor *)t, PN_CPU);
+    pn_set_grad_enabled(mode);
+    return h;
+}
+
 pn_status pn_to_buffer(const pn_tensor *t, void *dst, size_t nbytes) {
     size_t need = (size_t)pn_numel(t) * pn_elsize(t->dt);
     if (nbytes < need)
         return pn_error(PN_ERR_ARG, "to_buffer: buffer of %zu bytes is too small for %s %s (%zu bytes)", nbytes,
                         pn_dtype_name(t->dt), pn_shape_str(t), need);
-    PN_TRY(pn_check_cpu("to_buffer", "t", t)); /* the one way out to host memory: :to('cpu') first */
+    if (t->dev != PN_CPU) { /* download, then the host path */
+        pn_tensor *h = host_copy(t);
+        if (!h) return PN_ERR_DEVICE;
+        pn_status st = pn_to_buffer(h, dst, nbytes);
+        pn_release(h);
+        return st;
+    }
     if (pn_is_contiguous(t)) {
         memcpy(dst, pn_ptr(t), need);
+        canonical_nans(dst, t->dt, pn_numel(t));
         return PN_OK;
     }
     /* wrap dst as a contiguous tensor over borrowed memory and copy into it */
@@ -361,7 +401,9 @@ pn_status pn_to_buffer(const pn_tensor *t, void *dst, size_t nbytes) {
     pn_tensor tmp = {.nd = t->nd, .dt = t->dt, .storage = &s, .refcount = 1};
     memcpy(tmp.sizes, t->sizes, sizeof tmp.sizes);
     memcpy(tmp.strides, st, sizeof st);
-    return pn_cpu_copy(&tmp, t);
+    pn_status rc = pn_cpu_copy(&tmp, t);
+    canonical_nans(dst, t->dt, pn_numel(t));
+    return rc;
 }
 
 /* ---- in-place, no autograd ------------------------------------------------------------ */
@@ -470,16 +512,17 @@ pn_status pn_cpu_scale(pn_tensor *y, double alpha) {
 /* ---- element access ---------------------------------------------------------------------- */
 pn_status pn_item(const pn_tensor *t, double *out) {
     if (!t) return pn_error(PN_ERR_ARG, "item: nil tensor");
-    PN_TRY(pn_check_cpu("item", "t", t)); /* a host read: :to('cpu') first */
     if (pn_numel(t) != 1)
         return pn_error(PN_ERR_SHAPE, "item: tensor %s has %lld elements, expected 1", pn_shape_str(t),
                         (long long)pn_numel(t));
+    if (t->dev != PN_CPU) return pn_get(t, (const int64_t[PN_MAX_DIMS]){0}, out);
     *out = pn_ld(pn_ptr(t), t->dt, 0);
+    if (*out != *out) *out = NAN;
     return PN_OK;
 }
 
 pn_status pn_get(const pn_tensor *t, const int64_t *index, double *out) {
-    PN_TRY(pn_check_cpu("get", "t", t)); /* a host read: :to('cpu') first */
+    if (!t) return pn_error(PN_ERR_ARG, "get: nil tensor");
     int64_t off = 0;
     for (int i = 0; i < t->nd; i++) {
         if (index[i] < 0 || index[i] >= t->sizes[i])
@@ -487,6 +530,17 @@ pn_status pn_get(const pn_tensor *t, const int64_t *index, double *out) {
                             pn_shape_str(t));
         off += index[i] * t->strides[i];
     }
+    if (t->dev != PN_CPU) { /* download the one element */
+        const pn_kernels *k;
+        uint64_t word = 0;
+        size_t es = pn_elsize(t->dt);
+        PN_TRY(pn_backend_for("get", t->dev, &k));
+        PN_TRY(PN_KCALL("get", k, download, &word, pn_ptr(t) + off * (int64_t)es, es));
+        *out = pn_ld(&word, t->dt, 0);
+        if (*out != *out) *out = NAN; /* canonical (see canonical_nans) */
+        return PN_OK;
+    }
     *out = pn_ld(pn_ptr(t), t->dt, off);
+    if (*out != *out) *out = NAN;
     return PN_OK;
 }

@@ -15,10 +15,12 @@
 #ifndef PN_STATIC_SWITCH_H
 #define PN_STATIC_SWITCH_H
 
+#ifndef PN_HD /* also defined by internal.h */
 #if defined(__CUDACC__)
 #define PN_HD __host__ __device__
 #else
 #define PN_HD
+#endif
 #endif
 
 #define PN_BOOL_SWITCH(cond, NAME, ...)   \

@@ -255,7 +255,7 @@ static const char *class_name(H5T_class_t c) {
  * a malloc'd copy (*owned set). NULL + error on OOM. */
 static const void *contiguous_data(const pn_tensor *t, void **owned, const char *op) {
     *owned = NULL;
-    if (pn_is_contiguous(t)) return pn_ptr(t);
+    if (pn_is_contiguous(t) && t->dev == PN_CPU) return pn_ptr(t); /* else pn_to_buffer copies (downloads) */
     size_t nbytes = (size_t)pn_numel(t) * pn_elsize(t->dt);
     void *p = malloc(nbytes ? nbytes : 1);
     if (!p) return pn_error_null(PN_ERR_OOM, "%s: out of memory copying %s %s", op, pn_dtype_name(t->dt),
@@ -270,9 +270,9 @@ static const void *contiguous_data(const pn_tensor *t, void **owned, const char 
 
 static pn_status check_tensor(const char *op, const pn_h5 *f, const char *name, const pn_tensor *t) {
     if (!t) return pn_error(PN_ERR_ARG, "%s: tensor for '%s' in %s is NULL", op, name, f->path);
-    if (t->dev != PN_CPU)
-        return pn_error(PN_ERR_DEVICE, "%s: tensor for '%s' in %s is on %s; move it to the cpu first", op, name,
-                        f->path, t->dev == PN_CUDA ? "cuda" : "an unknown device");
+    if (t->dev != PN_CPU && t->dev != PN_CUDA)
+        return pn_error(PN_ERR_DEVICE, "%s: tensor for '%s' in %s is on an unknown device %d", op, name, f->path,
+                        t->dev);
     if (t->dt < PN_F32 || t->dt > PN_U8)
         return pn_error(PN_ERR_DTYPE, "%s: tensor for '%s' in %s has unknown dtype %d", op, name, f->path, t->dt);
     return PN_OK;

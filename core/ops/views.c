@@ -1,7 +1,7 @@
 /* views.c — strided views that share storage (view, reshape, permute, transpose,
  * narrow, select, squeeze, unsqueeze, expand) plus contiguous, clone and dtype casts.
  * Each forward is next to its backward. */
-#include "../internal.h"
+#include "../backend.h"
 
 /* A view of x with new geometry, recorded with backward bw. */
 static pn_tensor *make_view(pn_tensor *x, int nd, const int64_t *shape, const int64_t *strides, int64_t offset,
@@ -305,6 +305,43 @@ pn_tensor *pn_to_dtype(pn_tensor *x, int dtype) {
     pn_copy_(out, x);
     /* only float → float casts carry gradients */
     if (pn_is_float(dtype) && pn_ag_needed(1, &x) && !pn_ag_record(out, "to_dtype", cast_bw, 1, &x)) {
+        pn_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- devices ------------------------------------------------------------------------------ */
+static pn_status to_device_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    gin[0] = pn_to_device(g, (int)n->iv[0]);
+    return gin[0] ? PN_OK : PN_ERR_DEVICE;
+}
+
+/* The bytes of x (made contiguous on its own device first) copied to device: the device's
+ * upload kernel when the copy goes to it, its download kernel when it comes back. */
+pn_tensor *pn_to_device(pn_tensor *x, int device) {
+    if (!x) return pn_error_null(PN_ERR_ARG, "to_device: nil tensor");
+    if (device == x->dev) {
+        pn_retain(x);
+        return x;
+    }
+    const pn_kernels *from, *to;
+    if (pn_backend_for("to_device", x->dev, &from) || pn_backend_for("to_device", device, &to)) return NULL;
+    pn_tensor *c = NULL, *out = pn_empty(x->nd, x->sizes, x->dt, device);
+    pn_status st = out ? PN_OK : PN_ERR_OOM;
+    if (!st) st = (c = pn_contig(x)) ? PN_OK : PN_ERR_OOM;
+    size_t nbytes = (size_t)pn_numel(x) * pn_elsize(x->dt);
+    if (!st && nbytes) {
+        if (device == PN_CPU) st = PN_KCALL("to_device", from, download, pn_ptr(out), pn_ptr(c), nbytes);
+        else st = PN_KCALL("to_device", to, upload, pn_ptr(out), pn_ptr(c), nbytes);
+    }
+    pn_release(c);
+    if (!st && pn_is_float(x->dt) && pn_ag_needed(1, &x)) {
+        pn_node *n = pn_ag_record(out, "to_device", to_device_bw, 1, &x);
+        if (n) n->iv[0] = x->dev;
+        else st = PN_ERR_OOM;
+    }
+    if (st) {
         pn_release(out);
         return NULL;
     }

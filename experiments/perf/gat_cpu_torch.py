@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""gat_cpu_torch.py — the PyTorch (CPU) peer for experiments/perf/gat_cpu.lua.
+"""gat_cpu_torch.py — the PyTorch peer for experiments/perf/gat_cpu.lua (CPU) and, with
+--device cuda, for experiments/perf/gat_gpu.lua (timings then synchronise the GPU).
 
 The two-layer GAT of the recipe written the straightforward scatter-based way: edge lists
 (src, dst) from our CSR (self loops included), q_i, k_j gathered per edge with
@@ -131,14 +132,14 @@ class GATConv(torch.nn.Module):
             s = edge_scores(self.score, q.index_select(0, dst), k.index_select(0, src), self.gamma, self.r)
         # segment softmax over the edges into each destination
         E = s.shape[0]
-        m = torch.full((N, H), -math.inf).scatter_reduce(0, dst.view(E, 1).expand(E, H), s.detach(), "amax",
+        m = torch.full((N, H), -math.inf, device=x.device).scatter_reduce(0, dst.view(E, 1).expand(E, H), s.detach(), "amax",
                                                           include_self=True)
         ex = (s - m.index_select(0, dst)).exp()
-        z = torch.zeros(N, H).index_add(0, dst, ex)
+        z = torch.zeros(N, H, device=x.device).index_add(0, dst, ex)
         w = ex / z.index_select(0, dst)
         w = F.dropout(w, self.attn_dropout, self.training)
         v = F.dropout(v, self.dropout, self.training)  # projection dropout (the recipe's proj_dropout)
-        out = torch.zeros(N, H, fo).index_add(0, dst, w.unsqueeze(-1) * v.index_select(0, src))
+        out = torch.zeros(N, H, fo, device=x.device).index_add(0, dst, w.unsqueeze(-1) * v.index_select(0, src))
         out = out.reshape(N, H * fo) if self.concat else out.mean(1)
         return out + self.bias
 
@@ -168,25 +169,28 @@ def main():
     p.add_argument("--dropout", type=float, default=0.6)
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--weight-decay", dest="weight_decay", type=float, default=5e-4)
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
+    dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     torch.set_num_threads(a.threads)
     warnings.filterwarnings("ignore", message="scatter_reduce")  # "in beta" (1.13)
     print("torch %s: %d threads (intra-op), %d inter-op" % (torch.__version__, torch.get_num_threads(),
                                                            torch.get_num_interop_threads()), flush=True)
 
     f = h5py.File(a.data, "r")
-    x = torch.from_numpy(f["x"][()])
-    y = torch.from_numpy(f["y"][()]).long()
-    train_idx = torch.from_numpy(f["train_idx"][()]).long()
-    offsets = torch.from_numpy(f["offsets"][()]).long()
-    src = torch.from_numpy(f["src"][()]).long()
+    x = torch.from_numpy(f["x"][()]).to(dev)
+    y = torch.from_numpy(f["y"][()]).long().to(dev)
+    train_idx = torch.from_numpy(f["train_idx"][()]).long().to(dev)
+    offsets = torch.from_numpy(f["offsets"][()]).long().to(dev)
+    src = torch.from_numpy(f["src"][()]).long().to(dev)
     N = x.shape[0]
-    dst = torch.repeat_interleave(torch.arange(N), offsets[1:] - offsets[:-1])  # CSR by destination
+    dst = torch.repeat_interleave(torch.arange(N, device=dev), offsets[1:] - offsets[:-1])  # CSR by destination
     classes = int(y.max()) + 1
     ytr = y.index_select(0, train_idx)
 
     for score in a.scores.split(","):
-        P = {k: torch.from_numpy(v[()]) for k, v in f[score]["param"].items()}
+        P = {k: torch.from_numpy(v[()]).to(dev) for k, v in f[score]["param"].items()}
         model = GAT(P, score, classes, a)
         params = dict(model.layer1.ours, **model.layer2.ours)  # our parameter names → tensors
         if a.check:  # eval mode, initial and scaled weights (as gat_cpu.lua did)
@@ -198,11 +202,11 @@ def main():
                 logits = model(x, src, dst)
                 F.cross_entropy(logits.index_select(0, train_idx), ytr).backward()
                 g = f[score][tag]
-                ref = torch.from_numpy(g["logits"][()])
+                ref = torch.from_numpy(g["logits"][()]).to(dev)
                 dl = (logits.detach() - ref).abs().max().item()
                 worst, wname = 0.0, "-"
                 for name, og in g["grad"].items():
-                    ours, theirs = torch.from_numpy(og[()]), params[name].grad
+                    ours, theirs = torch.from_numpy(og[()]).to(dev), params[name].grad
                     rel = ((ours - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30)).item()
                     if not rel <= worst:  # NaN counts as worst
                         worst, wname = rel, name
@@ -216,13 +220,17 @@ def main():
         opt = torch.optim.Adam(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
         ts, ph = [], []
         for it in range(a.warmup + a.reps):
+            sync()
             t0 = time.perf_counter()
             loss = F.cross_entropy(model(x, src, dst).index_select(0, train_idx), ytr)
+            sync()
             t1 = time.perf_counter()
             loss.backward()
+            sync()
             t2 = time.perf_counter()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            sync()
             t3 = time.perf_counter()
             del loss
             if it >= a.warmup:

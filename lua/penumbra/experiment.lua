@@ -59,6 +59,7 @@ local options = require 'penumbra.options'
 M.RUNNER_LIMITS = {
   epochs = { 'integer', min = 1 }, steps = { 'integer', min = 1 }, eval_every = { 'integer', min = 1 },
   patience = { 'integer', min = 1 }, seed = { 'integer', min = 0, max = 2 ^ 53 }, threads = { 'integer', min = 0 },
+  device = { 'string', one_of = { 'cpu', 'cuda' } },
 }
 
 -- cfg = defaults overridden by overrides (strings from the command line or typed values); then
@@ -462,6 +463,11 @@ local function open_run(def, cfg, seed, unit)
   run:set('start_time', utc_iso())
   run:set('status', 'running')
   run:set('threads', pn.num_threads and pn.num_threads() or 1)
+  if cfg.device == 'cuda' then -- which device ran it: a GPU's name, or the kernel interpreter
+    run:set('device', 'cuda')
+    run:set('cuda_device', pn.cuda.device_name())
+    run:set('cuda_interpreted', pn.cuda.interpreted() and 1 or 0)
+  end
   f:flush()
   return run
 end
@@ -490,6 +496,10 @@ function M.run(def, overrides)
     if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
   end
   local cfg = M.config(def.config or {}, user, def.limits)
+  if cfg.device == 'cuda' and not pn.cuda.available() then
+    error("experiment '" .. def.name .. "': device=cuda, but no CUDA device is available (no GPU, and this build is not "
+          .. 'the kernel interpreter: PENUMBRA_BUILD=build-emu PENUMBRA_CMAKE_ARGS=-DPN_CUDA_EMU=ON ./bench …)', 0)
+  end
   -- the length of training: cfg.steps (step-based: online batches, NMT, link prediction) or
   -- cfg.epochs (full-batch: one step is one epoch); evaluation every eval_every steps and at
   -- the last one; patience counts evaluations without progress

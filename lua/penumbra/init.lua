@@ -12,7 +12,7 @@ function pn.live_bytes() return tonumber(B.C.pn_live_bytes()) end
 function pn.live_nodes() return tonumber(B.C.pn_live_nodes()) end
 function pn.num_threads() return B.C.pn_num_threads() end
 function pn.set_num_threads(n) B.C.pn_set_num_threads(n) end
-function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end
+function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end -- = pn.cuda.available()
 
 -- pn.kernels(device) -> list of kernel names (core/kernels.def order), and list[name] = true when
 -- the device's backend has that kernel, false when it is missing; an error when the device is
@@ -32,8 +32,18 @@ function pn.kernels(device)
   return list
 end
 
+-- value with every tensor in it moved to device ('cpu', 'cuda'): a tensor, or a table of them
+-- (nested tables too; other fields kept) — a dataset or a batch. Tables are copied, not changed.
+function pn.to_device(value, device)
+  if pn.is_tensor(value) then return value:to(device) end
+  if type(value) ~= 'table' or getmetatable(value) then return value end
+  local r = {}
+  for k, v in pairs(value) do r[k] = pn.to_device(v, device) end
+  return r
+end
+
 -- the layers above the tensors (a missing or renamed one is an error, not a silent nil)
-for _, name in ipairs({ 'io', 'nn', 'optim', 'data', 'experiment', 'plot', 'metrics', 'text' }) do
+for _, name in ipairs({ 'cuda', 'io', 'nn', 'optim', 'data', 'experiment', 'plot', 'metrics', 'text' }) do
   pn[name] = require('penumbra.' .. name)
 end
 

@@ -290,10 +290,7 @@ function M.to(t, what)
     return r
   end
   if B.dtypes[what] then return wrap(C.pn_to_dtype(t, B.dtypes[what])) end
-  if B.devices[what] then
-    if B.devices[what] == t.dev then return t end
-    error('to: device ' .. what .. ' is not available in this build', 2)
-  end
+  if B.devices[what] then return wrap(C.pn_to_device(t, B.devices[what])) end
   error("to: unknown dtype or device '" .. tostring(what) .. "'", 2)
 end
 function M.float(t) return M.to(t, 'f32') end

@@ -78,14 +78,15 @@ function Module:num_parameters()
   return n
 end
 
--- Every parameter of the module and its children converted to dtype ('f64' for gradchecks),
--- in place of the old ones (gradients and optimiser state are not carried over). Returns self.
-function Module:to(dtype)
+-- Every parameter of the module and its children converted to a dtype ('f64' for gradchecks)
+-- or moved to a device ('cuda', 'cpu'), in place of the old ones (gradients and optimiser state
+-- are not carried over: move the model before making its optimiser). Returns self.
+function Module:to(what)
   for _, n in ipairs(self._param_order) do
     local t = self._params[n]
-    if t:dtype() ~= dtype then self:param(n, t:detach():to(dtype)) end
+    if t:dtype() ~= what and t:device() ~= what then self:param(n, t:detach():to(what)) end
   end
-  for _, c in ipairs(self._child_order) do self._children[c]:to(dtype) end
+  for _, c in ipairs(self._child_order) do self._children[c]:to(what) end
   return self
 end
 

@@ -58,7 +58,7 @@ local function experiment(o)
     dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout or o.dropout or 0.6,
     proj_dropout = o.proj_dropout or o.dropout or 0.6, shared_qk = o.shared_qk or false,
     gamma = o.gamma or 1, r = o.r or 0, qk_dim = o.qk_dim or 8,
-    map = o.map or 'default', seed = 0, threads = 0,
+    map = o.map or 'default', seed = 0, threads = 0, device = 'cpu',
   }
   local unit = { 'number', min = 0, below = 1 }
   return pn.experiment{
@@ -78,6 +78,10 @@ local function experiment(o)
       run:set('dataset_file', d.path)
       run:set('dataset_sha256', pn.data.checksum(d.path) or '?')
       local model = R.model(cfg, d)
+      if cfg.device ~= 'cpu' then -- the features, labels, splits and graph go with the model
+        d = pn.to_device(d, cfg.device)
+        model:to(cfg.device)
+      end
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
       return { d = d, model = model, opt = opt }
     end,

@@ -1,0 +1,104 @@
+/* cuda.cuh — what every core/cuda/ .cu file includes (DESIGN §8).
+ *
+ * The same source compiles two ways: by nvcc for sm_80/sm_90, and (PN_CUDA_EMU) by g++ as C++
+ * against penumbra's kernel interpreter (core/cuda/emu/), which runs each block's threads as
+ * fibers on the CPU. So kernels use only what the interpreter models, through these macros:
+ *
+ *   PN_LAUNCH(kernel, grid, block, dyn_shmem, stream, args...)  → cudaError_t of the launch
+ *       (a kernel template instance goes through a pointer first: auto k = f<float>;)
+ *   PN_SHARED(T, name, n)      a block's static shared array T name[n] (a pointer in the
+ *                              interpreter: never take sizeof(name))
+ *   PN_SHARED_DYN(T, name)     the block's dynamic shared memory as T *name
+ *
+ * Host side: pn_cu_stream() is the stream every op queues on, pn_cu_blas() the cuBLAS handle
+ * bound to it; PN_CU_TRY(op, call) turns a cudaError_t into a pn_status whose message names
+ * op (and, in the interpreter, what it caught: a divergent barrier, a host pointer …). */
+#ifndef PN_CUDA_CUH
+#define PN_CUDA_CUH
+
+#ifdef PN_CUDA_EMU
+#include "emu/emu.h"
+#include "emu/cublas.h"
+#define PN_LAUNCH(k, grid, block, shmem, stream, ...) pn_emu_launch(#k, k, grid, block, shmem, stream, ##__VA_ARGS__)
+#define PN_SHARED(T, name, n) T *name = (T *)pn_emu_shared(sizeof(T) * (n), alignof(T), #name, __FILE__, __LINE__)
+#define PN_SHARED_DYN(T, name) T *name = (T *)pn_emu_dyn_shared()
+#else
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#define PN_LAUNCH(k, grid, block, shmem, stream, ...) \
+    (k<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__), cudaGetLastError())
+#define PN_SHARED(T, name, n) __shared__ T name[n]
+#define PN_SHARED_DYN(T, name)                             \
+    extern __shared__ __align__(16) unsigned char pn_dyn_smem_[]; \
+    T *name = (T *)pn_dyn_smem_
+#endif
+
+#include "../backend.h" /* C linkage inside */
+
+#include <stdint.h>
+
+/* every CUDA kernel of kernels.def (a .cu file may call another's, e.g. pn_cuda_fill) */
+#define PN_KERNEL(name, args) pn_status pn_cuda_##name args;
+extern "C" {
+#include "../kernels.def"
+}
+
+/* ---- host side (core/cuda/device.cu) ---- */
+cudaStream_t pn_cu_stream(void);
+cublasHandle_t pn_cu_blas(void);
+/* PN_OK for cudaSuccess; else an error "op: CUDA error name: text" (+ the interpreter's detail) */
+pn_status pn_cu_check(const char *op, cudaError_t e);
+pn_status pn_cu_blas_check(const char *op, cublasStatus_t s);
+#define PN_CU_TRY(op, call) PN_TRY(pn_cu_check((op), (call)))
+
+/* Threads per block of the elementwise kernels, and the blocks for n elements: enough to cover
+ * n once, capped (the kernels loop grid-stride over the rest). */
+enum { PN_CU_THREADS = 256 };
+static inline unsigned pn_cu_blocks(int64_t n, int threads = PN_CU_THREADS) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+#define PN_CU_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+
+/* ---- strided element access (device) ----
+ * A tensor's view as kernels see it: element pointer, dtype, and its strides over an iteration
+ * shape (0 where broadcast). Passed by value. */
+typedef struct pn_cu_shape {
+    int nd;
+    int64_t size[PN_MAX_DIMS];
+} pn_cu_shape;
+typedef struct pn_cu_arg {
+    char *p; /* element 0 */
+    int dt;
+    int64_t stride[PN_MAX_DIMS]; /* over the iteration shape, in elements */
+} pn_cu_arg;
+
+/* the iteration shape of t, and t viewed over shape (nd, size) with broadcast strides */
+pn_cu_shape pn_cu_shape_of(int nd, const int64_t *size);
+pn_cu_arg pn_cu_arg_of(const pn_tensor *t, const pn_cu_shape &sh);
+
+/* offset (elements) of linear index i of the iteration shape in a */
+__host__ __device__ static inline int64_t pn_cu_off(const pn_cu_shape &sh, const pn_cu_arg &a, int64_t i) {
+    int64_t off = 0;
+    for (int d = sh.nd - 1; d >= 0; d--) {
+        int64_t s = sh.size[d], q = i / s;
+        off += (i - q * s) * a.stride[d];
+        i = q;
+    }
+    return off;
+}
+
+/* Run body with `typedef <C type of dt> T;` for the float dtypes (f32, f64): the fast paths. */
+#define PN_CU_FLOAT_SWITCH(dt, T, ...)         \
+    do {                                       \
+        if ((dt) == PN_F32) {                  \
+            typedef float T;                   \
+            __VA_ARGS__;                       \
+        } else {                               \
+            typedef double T;                  \
+            __VA_ARGS__;                       \
+        }                                      \
+    } while (0)
+
+#endif /* PN_CUDA_CUH */

@@ -1,0 +1,231 @@
+/* selftest.cu — planted bugs for the kernel interpreter (emu build only). Each buggy case has
+ * a correct control next to it, so a spec can show that the detection is real:
+ *
+ *   missing_sync / missing_sync_fixed     reverse through shared memory without / with the barrier
+ *   shared_overflow / shared_ok           one element past a PN_SHARED array / in bounds
+ *   divergent_barrier                     __syncthreads at two call sites
+ *   host_pointer                          a malloc'd pointer as a kernel argument
+ *   stale_read / stale_read_fixed         copy on stream B of what stream A writes, without / with an event
+ *   shuffle_reduce                        warp-shuffle sums of 0..31 and 32..63 (496, 1520)
+ *   shuffle_missing_lane                  lane 31 exits, the others shuffle with the full mask
+ *   atomic_sum                            64 blocks × 256 threads atomicAdd into int, float, u64 counters
+ *
+ * pn_cuda_emu_selftest(name, out, n) runs one case, writes up to n results to out and returns
+ * PN_OK, or PN_ERR_DEVICE with the interpreter's message.
+ */
+#include "../cuda.cuh"
+#include "../../backend.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const int N = 64; /* threads of the one-block cases: two warps */
+
+/* ---- kernels -------------------------------------------------------------------------- */
+__global__ void reverse_kernel(float *out, const float *in, int with_sync) {
+    PN_SHARED(float, tile, N);
+    int t = threadIdx.x;
+    tile[t] = in[t];
+    if (with_sync) __syncthreads(); /* the bug: without it a thread may read before the write */
+    out[t] = tile[N - 1 - t];
+}
+
+__global__ void shared_write_kernel(float *out, int past_end) {
+    PN_SHARED(float, tile, N);
+    int t = threadIdx.x;
+    tile[t] = (float)t;
+    if (past_end && t == N - 1) tile[N] = -1.0f; /* the bug: one element past the end */
+    __syncthreads();
+    out[t] = tile[t];
+}
+
+__global__ void divergent_kernel(float *out) {
+    int t = threadIdx.x;
+    if (t < N / 2) {
+        __syncthreads(); /* the bug: two different barriers */
+    } else {
+        __syncthreads();
+    }
+    out[t] = (float)t;
+}
+
+__global__ void fill_kernel(float *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * (float)i;
+}
+
+__global__ void shuffle_kernel(float *out, int drop_lane31) {
+    int t = threadIdx.x, lane = t % warpSize;
+    if (drop_lane31 && lane == 31) return; /* the bug: the full mask names an exited lane */
+    float v = (float)t;
+    for (int off = warpSize / 2; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) out[t / warpSize] = v;
+}
+
+__global__ void atomic_kernel(int *count, float *fsum, unsigned long long *isum) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(count, 1);
+    atomicAdd(fsum, 1.0f);
+    atomicAdd(isum, (unsigned long long)i);
+}
+
+/* ---- host helpers ------------------------------------------------------------------------ */
+pn_status fail(cudaError_t e) {
+    const char *d = pn_emu_detail();
+    return pn_error(PN_ERR_DEVICE, "%s", d && *d ? d : cudaGetErrorString(e));
+}
+
+#define CK(expr)                                  \
+    do {                                          \
+        cudaError_t ck_e_ = (expr);               \
+        if (ck_e_ != cudaSuccess) return fail(ck_e_); \
+    } while (0)
+
+/* device buffer freed on scope exit (also on the error paths) */
+struct Dev {
+    void *p = nullptr;
+    ~Dev() { cudaFree(p); }
+};
+
+void put(double *out, int64_t n, int64_t i, double v) {
+    if (out && i < n) out[i] = v;
+}
+
+pn_status copy_out(double *out, int64_t n, const float *d, int count) {
+    std::vector<float> h(count);
+    CK(cudaMemcpy(h.data(), d, sizeof(float) * count, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < count; i++) put(out, n, i, h[i]);
+    return PN_OK;
+}
+
+/* ---- cases --------------------------------------------------------------------------------- */
+pn_status reverse_case(double *out, int64_t n, int with_sync) {
+    Dev in, res;
+    CK(cudaMalloc(&in.p, sizeof(float) * N));
+    CK(cudaMalloc(&res.p, sizeof(float) * N));
+    float h[N];
+    for (int i = 0; i < N; i++) h[i] = (float)i;
+    CK(cudaMemcpy(in.p, h, sizeof h, cudaMemcpyHostToDevice));
+    CK(PN_LAUNCH(reverse_kernel, 1, N, 0, 0, (float *)res.p, (const float *)in.p, with_sync));
+    CK(cudaDeviceSynchronize());
+    return copy_out(out, n, (float *)res.p, N);
+}
+
+pn_status shared_case(double *out, int64_t n, int past_end) {
+    Dev res;
+    CK(cudaMalloc(&res.p, sizeof(float) * N));
+    CK(PN_LAUNCH(shared_write_kernel, 1, N, 0, 0, (float *)res.p, past_end));
+    CK(cudaDeviceSynchronize());
+    return copy_out(out, n, (float *)res.p, N);
+}
+
+pn_status divergent_case(double *out, int64_t n) {
+    Dev res;
+    CK(cudaMalloc(&res.p, sizeof(float) * N));
+    CK(PN_LAUNCH(divergent_kernel, 1, N, 0, 0, (float *)res.p));
+    CK(cudaDeviceSynchronize());
+    return copy_out(out, n, (float *)res.p, N);
+}
+
+pn_status host_pointer_case(double *out, int64_t n) {
+    std::vector<float> host(N);
+    CK(PN_LAUNCH(fill_kernel, 1, N, 0, 0, host.data(), N)); /* the bug: host memory */
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < N; i++) put(out, n, i, host[i]);
+    return PN_OK;
+}
+
+pn_status stale_case(double *out, int64_t n, int with_event) {
+    const int len = 256;
+    Dev buf;
+    cudaStream_t a = nullptr, b = nullptr;
+    cudaEvent_t done = nullptr;
+    std::vector<float> host(len, 0.0f);
+    CK(cudaMalloc(&buf.p, sizeof(float) * len));
+    CK(cudaStreamCreate(&a));
+    CK(cudaStreamCreate(&b));
+    CK(cudaEventCreate(&done));
+    cudaError_t e = PN_LAUNCH(fill_kernel, len / 128, 128, 0, a, (float *)buf.p, len);
+    if (e == cudaSuccess) e = cudaEventRecord(done, a);
+    if (e == cudaSuccess && with_event) e = cudaStreamWaitEvent(b, done, 0); /* the fix */
+    if (e == cudaSuccess) e = cudaMemcpyAsync(host.data(), buf.p, sizeof(float) * len, cudaMemcpyDeviceToHost, b);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(b); /* the bug: B never waited for A */
+    cudaError_t e2 = cudaDeviceSynchronize();            /* let A finish before freeing */
+    if (e == cudaSuccess) e = e2;
+    cudaEventDestroy(done);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    CK(e);
+    for (int i = 0; i < len; i++) put(out, n, i, host[i]);
+    return PN_OK;
+}
+
+pn_status shuffle_case(double *out, int64_t n, int drop_lane31) {
+    Dev res;
+    CK(cudaMalloc(&res.p, sizeof(float) * 2));
+    CK(PN_LAUNCH(shuffle_kernel, 1, N, 0, 0, (float *)res.p, drop_lane31));
+    CK(cudaDeviceSynchronize());
+    return copy_out(out, n, (float *)res.p, 2);
+}
+
+pn_status atomic_case(double *out, int64_t n) {
+    Dev count, fsum, isum;
+    CK(cudaMalloc(&count.p, sizeof(int)));
+    CK(cudaMalloc(&fsum.p, sizeof(float)));
+    CK(cudaMalloc(&isum.p, sizeof(unsigned long long)));
+    CK(cudaMemset(count.p, 0, sizeof(int)));
+    CK(cudaMemset(fsum.p, 0, sizeof(float)));
+    CK(cudaMemset(isum.p, 0, sizeof(unsigned long long)));
+    CK(PN_LAUNCH(atomic_kernel, 64, 256, 0, 0, (int *)count.p, (float *)fsum.p, (unsigned long long *)isum.p));
+    int c = 0;
+    float f = 0;
+    unsigned long long s = 0;
+    CK(cudaMemcpy(&c, count.p, sizeof c, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&f, fsum.p, sizeof f, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&s, isum.p, sizeof s, cudaMemcpyDeviceToHost));
+    put(out, n, 0, c);     /* 16384 */
+    put(out, n, 1, f);     /* 16384 (exact: integers below 2^24) */
+    put(out, n, 2, (double)s); /* 0 + 1 + … + 16383 = 134209536 */
+    return PN_OK;
+}
+
+struct Case {
+    const char *name;
+    pn_status (*run)(double *, int64_t);
+};
+
+const Case cases[] = {
+    {"missing_sync", [](double *o, int64_t n) { return reverse_case(o, n, 0); }},
+    {"missing_sync_fixed", [](double *o, int64_t n) { return reverse_case(o, n, 1); }},
+    {"shared_overflow", [](double *o, int64_t n) { return shared_case(o, n, 1); }},
+    {"shared_ok", [](double *o, int64_t n) { return shared_case(o, n, 0); }},
+    {"divergent_barrier", divergent_case},
+    {"host_pointer", host_pointer_case},
+    {"stale_read", [](double *o, int64_t n) { return stale_case(o, n, 0); }},
+    {"stale_read_fixed", [](double *o, int64_t n) { return stale_case(o, n, 1); }},
+    {"shuffle_reduce", [](double *o, int64_t n) { return shuffle_case(o, n, 0); }},
+    {"shuffle_missing_lane", [](double *o, int64_t n) { return shuffle_case(o, n, 1); }},
+    {"atomic_sum", atomic_case},
+};
+
+} // namespace
+
+extern "C" pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) {
+    for (const Case &c : cases)
+        if (name && !strcmp(name, c.name)) {
+            pn_status st = c.run(out, n);
+            /* the fill pattern's NaNs (all ones) are not LuaJIT's canonical NaN: hand over NAN */
+            for (int64_t i = 0; i < n; i++)
+                if (out[i] != out[i]) out[i] = NAN;
+            return st;
+        }
+    std::string names;
+    for (const Case &c : cases) names += std::string(names.empty() ? "" : ", ") + c.name;
+    return pn_error(PN_ERR_ARG, "pn_cuda_emu_selftest: unknown case '%s' (valid: %s)", name ? name : "(null)",
+                    names.c_str());
+}

@@ -1,0 +1,64 @@
+-- penumbra.cuda — the CUDA device (DESIGN §8): on a GPU, or on penumbra's kernel interpreter in a
+-- -DPN_CUDA_EMU=ON build. Tensors move with t:to('cuda') / t:to('cpu') or are made there with
+-- device = 'cuda'; device memory is counted in C and the Lua GC is run on its pressure too.
+local B = require 'penumbra_ffi'
+local ffi = require 'ffi'
+local C = B.C
+
+local M = {}
+
+function M.available() return C.pn_cuda_available() ~= 0 end
+-- true when the CUDA path runs in the kernel interpreter on the CPU (nothing there is timed)
+function M.interpreted() return C.pn_cuda_interpreted() ~= 0 end
+function M.device_name() return ffi.string(C.pn_cuda_device_name()) end
+function M.synchronize() B.check(C.pn_cuda_synchronize()) end
+
+-- {allocated, reserved, peak, malloc_calls, free_calls, blocks}: bytes held by tensors, bytes
+-- taken from cudaMalloc (the allocator's cache included), the peak of allocated, and the calls
+function M.memory_stats()
+  local s = ffi.new('pn_cuda_memory_stats')
+  B.check(C.pn_cuda_memory_stats_get(s))
+  return {
+    allocated = tonumber(s.allocated), reserved = tonumber(s.reserved), peak = tonumber(s.peak),
+    malloc_calls = tonumber(s.malloc_calls), free_calls = tonumber(s.free_calls), blocks = tonumber(s.blocks),
+  }
+end
+function M.reset_peak() B.check(C.pn_cuda_reset_peak()) end
+-- hands the cached, unused blocks back with cudaFree (collect garbage first to drop dead tensors)
+function M.empty_cache()
+  collectgarbage('collect')
+  B.check(C.pn_cuda_empty_cache())
+end
+
+-- The interpreter's thread order between barriers: 'fwd', 'rev' or 'rand:SEED'. With an argument
+-- it sets the order; it returns the one in force. pn.cuda.with_schedule(s, fn) runs fn under s.
+function M.schedule(spec)
+  if spec ~= nil then
+    if type(spec) ~= 'string' then error('cuda.schedule: expected a string (fwd, rev, rand:SEED)', 2) end
+    B.check(C.pn_cuda_emu_schedule(spec))
+  end
+  return ffi.string(C.pn_cuda_emu_schedule_name())
+end
+
+function M.with_schedule(spec, fn)
+  local prev = M.schedule()
+  M.schedule(spec)
+  local ok, err = pcall(fn)
+  M.schedule(prev)
+  if not ok then error(err, 0) end
+end
+
+-- The interpreter's planted-bug cases (core/cuda/emu/selftest.cu): true and the case's result
+-- values, or false and the interpreter's report.
+function M.selftest(name, n)
+  n = n or 64
+  local out = ffi.new('double[?]', n)
+  for i = 0, n - 1 do out[i] = 0 / 0 end
+  local st = C.pn_cuda_emu_selftest(name, out, n)
+  if st ~= 0 then return false, B.last_error() end
+  local vals = {}
+  for i = 0, n - 1 do vals[i + 1] = out[i] end
+  return true, vals
+end
+
+return M

@@ -1,0 +1,200 @@
+-- cuda_spec.lua — the CUDA device itself (DESIGN §8): moving tensors, creation on the device,
+-- the caching allocator, host reads, mixed-device errors, what the kernel table still lacks,
+-- and the kernel interpreter's own checks (planted bugs it must catch). Runs where
+-- pn.cuda.available(): in the interpreter build (CI) and on a GPU; pending elsewhere.
+local pn = require 'penumbra'
+local check = require 'spec.helpers.check'
+local backends = require 'spec.helpers.backends'
+
+local cuda = pn.cuda.available()
+local it_cuda = cuda and it or pending
+local it_emu = (cuda and pn.cuda.interpreted()) and it or pending
+local SCHEDULES = { 'fwd', 'rev', 'rand:5' }
+
+local function same(a, b, what)
+  assert.same(check.vals(b), check.vals(a), what)
+end
+
+describe('cuda device', function()
+  it('says what it is; a build without it refuses device=cuda by name', function()
+    if not cuda then
+      check.assert_error_matching(function() pn.zeros({ 2 }, { device = 'cuda' }) end, 'cuda')
+      assert.equal('', pn.cuda.device_name())
+      return
+    end
+    assert.is_true(#pn.cuda.device_name() > 0)
+    assert.equal(pn.cuda.interpreted(), pn.cuda.device_name():find('interpreter', 1, true) ~= nil)
+  end)
+
+  it_cuda('moves every dtype both ways, bit for bit, from any view', function()
+    for _, dt in ipairs({ 'f32', 'f64', 'i32', 'i64', 'u8' }) do
+      local base = pn.arange(0, 60, 1, { dtype = dt }):reshape(3, 4, 5)
+      for _, v in ipairs({ base, base:transpose(1, 3), base:narrow(2, 2, 2), pn.zeros({ 0, 3 }, { dtype = dt }) }) do
+        local d = v:to('cuda')
+        assert.equal('cuda', d:device())
+        assert.equal(dt, d:dtype())
+        local back = d:to('cpu')
+        assert.equal('cpu', back:device())
+        same(back, v, dt)
+      end
+    end
+  end)
+
+  it_cuda('creates on the device: zeros, full, arange, and rand/randn from the same Philox stream', function()
+    same(pn.full({ 3, 7 }, 2.5, { device = 'cuda' }):to('cpu'), pn.full({ 3, 7 }, 2.5))
+    same(pn.arange(1, 10, 2, { device = 'cuda', dtype = 'i64' }):to('cpu'), pn.arange(1, 10, 2, { dtype = 'i64' }))
+    same(pn.zeros({ 4, 1 }, { device = 'cuda', dtype = 'f64' }):to('cpu'), pn.zeros({ 4, 1 }, { dtype = 'f64' }))
+    for _, f in ipairs({ 'rand', 'randn' }) do
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        pn.manual_seed(11)
+        local c = pn[f]({ 5, 77 }, { dtype = dt })
+        pn.manual_seed(11)
+        local g = pn[f]({ 5, 77 }, { device = 'cuda', dtype = dt }):to('cpu')
+        check.assert_close(check.vals(g), check.vals(c), dt == 'f32' and 1e-7 or 1e-14, f .. ' ' .. dt)
+      end
+    end
+    local t = pn.tensor({ { 1, 2 }, { 3, 4 } }, { device = 'cuda' })
+    assert.equal('cuda', t:device())
+    assert.same({ { 1, 2 }, { 3, 4 } }, t:totable())
+    assert.equal(4, t:select(1, 2):select(1, 2):item())
+  end)
+
+  it_cuda('copies, fills and updates in place on strided device views, and copies across devices', function()
+    local d = pn.zeros({ 4, 6 }, { device = 'cuda' })
+    d:narrow(2, 2, 3):fill_(7)
+    d:select(1, 4):copy_(pn.arange(0, 6, 1)) -- from the cpu, cast and all
+    local ref = pn.zeros({ 4, 6 })
+    ref:narrow(2, 2, 3):fill_(7)
+    ref:select(1, 4):copy_(pn.arange(0, 6, 1))
+    same(d:to('cpu'), ref)
+    local y, x = pn.ones({ 3, 5 }, { device = 'cuda', dtype = 'f64' }), pn.full({ 3, 5 }, 2, { dtype = 'f64' })
+    local C = require('penumbra_ffi').C -- the optimisers' in-place updates (no Lua method)
+    assert.equal(0, C.pn_axpy_(y, 0.5, x:to('cuda')))
+    assert.equal(0, C.pn_scale_(y, 3))
+    same(y:to('cpu'), pn.full({ 3, 5 }, 6, { dtype = 'f64' }))
+    local host = pn.zeros({ 2, 3 })
+    host:copy_(pn.full({ 3 }, 4, { device = 'cuda' })) -- broadcast from the device
+    same(host, pn.full({ 2, 3 }, 4))
+  end)
+
+  it_cuda('carries gradients across the move, back to the device the leaf is on', function()
+    local x = pn.tensor({ 1, 2, 3 }, { dtype = 'f64', requires_grad = true })
+    local y = (x:to('cuda') * x:to('cuda')):sum()
+    assert.equal('cuda', y:device())
+    y:backward()
+    assert.equal('cpu', x.grad:device())
+    assert.same({ 2, 4, 6 }, x.grad:totable())
+    local w = pn.tensor({ 1, -1 }, { device = 'cuda', requires_grad = true })
+    local l = (w:to('cpu') * 3):sum()
+    l:backward()
+    assert.equal('cuda', w.grad:device())
+    assert.same({ 3, 3 }, w.grad:totable())
+  end)
+
+  it_cuda('refuses to mix devices in one op, naming both', function()
+    local a, b = pn.ones({ 2, 3 }), pn.ones({ 2, 3 }, { device = 'cuda' })
+    check.assert_error_matching(function() return a + b end, 'cpu', 'cuda', '[2,3]')
+    check.assert_error_matching(function() return b:matmul(a:t()) end, 'cpu', 'cuda')
+  end)
+
+  it_cuda('caches device memory: steady-state loops call cudaMalloc zero times; empty_cache returns it', function()
+    collectgarbage('collect')
+    local s0 = pn.cuda.memory_stats()
+    local function step()
+      local a = pn.rand({ 37, 129 }, { device = 'cuda' })
+      local b = pn.ones({ 1000 }, { device = 'cuda', dtype = 'f64' })
+      local c = (a * 2):sum()
+      return c:item() + b:sum():item()
+    end
+    step()
+    collectgarbage('collect')
+    local warm = pn.cuda.memory_stats()
+    assert.is_true(warm.reserved >= warm.allocated)
+    for _ = 1, 20 do step(); collectgarbage('collect') end
+    local after = pn.cuda.memory_stats()
+    assert.equal(warm.malloc_calls, after.malloc_calls, 'cudaMalloc calls in the steady state')
+    assert.equal(s0.allocated, after.allocated, 'bytes still allocated after the loop')
+    local big = pn.zeros({ 3 * 2 ^ 20 }, { device = 'cuda' }) -- 12 MiB: a class of its own
+    assert.is_true(pn.cuda.memory_stats().peak >= after.allocated + 12 * 2 ^ 20)
+    big = nil -- luacheck: ignore
+    pn.cuda.empty_cache()
+    local e = pn.cuda.memory_stats()
+    assert.is_true(e.reserved >= e.allocated)
+    assert.is_true(e.reserved < after.reserved + 12 * 2 ^ 20, 'the cached 12 MiB block went back')
+    assert.is_true(e.free_calls > after.free_calls)
+  end)
+
+  it_cuda('lacks only the kernels a later issue adds (and every one it lacks is listed)', function()
+    local got = pn.kernels('cuda')
+    local missing = {}
+    for _, name in ipairs(got) do
+      if not got[name] then missing[#missing + 1] = name end
+    end
+    local want = {}
+    for name in pairs(backends.PENDING.cuda) do want[#want + 1] = name end
+    table.sort(missing)
+    table.sort(want)
+    assert.same(want, missing)
+  end)
+end)
+
+describe('cuda kernel interpreter', function()
+  it_emu('schedules: fwd, rev, rand:SEED; anything else is an error naming them', function()
+    local prev = pn.cuda.schedule()
+    assert.equal('rev', pn.cuda.schedule('rev'))
+    assert.equal('rand:9', pn.cuda.schedule('rand:9'))
+    check.assert_error_matching(function() pn.cuda.schedule('backwards') end, 'fwd', 'rev', 'rand')
+    pn.cuda.schedule(prev)
+  end)
+
+  it_emu('a shared-memory exchange without its barrier is caught; with it, every order agrees', function()
+    local fixed, broken = {}, {}
+    for _, s in ipairs(SCHEDULES) do
+      pn.cuda.with_schedule(s, function()
+        local ok, v = pn.cuda.selftest('missing_sync_fixed')
+        assert.is_true(ok, tostring(v))
+        fixed[s] = table.concat(v, ',', 1, 64)
+        ok, v = pn.cuda.selftest('missing_sync')
+        broken[s] = ok and table.concat(v, ',', 1, 64) or v
+      end)
+    end
+    assert.equal(fixed.fwd, fixed.rev)
+    assert.equal(fixed.fwd, fixed['rand:5'])
+    local differs = false
+    for _, s in ipairs(SCHEDULES) do differs = differs or broken[s] ~= fixed[s] end
+    assert.is_true(differs, 'the missing barrier went unnoticed under every schedule')
+  end)
+
+  it_emu('reports a shared-memory overflow, a divergent barrier, a host pointer and a missing lane', function()
+    local ok, v = pn.cuda.selftest('shared_ok')
+    assert.is_true(ok, tostring(v))
+    for name, pat in pairs({ shared_overflow = 'past its end', divergent_barrier = 'divergent barrier',
+                             host_pointer = 'not device memory', shuffle_missing_lane = 'lane' }) do
+      ok, v = pn.cuda.selftest(name)
+      assert.is_false(ok, name .. ' was not caught')
+      assert.is_truthy(tostring(v):find(pat, 1, true), name .. ': ' .. tostring(v))
+    end
+  end)
+
+  it_emu('a host read before the stream is synchronised sees stale memory; with the wait it does not', function()
+    local ok, stale = pn.cuda.selftest('stale_read')
+    assert.is_true(ok, tostring(stale))
+    local ok2, good = pn.cuda.selftest('stale_read_fixed')
+    assert.is_true(ok2, tostring(good))
+    assert.is_true(stale[1] ~= stale[1], 'stale read returned ' .. tostring(stale[1]) .. ', not the NaN fill')
+    assert.is_true(good[1] == good[1], 'the synchronised read is NaN')
+  end)
+
+  it_emu('warp shuffles and atomics give exact results under every schedule', function()
+    for _, s in ipairs(SCHEDULES) do
+      pn.cuda.with_schedule(s, function()
+        local ok, v = pn.cuda.selftest('shuffle_reduce')
+        assert.is_true(ok, tostring(v))
+        assert.same({ 496, 1520 }, { v[1], v[2] })
+        ok, v = pn.cuda.selftest('atomic_sum') -- 64 blocks × 256 threads: +1 (int, float), +i (u64)
+        assert.is_true(ok, tostring(v))
+        assert.same({ 16384, 16384, 16384 * 16383 / 2 }, { v[1], v[2], v[3] })
+      end)
+    end
+  end)
+end)
