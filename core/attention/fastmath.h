@@ -1,6 +1,7 @@
 /* fastmath.h — private: branch-free float sqrt/exp/log/acosh that GCC vectorizes, and
  * type-generic wrappers (pn_sqrt, pn_exp, pn_log, pn_acosh1p) that pick them for float and
- * libm for double. Used by the attention epilogues and drivers.
+ * libm for double. Used by the attention epilogues and drivers, on the CPU and (PN_HD, C++
+ * overloads instead of _Generic) in the CUDA kernels.
  *
  * Why: the build has neither -fno-math-errno nor -ffast-math, so every libm call in a
  * loop (sqrtf sets errno, expf is an out-of-line call) stops GCC from vectorizing it, and
@@ -26,19 +27,19 @@
  * inlines and vectorizes them there */
 PN_NOTRAP_BEGIN
 
-static inline float pn_bits_to_f(uint32_t u) {
+PN_HD static inline float pn_bits_to_f(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
-static inline uint32_t pn_f_to_bits(float f) {
+PN_HD static inline uint32_t pn_f_to_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
 /* 1/√x for a normal, positive, finite x (no special cases: the callers know) */
-static inline float pn_rsqrtf_core(float x) {
+PN_HD static inline float pn_rsqrtf_core(float x) {
     float y = pn_bits_to_f(0x5f3759dfu - (pn_f_to_bits(x) >> 1));
     float h = 0.5f * x;
     y = y * (1.5f - h * y * y);
@@ -50,21 +51,21 @@ static inline float pn_rsqrtf_core(float x) {
  * trick fails; as a squared distance: points closer than 1e-19) give 0. The epilogues use
  * it for √x = x·(1/√x) and 1/√x together (a distance and the 1/(2Δ) of its derivative from
  * one evaluation). */
-static inline float pn_rsqrtf_fast(float x) {
+PN_HD static inline float pn_rsqrtf_fast(float x) {
     int ok = x >= 1.17549435e-38f && x <= 3.40282347e38f;
     float y = pn_rsqrtf_core(ok ? x : 1.0f);
     return ok ? y : 0.0f;
 }
 
 /* sqrt for x >= 0 (x <= 0 and subnormal x → 0, +inf → +inf) */
-static inline float pn_sqrtf_fast(float x) {
+PN_HD static inline float pn_sqrtf_fast(float x) {
     float s = x * pn_rsqrtf_fast(x);
     return x > 3.0e38f ? x : s;
 }
 
 /* log for a normal, positive, finite x (Cephes logf): x = m·2^e with m in [√½, √2),
  * polynomial in m − 1 */
-static inline float pn_logf_core(float x) {
+PN_HD static inline float pn_logf_core(float x) {
     uint32_t b = pn_f_to_bits(x);
     float e = (float)((int32_t)(b >> 23) - 127);
     float m = pn_bits_to_f((b & 0x007fffffu) | 0x3f800000u); /* [1, 2) */
@@ -89,7 +90,7 @@ static inline float pn_logf_core(float x) {
 }
 
 /* log for x > 0: x <= 0 → -inf, +inf → +inf; subnormal inputs are scaled by 2^64 first */
-static inline float pn_logf_fast(float x) {
+PN_HD static inline float pn_logf_fast(float x) {
     int tiny = x < 1.1754944e-38f;
     float xs = tiny ? x * 1.8446744e19f : x; /* 2^64 */
     float y = pn_logf_core(xs > 0.0f && xs < 3.0e38f ? xs : 1.0f) - (tiny ? 44.361419555836f : 0.0f); /* 64·ln 2 */
@@ -100,7 +101,7 @@ static inline float pn_logf_fast(float x) {
 /* acosh for x >= 1 (x < 1 is treated as 1): log(x + √((x−1)(x+1))), or log(x) + ln 2 once
  * x² would lose the −1 (x > 2^12 makes the difference below float resolution) — one log
  * either way, the branch picks its argument. */
-static inline float pn_acoshf_fast(float x) {
+PN_HD static inline float pn_acoshf_fast(float x) {
     float a = x < 1.0f ? 1.0f : (x < 3.0e38f ? x : 3.0e38f);
     int big = a > 4096.0f;
     float t = (a - 1.0f) * (a + 1.0f); /* 0, or >= 1.2e-7: never subnormal */
@@ -114,7 +115,7 @@ static inline float pn_acoshf_fast(float x) {
  * t = 1/32 the series √(2t)·(1 − t/12 + 3t²/160 − 5t³/896) (next term < 2e-9 relative),
  * above it log(1 + t + √(t(t + 2))) (log(1 + t) + ln 2 past 4096). Both are computed and one
  * is selected, with no call and no branch, so the callers' loops stay vectorized. */
-static inline float pn_acosh1pf_fast(float t) {
+PN_HD static inline float pn_acosh1pf_fast(float t) {
     float tt = t > 0.0f ? t : 0.0f;
     tt = tt < 3.0e38f ? tt : 3.0e38f;
     /* selects on one comparison each (a select on a && of two does not vectorize) */
@@ -133,7 +134,7 @@ static inline float pn_acosh1pf_fast(float t) {
     float res = tt < 0.03125f ? small : lg;
     return t == t ? res : t;
 }
-static inline double pn_acosh1p_d(double t) { return t != t ? t : (t > 0 ? log1p(t + sqrt(t * (t + 2))) : 0.0); }
+PN_HD static inline double pn_acosh1p_d(double t) { return t != t ? t : (t > 0 ? log1p(t + sqrt(t * (t + 2))) : 0.0); }
 
 /* PN_VEC: the hot row functions are compiled three times — for x86-64-v4 (AVX-512),
  * x86-64-v3 (AVX2 + FMA) and the baseline — and the loader picks one for the CPU (GCC
@@ -160,14 +161,27 @@ static inline double pn_acosh1p_d(double t) { return t != t ? t : (t > 0 ? log1p
 #define PN_INLINE static inline
 #endif
 
-static inline double pn_rsqrt_d(double x) { return x > 0 && x < INFINITY ? 1.0 / sqrt(x) : 0.0; }
+PN_HD static inline double pn_rsqrt_d(double x) { return x > 0 && x < INFINITY ? 1.0 / sqrt(x) : 0.0; }
 
 PN_NOTRAP_END
 
+#ifdef __cplusplus /* the CUDA kernels (core/cuda/attention/): the same choice by overloading */
+PN_HD static inline float pn_sqrt(float x) { return pn_sqrtf_fast(x); }
+PN_HD static inline double pn_sqrt(double x) { return sqrt(x); }
+PN_HD static inline float pn_rsqrt(float x) { return pn_rsqrtf_fast(x); }
+PN_HD static inline double pn_rsqrt(double x) { return pn_rsqrt_d(x); }
+PN_HD static inline float pn_exp(float x) { return pn_fast_expf(x); }
+PN_HD static inline double pn_exp(double x) { return exp(x); }
+PN_HD static inline float pn_log(float x) { return pn_logf_fast(x); }
+PN_HD static inline double pn_log(double x) { return log(x); }
+PN_HD static inline float pn_acosh1p(float x) { return pn_acosh1pf_fast(x); }
+PN_HD static inline double pn_acosh1p(double x) { return pn_acosh1p_d(x); }
+#else
 #define pn_sqrt(x) _Generic((x), float: pn_sqrtf_fast, default: sqrt)(x)
 #define pn_rsqrt(x) _Generic((x), float: pn_rsqrtf_fast, default: pn_rsqrt_d)(x)
 #define pn_exp(x) _Generic((x), float: pn_fast_expf, default: exp)(x)
 #define pn_log(x) _Generic((x), float: pn_logf_fast, default: log)(x)
 #define pn_acosh1p(x) _Generic((x), float: pn_acosh1pf_fast, default: pn_acosh1p_d)(x)
+#endif
 
 #endif /* PN_FASTMATH_H */

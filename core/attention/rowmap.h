@@ -22,6 +22,13 @@
 #include "../backend.h"
 
 typedef struct pn_rowmap pn_rowmap;
+/* The row kernels there are (maps_rows.h, hyperbolic_rows.h), one id each: pn_rowmap.kind. */
+enum {
+    PN_RM_none = 0,
+    PN_RM_psi, PN_RM_xi, PN_RM_pp, PN_RM_exp0,                            /* maps_rows.h */
+    PN_RM_expmap0, PN_RM_logmap0, PN_RM_project, PN_RM_mobius, PN_RM_dist, /* hyperbolic_rows.h */
+    PN_RM_p2k, PN_RM_h2k, PN_RM_k2p, PN_RM_k2h
+};
 /* A map's row kernels, static functions of its file:
  *   int  <name>_fwd(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad)
  *        x, y: (D) rows (y NULL for one-input maps); out: (Dout) or (1) when Dout == 0
@@ -48,6 +55,8 @@ struct pn_rowmap {
     int dt;                /* dtype of the inputs (set by pn_rowmap_apply) */
     double sc[8];          /* kernel parameters (curvature, clamps, …) */
     int64_t iv[2];
+    int kind;              /* PN_RM_<name> of the row kernels (set by PN_ROWMAP_USE): what a device
+                              launcher switches on, since it cannot call fwd_rows / bwd_rows */
     pn_rows_fwd fwd_rows;  /* PN_ROWMAP_ROWS(name): name##_fwd_rows, set by PN_ROWMAP_USE */
     pn_rows_bwd bwd_rows;  /* name##_bwd_rows */
     const char *bad_fmt;   /* printf format with one %g: why a rejected row cannot be mapped */
@@ -63,8 +72,8 @@ struct pn_rowmap {
 #else
 #define PN_FLATTEN
 #endif
-/* a map's block kernels into a pn_rowmap */
-#define PN_ROWMAP_USE(m, name) ((m).fwd_rows = name##_fwd_rows, (m).bwd_rows = name##_bwd_rows)
+/* a map's block kernels (and its kind) into a pn_rowmap */
+#define PN_ROWMAP_USE(m, name) ((m).kind = PN_RM_##name, (m).fwd_rows = name##_fwd_rows, (m).bwd_rows = name##_bwd_rows)
 
 #define PN_ROWMAP_ROWS(name)                                                                                     \
     static inline int64_t name##_fwd_loop(const pn_rowmap *m, int64_t D, int64_t Do, int64_t n, const double *x, \
@@ -122,7 +131,7 @@ pn_status pn_rowmap_check(const char *op, pn_tensor *x, pn_tensor *y);
 pn_tensor *pn_rowmap_apply(const pn_rowmap *m, pn_tensor *x, pn_tensor *y);
 
 /* a·b of two rows (‖a‖² when b == a), in double */
-static inline double pn_row_dot(const double *a, const double *b, int64_t n) {
+PN_HD static inline double pn_row_dot(const double *a, const double *b, int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
     return s;
@@ -130,7 +139,7 @@ static inline double pn_row_dot(const double *a, const double *b, int64_t n) {
 
 /* ‖v‖ without overflow or underflow of the squares (f64 inputs may be huge or tiny);
  * NaN/inf propagate */
-static inline double pn_row_norm(const double *v, int64_t n) {
+PN_HD static inline double pn_row_norm(const double *v, int64_t n) {
     double s = pn_row_dot(v, v, n);
     if ((s > 1e-280 && s < 1e280) || s == 0 || s != s) return sqrt(s);
     double a = 0;

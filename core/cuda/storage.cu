@@ -15,7 +15,9 @@
 #include <vector>
 
 static std::mutex g_lock;
-static std::map<size_t, std::vector<void *>> g_free; /* class bytes → parked blocks */
+/* class bytes → parked blocks; never destroyed (the cache is held until exit, and a static
+ * destructor would run before LeakSanitizer looks) */
+static std::map<size_t, std::vector<void *>> &g_free = *new std::map<size_t, std::vector<void *>>;
 static pn_cuda_memory_stats g_stats;
 
 static size_t size_class(size_t n) {

@@ -6,6 +6,7 @@
  * — Philox is the cost of dropout on large inputs such as Cora's features. The mask is
  * saved as u8; the backward is g · keep / (1 − p). */
 #include "../backend.h"
+#include "dropout.h"
 
 /* saved[0]: keep mask u8, contiguous, x's shape; sc[0] = 1/(1−p) */
 static pn_status dropout_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
@@ -82,61 +83,29 @@ pn_tensor *pn_dropout(pn_tensor *x, double p, int train) {
 }
 
 /* CPU kernel: x, y contiguous; keep (x's shape, u8) or NULL when no gradient needs it; Philox
- * counters base + b for the 8-element blocks b under key seed */
+ * counters base + b for the 8-element blocks b under key seed (the block maths is dropout.h's,
+ * shared with the CUDA kernel) */
 pn_status pn_cpu_dropout_fwd(const pn_tensor *xc, double p, uint64_t seed, uint64_t base, pn_tensor *y,
                              pn_tensor *m) {
     const pn_tensor *x = xc;
     int64_t n = pn_numel(x), blocks = (n + 7) / 8;
-    uint32_t thresh = (uint32_t)lround(p * 65536.0); /* p < 1, so at most 65536 */
+    uint32_t thresh = pn_dropout_thresh(p); /* p < 1, so at most 65536 */
     double scale = 1.0 / (1.0 - p);
     float fscale = (float)scale;
     uint8_t *keep = m ? (uint8_t *)pn_ptr(m) : NULL;
     const char *px = pn_ptr(xc);
     char *py = pn_ptr(y);
-    /* Block b covers elements 8b … 8b+7 with counter base + b, whatever the thread. A block
-     * of zeros stays zero whatever its mask: it skips Philox when nobody keeps the mask
-     * (sparse inputs such as bag-of-words features are mostly such blocks). */
+    /* Block b covers elements 8b … 8b+7 with counter base + b, whatever the thread. */
     #pragma omp parallel for if (n > PN_PAR_MIN / 8) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
-        int64_t i0 = 8 * b, len = n - i0 < 8 ? n - i0 : 8;
-        if (x->dt == PN_F32) {
-            const float *xs = (const float *)px + i0;
-            float *ys = (float *)py + i0;
-            if (!keep) {
-                bool any = false;
-                for (int j = 0; j < len; j++) any |= xs[j] != 0;
-                if (!any) {
-                    for (int j = 0; j < len; j++) ys[j] = 0;
-                    continue;
-                }
-            }
-            uint32_t w[4];
-            pn_philox4x32(seed, base + (uint64_t)b, w);
-            for (int j = 0; j < len; j++) {
-                uint8_t k = ((w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu) >= thresh;
-                if (keep) keep[i0 + j] = k;
-                /* branch-free: keep is a coin flip, a branch on it mispredicts half the time */
-                ys[j] = xs[j] * ((float)k * fscale);
-            }
-        } else {
-            const double *xs = (const double *)px + i0;
-            double *ys = (double *)py + i0;
-            if (!keep) {
-                bool any = false;
-                for (int j = 0; j < len; j++) any |= xs[j] != 0;
-                if (!any) {
-                    for (int j = 0; j < len; j++) ys[j] = 0;
-                    continue;
-                }
-            }
-            uint32_t w[4];
-            pn_philox4x32(seed, base + (uint64_t)b, w);
-            for (int j = 0; j < len; j++) {
-                uint8_t k = ((w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu) >= thresh;
-                if (keep) keep[i0 + j] = k;
-                ys[j] = xs[j] * ((double)k * scale);
-            }
-        }
+        int64_t i0 = 8 * b;
+        int len = n - i0 < 8 ? (int)(n - i0) : 8;
+        if (x->dt == PN_F32)
+            pn_dropout_block_f32((const float *)px + i0, (float *)py + i0, keep ? keep + i0 : NULL, len, fscale, seed,
+                                 base + (uint64_t)b, thresh);
+        else
+            pn_dropout_block_f64((const double *)px + i0, (double *)py + i0, keep ? keep + i0 : NULL, len, scale,
+                                 seed, base + (uint64_t)b, thresh);
     }
     return PN_OK;
 }

@@ -7,10 +7,13 @@
  * the row; the output (operand 0) is always a fresh contiguous tensor, so its stride is 1.
  * f32 and f64 kernels are the same source stamped twice (T = float, then T = double) with
  * <tgmath.h> picking expf/exp etc.; the op switch sits outside the loops so simple loops
- * vectorise. Integer dtypes go through a generic int64 path. */
+ * vectorise. Integer dtypes go through a generic int64 path. The per-element formulas
+ * (forward and derivative) live in elementwise_math.h, shared with cuda/ops/elementwise.cu. */
 #include "../backend.h"
 
 #include <tgmath.h>
+
+#include "elementwise_math.h" /* the per-element formulas, shared with cuda/ops/elementwise.cu */
 
 #define CHUNK 8192 /* elements per parallel work unit along a long row */
 
@@ -163,61 +166,19 @@ static void run_over(pn_tensor *out, int nin, pn_tensor *const *ins, row_fn fn, 
             }                                                                                  \
     } while (0)
 
-/* integer operands as int64 (i32, i64, u8) */
-static inline int64_t ld_int(const char *p, int dt, int64_t i) {
-    switch (dt) {
-    case PN_I32: return ((const int32_t *)p)[i];
-    case PN_I64: return ((const int64_t *)p)[i];
-    default: return ((const uint8_t *)p)[i];
-    }
-}
-static inline void st_int(char *p, int dt, int64_t i, int64_t v) {
-    switch (dt) {
-    case PN_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case PN_I64: ((int64_t *)p)[i] = v; break;
-    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    }
-}
-
-/* type-generic helpers (float and double versions picked by _Generic) */
-static inline float sigmoid_f(float v) {
-    float e = expf(-fabsf(v)), r = 1.0f / (1.0f + e);
-    return v >= 0 ? r : e * r;
-}
-static inline double sigmoid_d(double v) {
-    double e = exp(-fabs(v)), r = 1.0 / (1.0 + e);
-    return v >= 0 ? r : e * r;
-}
-#define SIGMOID(v) _Generic((v), float: sigmoid_f, default: sigmoid_d)(v)
-/* log(1 + e^v) without overflow: max(v, 0) + log1p(e^-|v|) */
-#define SOFTPLUS(v) (fmax((v), (T)0) + log1p(exp(-fabs(v))))
-
-#define SQRT1_2 0.70710678118654752440
-#define INV_SQRT_2PI 0.39894228040143267794
-
 /* ======================================================================================= */
 /* ---- binary ------------------------------------------------------------------------------ */
 static const char *binary_names[PN_BINARY_COUNT] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"};
 
-/* maximum/minimum propagate NaN from either side (torch semantics) */
-#define BINARY_OPS(X)                                  \
-    X(PN_ADD, x + y)                                   \
-    X(PN_SUB, x - y)                                   \
-    X(PN_MUL, x * y)                                   \
-    X(PN_DIV, x / y)                                   \
-    X(PN_POW, pow(x, y))                               \
-    X(PN_MAXIMUM, (x > y || x != x) ? x : y)           \
-    X(PN_MINIMUM, (x < y || x != x) ? x : y)
-
 #define BIN_CASE(OP, EXPR) case OP: MAP2(T, T, EXPR); break;
 #define T float
 static void binary_f32(int op, int64_t n, char *const *p, const int64_t *st) {
-    switch (op) { BINARY_OPS(BIN_CASE) }
+    switch (op) { PN_BINARY_OPS(BIN_CASE) }
 }
 #undef T
 #define T double
 static void binary_f64(int op, int64_t n, char *const *p, const int64_t *st) {
-    switch (op) { BINARY_OPS(BIN_CASE) }
+    switch (op) { PN_BINARY_OPS(BIN_CASE) }
 }
 #undef T
 
@@ -229,43 +190,20 @@ static void binary_row(const void *ctx, int64_t n, char *const *p, const int64_t
     const op_ctx *c = ctx;
     if (c->dt == PN_F32) { binary_f32(c->op, n, p, st); return; }
     if (c->dt == PN_F64) { binary_f64(c->op, n, p, st); return; }
-    for (int64_t i = 0; i < n; i++) { /* integers: add sub mul maximum minimum, exact in int64 */
-        int64_t x = ld_int(p[1], c->dt, i * st[1]), y = ld_int(p[2], c->dt, i * st[2]), r;
-        switch (c->op) {
-        case PN_ADD: r = x + y; break;
-        case PN_SUB: r = x - y; break;
-        case PN_MUL: r = x * y; break;
-        case PN_MAXIMUM: r = x > y ? x : y; break;
-        default: r = x < y ? x : y; break;
-        }
-        st_int(p[0], c->dt, i, r);
-    }
+    for (int64_t i = 0; i < n; i++) /* integers: add sub mul maximum minimum, exact in int64 */
+        pn_ew_st_int(p[0], c->dt, i,
+                     pn_ew_binary_int(c->op, pn_ew_ld_int(p[1], c->dt, i * st[1]), pn_ew_ld_int(p[2], c->dt, i * st[2])));
 }
-
-/* d out / d a (side 0) and d out / d b (side 1), times the incoming gradient gv.
- * pow: torch's conventions — no gradient to the base where the exponent is 0, none to the
- * exponent where the base is 0 and the exponent >= 0. maximum/minimum: ties split evenly. */
-#define BINARY_GRADS(X)                                                                   \
-    X(PN_MUL * 2, gv * y)                                                                 \
-    X(PN_MUL * 2 + 1, gv * x)                                                             \
-    X(PN_DIV * 2, gv / y)                                                                 \
-    X(PN_DIV * 2 + 1, -gv * x / (y * y))                                                  \
-    X(PN_POW * 2, y == 0 ? (T)0 : gv * y * pow(x, y - 1))                                 \
-    X(PN_POW * 2 + 1, (x == 0 && y >= 0) ? (T)0 : gv * pow(x, y) * log(x))                \
-    X(PN_MAXIMUM * 2, x > y ? gv : (x == y ? gv * (T)0.5 : (T)0))                         \
-    X(PN_MAXIMUM * 2 + 1, y > x ? gv : (x == y ? gv * (T)0.5 : (T)0))                     \
-    X(PN_MINIMUM * 2, x < y ? gv : (x == y ? gv * (T)0.5 : (T)0))                         \
-    X(PN_MINIMUM * 2 + 1, y < x ? gv : (x == y ? gv * (T)0.5 : (T)0))
 
 #define BGRAD_CASE(CODE, EXPR) case CODE: MAP3(T, EXPR); break;
 #define T float
 static void binary_grad_f32(int code, int64_t n, char *const *p, const int64_t *st) {
-    switch (code) { BINARY_GRADS(BGRAD_CASE) }
+    switch (code) { PN_BINARY_GRADS(BGRAD_CASE) }
 }
 #undef T
 #define T double
 static void binary_grad_f64(int code, int64_t n, char *const *p, const int64_t *st) {
-    switch (code) { BINARY_GRADS(BGRAD_CASE) }
+    switch (code) { PN_BINARY_GRADS(BGRAD_CASE) }
 }
 #undef T
 
@@ -380,82 +318,24 @@ static const char *unary_names[PN_UNARY_COUNT] = {
 
 const char *pn_unary_name(int op) { return (op >= 0 && op < PN_UNARY_COUNT) ? unary_names[op] : "?"; }
 
-enum { OP_SQUARE = PN_UNARY_COUNT }; /* pow_scalar with exponent 2: a plain multiply */
-
-/* forward: v is the input, a and b the op's scalars (typed T) */
-#define UNARY_OPS(X)                                                  \
-    X(PN_NEG, -v)                                                     \
-    X(PN_ABS, fabs(v))                                                \
-    X(PN_EXP, exp(v))                                                 \
-    X(PN_LOG, log(v))                                                 \
-    X(PN_LOG1P, log1p(v))                                             \
-    X(PN_SQRT, sqrt(v))                                               \
-    X(PN_RSQRT, (T)1 / sqrt(v))                                       \
-    X(PN_SIN, sin(v))                                                 \
-    X(PN_COS, cos(v))                                                 \
-    X(PN_TANH, tanh(v))                                               \
-    X(PN_SIGMOID, SIGMOID(v))                                         \
-    X(PN_LOGSIGMOID, -(T)SOFTPLUS(-v))                                \
-    X(PN_RELU, v < 0 ? (T)0 : v)                                      \
-    X(PN_ELU, v > 0 ? v : a * expm1(v))                               \
-    X(PN_LEAKY_RELU, v > 0 ? v : a * v)                               \
-    X(PN_GELU, (T)0.5 * v * ((T)1 + erf(v * (T)SQRT1_2)))             \
-    X(PN_SOFTPLUS, (T)SOFTPLUS(v))                                    \
-    X(PN_SINH, sinh(v))                                               \
-    X(PN_COSH, cosh(v))                                               \
-    X(PN_ASINH, asinh(v))                                             \
-    X(PN_ACOSH, acosh(v))                                             \
-    X(PN_ATANH, atanh(v))                                             \
-    X(PN_CLAMP, v < a ? a : (v > b ? b : v))                          \
-    X(PN_POW_SCALAR, pow(v, a))                                       \
-    X(OP_SQUARE, v * v)
-
-/* backward: gv the incoming gradient, x the input, y the output. abs and relu have
- * gradient 0 at 0; clamp passes it where min <= x <= max. */
-#define UNARY_GRADS(X)                                                                  \
-    X(PN_NEG, -gv)                                                                      \
-    X(PN_ABS, x > 0 ? gv : (x < 0 ? -gv : (T)0))                                        \
-    X(PN_EXP, gv * y)                                                                   \
-    X(PN_LOG, gv / x)                                                                   \
-    X(PN_LOG1P, gv / ((T)1 + x))                                                        \
-    X(PN_SQRT, gv * (T)0.5 / y)                                                         \
-    X(PN_RSQRT, gv * (T)-0.5 * y * y * y)                                               \
-    X(PN_SIN, gv * cos(x))                                                              \
-    X(PN_COS, -gv * sin(x))                                                             \
-    X(PN_TANH, gv * ((T)1 - y * y))                                                     \
-    X(PN_SIGMOID, gv * y * ((T)1 - y))                                                  \
-    X(PN_LOGSIGMOID, gv * SIGMOID(-x))                                                  \
-    X(PN_RELU, x > 0 ? gv : (T)0)                                                       \
-    X(PN_ELU, x > 0 ? gv : gv * (y + a))                                                \
-    X(PN_LEAKY_RELU, x > 0 ? gv : gv * a)                                               \
-    X(PN_GELU, gv * ((T)0.5 * ((T)1 + erf(x * (T)SQRT1_2)) +                            \
-                     x * (T)INV_SQRT_2PI * exp((T)-0.5 * x * x)))                       \
-    X(PN_SOFTPLUS, gv * SIGMOID(x))                                                     \
-    X(PN_SINH, gv * cosh(x))                                                            \
-    X(PN_COSH, gv * sinh(x))                                                            \
-    X(PN_ASINH, gv / sqrt(x * x + (T)1))                                                \
-    X(PN_ACOSH, gv / sqrt((x - (T)1) * (x + (T)1)))                                     \
-    X(PN_ATANH, gv / ((T)1 - x * x))                                                    \
-    X(PN_CLAMP, (x >= a && x <= b) ? gv : (T)0)                                         \
-    X(PN_POW_SCALAR, a == 0 ? (T)0 : gv * a * pow(x, a - (T)1))                         \
-    X(OP_SQUARE, gv * (T)2 * x)
+enum { OP_SQUARE = PN_EW_SQUARE }; /* pow_scalar with exponent 2: a plain multiply */
 
 #define UN_CASE(OP, EXPR) case OP: MAP1(T, T, EXPR); break;
 #define UGRAD_CASE(OP, EXPR) case OP: MAP3(T, EXPR); break;
 #define T float
 static void unary_f32(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
-    switch (op) { UNARY_OPS(UN_CASE) }
+    switch (op) { PN_UNARY_OPS(UN_CASE) }
 }
 static void unary_grad_f32(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
-    switch (op) { UNARY_GRADS(UGRAD_CASE) }
+    switch (op) { PN_UNARY_GRADS(UGRAD_CASE) }
 }
 #undef T
 #define T double
 static void unary_f64(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
-    switch (op) { UNARY_OPS(UN_CASE) }
+    switch (op) { PN_UNARY_OPS(UN_CASE) }
 }
 static void unary_grad_f64(int op, int64_t n, char *const *p, const int64_t *st, T a, T b) {
-    switch (op) { UNARY_GRADS(UGRAD_CASE) }
+    switch (op) { PN_UNARY_GRADS(UGRAD_CASE) }
 }
 #undef T
 
@@ -468,17 +348,8 @@ static void unary_row(const void *ctx, int64_t n, char *const *p, const int64_t 
     const unary_ctx *c = ctx;
     if (c->dt == PN_F32) { unary_f32(c->op, n, p, st, (float)c->a, (float)c->b); return; }
     if (c->dt == PN_F64) { unary_f64(c->op, n, p, st, c->a, c->b); return; }
-    for (int64_t i = 0; i < n; i++) { /* integers: neg abs relu clamp */
-        int64_t v = ld_int(p[1], c->dt, i * st[1]), r = v;
-        switch (c->op) {
-        case PN_NEG: r = -v; break;
-        case PN_ABS: r = v < 0 ? -v : v; break;
-        case PN_RELU: r = v < 0 ? 0 : v; break;
-        case PN_CLAMP: r = (double)v < c->a ? (int64_t)ceil(c->a) : ((double)v > c->b ? (int64_t)floor(c->b) : v); break;
-        default: break;
-        }
-        st_int(p[0], c->dt, i, r);
-    }
+    for (int64_t i = 0; i < n; i++) /* integers: neg abs relu clamp */
+        pn_ew_st_int(p[0], c->dt, i, pn_ew_unary_int(c->op, pn_ew_ld_int(p[1], c->dt, i * st[1]), c->a, c->b));
 }
 
 static void unary_grad_row(const void *ctx, int64_t n, char *const *p, const int64_t *st) {
@@ -572,23 +443,15 @@ pn_tensor *pn_unary(int op, pn_tensor *x, double a, double b) {
 /* ---- comparisons → u8 ------------------------------------------------------------------- */
 static const char *compare_names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
 
-#define COMPARE_OPS(X) \
-    X(PN_EQ, x == y)   \
-    X(PN_NE, x != y)   \
-    X(PN_LT, x < y)    \
-    X(PN_LE, x <= y)   \
-    X(PN_GT, x > y)    \
-    X(PN_GE, x >= y)
-
 #define CMP_CASE(OP, EXPR) case OP: MAP2(uint8_t, T, (uint8_t)(EXPR)); break;
 #define T float
 static void compare_f32(int op, int64_t n, char *const *p, const int64_t *st) {
-    switch (op) { COMPARE_OPS(CMP_CASE) }
+    switch (op) { PN_COMPARE_OPS(CMP_CASE) }
 }
 #undef T
 #define T double
 static void compare_f64(int op, int64_t n, char *const *p, const int64_t *st) {
-    switch (op) { COMPARE_OPS(CMP_CASE) }
+    switch (op) { PN_COMPARE_OPS(CMP_CASE) }
 }
 #undef T
 
@@ -597,19 +460,8 @@ static void compare_row(const void *ctx, int64_t n, char *const *p, const int64_
     if (c->dt == PN_F32) { compare_f32(c->op, n, p, st); return; }
     if (c->dt == PN_F64) { compare_f64(c->op, n, p, st); return; }
     uint8_t *o = (uint8_t *)p[0];
-    for (int64_t i = 0; i < n; i++) {
-        int64_t x = ld_int(p[1], c->dt, i * st[1]), y = ld_int(p[2], c->dt, i * st[2]);
-        bool r;
-        switch (c->op) {
-        case PN_EQ: r = x == y; break;
-        case PN_NE: r = x != y; break;
-        case PN_LT: r = x < y; break;
-        case PN_LE: r = x <= y; break;
-        case PN_GT: r = x > y; break;
-        default: r = x >= y; break;
-        }
-        o[i] = r;
-    }
+    for (int64_t i = 0; i < n; i++)
+        o[i] = pn_ew_compare_int(c->op, pn_ew_ld_int(p[1], c->dt, i * st[1]), pn_ew_ld_int(p[2], c->dt, i * st[2]));
 }
 
 pn_tensor *pn_compare(int op, pn_tensor *a, pn_tensor *b) {

@@ -22,6 +22,14 @@
 
 #include <stdint.h>
 
+#ifndef PN_HD /* also defined by internal.h: __host__ __device__ under nvcc (CUDA kernels call it too) */
+#if defined(__CUDACC__)
+#define PN_HD __host__ __device__
+#else
+#define PN_HD
+#endif
+#endif
+
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define PN_VEC_FN __attribute__((optimize("no-trapping-math")))
 #define PN_NOTRAP_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"no-trapping-math\")")
@@ -32,7 +40,7 @@
 #define PN_NOTRAP_END
 #endif
 
-PN_VEC_FN static inline float pn_fast_expf(float x) {
+PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
     /* exp(x) = 2^n · e^r with n = round(x / ln 2), |r| <= ln 2 / 2 */
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc > 89.0f ? 89.0f : xc;

@@ -13,6 +13,7 @@
  * Sums over rows or elements go through pn_reduce (fixed order, double accumulation). */
 #include "../backend.h"
 #include "fast_math.h"
+#include "loss.h"
 
 static inline double ldf(const char *p, bool f32, int64_t i) {
     return f32 ? ((const float *)p)[i] : ((const double *)p)[i];
@@ -300,22 +301,7 @@ pn_tensor *pn_nll_loss(pn_tensor *logp, pn_tensor *target, int64_t ignore_index,
 }
 
 /* ---- elementwise losses: BCE with logits, MSE ----------------------------------------------- */
-enum { L_BCE, L_MSE };
-
-/* stable BCE: max(x, 0) - x·y + log(1 + exp(-|x|)) */
-static inline double loss_fn(int kind, double x, double y) {
-    if (kind == L_BCE) return fmax(x, 0.0) - x * y + log1p(exp(-fabs(x)));
-    return (x - y) * (x - y);
-}
-/* d loss / d x and d loss / d y */
-static inline double dloss(int kind, int wrt, double x, double y) {
-    if (kind == L_BCE) {
-        if (wrt == 1) return -x;
-        double sg = x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
-        return sg - y;
-    }
-    return wrt == 0 ? 2 * (x - y) : -2 * (x - y);
-}
+enum { L_BCE = PN_LOSS_BCE, L_MSE = PN_LOSS_MSE }; /* the formulas are loss.h's, shared with CUDA */
 
 /* CPU kernels: L, gx fresh and x-shaped; x, y same shape, any strides; g x-shaped (reduction
  * none) or 0-dim (broadcast); wrt 0: x, 1: y */
@@ -334,7 +320,7 @@ pn_status pn_cpu_elem_loss_bwd(int kind, int wrt, double scale, const pn_tensor 
         for (int64_t i = 0; i < it.inner; i++) {
             double xv = ldf(px, f32, off[1] + i * it.istride[1]), yv = ldf(py, f32, off[2] + i * it.istride[2]);
             double gv = ldf(pg, f32, off[3] + i * it.istride[3]);
-            stf(po, f32, off[0] + i * it.istride[0], gv * scale * dloss(kind, wrt, xv, yv));
+            stf(po, f32, off[0] + i * it.istride[0], gv * scale * pn_elem_dloss(kind, wrt, xv, yv));
         }
     }
     return PN_OK;
@@ -352,7 +338,7 @@ pn_status pn_cpu_elem_loss_fwd(int kind, const pn_tensor *x, const pn_tensor *y,
         pn_iter_row(&it, r, off);
         for (int64_t i = 0; i < it.inner; i++)
             stf(pL, f32, off[0] + i * it.istride[0],
-                loss_fn(kind, ldf(px, f32, off[1] + i * it.istride[1]), ldf(py, f32, off[2] + i * it.istride[2])));
+                pn_elem_loss(kind, ldf(px, f32, off[1] + i * it.istride[1]), ldf(py, f32, off[2] + i * it.istride[2])));
     }
     return PN_OK;
 }

@@ -2,6 +2,7 @@
  * dozen temporaries the same update costs when composed from ops; not recorded by
  * autograd (optimisers run outside the graph). Formulas follow torch.optim. */
 #include "../backend.h"
+#include "optim.h"
 
 static pn_status check_same(const char *op, const char *an, const pn_tensor *a, const char *bn, const pn_tensor *b) {
     if (!a || !b) return pn_error(PN_ERR_ARG, "%s: %s or %s is nil", op, an, bn);
@@ -14,20 +15,18 @@ static pn_status check_same(const char *op, const char *an, const pn_tensor *a, 
     return PN_OK;
 }
 
-/* generic body over double values; f32 and f64 share it through pn_ld/pn_st-free casts */
+/* the element update is optim.h's (shared with the CUDA kernel); f32 and f64 load and store */
 #define ADAM_BODY(T)                                                                              \
     do {                                                                                          \
         T *P = (T *)pn_ptr(p), *M = (T *)pn_ptr(m), *V = (T *)pn_ptr(v);                          \
         const T *G = (const T *)pn_ptr(g);                                                        \
         _Pragma("omp parallel for if (n > PN_PAR_MIN) schedule(static)")                          \
         for (int64_t i = 0; i < n; i++) {                                                         \
-            double gi = G[i], pi = P[i];                                                          \
-            if (decoupled) pi -= lr * weight_decay * pi;                                          \
-            else gi += weight_decay * pi;                                                         \
-            double mi = beta1 * M[i] + (1 - beta1) * gi, vi = beta2 * V[i] + (1 - beta2) * gi * gi; \
+            double pi = P[i], mi = M[i], vi = V[i];                                               \
+            pn_adam_elem(&h, G[i], &pi, &mi, &vi);                                                \
             M[i] = (T)mi;                                                                         \
             V[i] = (T)vi;                                                                         \
-            P[i] = (T)(pi - step_size * mi / (sqrt(vi) / bc2_sqrt + eps));                        \
+            P[i] = (T)pi;                                                                         \
         }                                                                                         \
     } while (0)
 
@@ -51,8 +50,7 @@ pn_status pn_adam_step_(pn_tensor *p, const pn_tensor *g, pn_tensor *m, pn_tenso
 pn_status pn_cpu_adam_step(pn_tensor *p, const pn_tensor *g, pn_tensor *m, pn_tensor *v, double lr, double beta1,
                            double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
     int64_t n = pn_numel(p);
-    double bc1 = 1 - pow(beta1, (double)step), bc2_sqrt = sqrt(1 - pow(beta2, (double)step));
-    double step_size = lr / bc1;
+    pn_adam_hp h = pn_adam_hp_of(lr, beta1, beta2, eps, weight_decay, decoupled, step);
     if (p->dt == PN_F32) ADAM_BODY(float);
     else ADAM_BODY(double);
     return PN_OK;
@@ -64,13 +62,10 @@ pn_status pn_cpu_adam_step(pn_tensor *p, const pn_tensor *g, pn_tensor *m, pn_te
         const T *G = (const T *)pn_ptr(g);                                            \
         _Pragma("omp parallel for if (n > PN_PAR_MIN) schedule(static)")              \
         for (int64_t i = 0; i < n; i++) {                                             \
-            double d = (double)G[i] + weight_decay * (double)P[i];                    \
-            if (Bf) {                                                                 \
-                double b = first_step ? d : momentum * Bf[i] + (1 - dampening) * d;   \
-                Bf[i] = (T)b;                                                         \
-                d = nesterov ? d + momentum * b : b;                                  \
-            }                                                                         \
-            P[i] = (T)(P[i] - lr * d);                                                \
+            double pi = P[i], bi = Bf ? (double)Bf[i] : 0;                            \
+            pn_sgd_elem(G[i], &pi, &bi, Bf != NULL, lr, momentum, dampening, weight_decay, nesterov, first_step); \
+            if (Bf) Bf[i] = (T)bi;                                                    \
+            P[i] = (T)pi;                                                             \
         }                                                                             \
     } while (0)
 

@@ -24,10 +24,7 @@
  * of a norm at 0 is 0 (a subgradient), never NaN. */
 #include "../backend.h"
 #include "fast_math.h"
-
-/* internal kinds: the first six are pn_reduce_op, the rest are norms */
-enum { K_SUM = PN_SUM, K_MEAN = PN_MEAN, K_MAX = PN_MAX, K_MIN = PN_MIN, K_LSE = PN_LOGSUMEXP,
-       K_PROD = PN_PROD, K_L1, K_L2, K_LINF, K_LP };
+#include "reduce_math.h" /* kinds, accumulators, backward maps: shared with cuda/ops/reduce.cu */
 
 static const char *kind_name(int k) {
     static const char *names[] = {"sum", "mean", "max", "min", "logsumexp", "prod", "norm", "norm", "norm", "norm"};
@@ -168,73 +165,6 @@ static pn_status layout_finish(layout *L, pn_status s) {
     return s;
 }
 
-/* ---- accumulators --------------------------------------------------------------------- */
-/* a: the running value; b: logsumexp's sum of exp(x - a) */
-typedef struct { double a, b; } acc_t;
-
-static inline acc_t acc_init(int k) {
-    switch (k) {
-    case K_PROD: return (acc_t){1, 0};
-    case K_MAX: case K_LSE: return (acc_t){-INFINITY, 0};
-    case K_MIN: return (acc_t){INFINITY, 0};
-    default: return (acc_t){0, 0}; /* sums and norms (|x| >= 0, so 0 also starts the inf-norm) */
-    }
-}
-
-/* online logsumexp: keep the running max a and sum b of exp(x - a) */
-static inline void lse_add(acc_t *s, double v) {
-    if (v == -INFINITY) return; /* contributes exp(-inf) = 0; also avoids -inf - -inf */
-    if (v > s->a) {
-        s->b = s->b * exp(s->a - v) + 1;
-        s->a = v;
-    } else if (v == s->a) {
-        s->b += 1; /* also +inf == +inf, where exp(inf - inf) would be NaN */
-    } else {
-        s->b += exp(v - s->a); /* NaN v or a: NaN, as it should */
-    }
-}
-
-static inline void acc_add(int k, double p, acc_t *s, double v) {
-    switch (k) {
-    case K_SUM: case K_MEAN: s->a += v; break;
-    case K_PROD: s->a *= v; break;
-    case K_MAX: if (v > s->a || isnan(v)) s->a = v; break; /* once NaN, nothing compares greater */
-    case K_MIN: if (v < s->a || isnan(v)) s->a = v; break;
-    case K_LINF: v = fabs(v); if (v > s->a || isnan(v)) s->a = v; break;
-    case K_L1: s->a += fabs(v); break;
-    case K_L2: s->a += v * v; break;
-    case K_LP: s->a += pow(fabs(v), p); break;
-    case K_LSE: lse_add(s, v); break;
-    }
-}
-
-static inline acc_t acc_merge(int k, acc_t u, acc_t v) {
-    switch (k) {
-    case K_PROD: u.a *= v.a; return u;
-    case K_MAX: case K_LINF: return (v.a > u.a || (isnan(v.a) && !isnan(u.a))) ? v : u;
-    case K_MIN: return (v.a < u.a || (isnan(v.a) && !isnan(u.a))) ? v : u;
-    case K_LSE: {
-        if (v.a == -INFINITY) return u;
-        if (u.a == -INFINITY) return v;
-        if (isnan(u.a) || isnan(v.a)) return (acc_t){NAN, NAN};
-        double m = u.a > v.a ? u.a : v.a;
-        if (m == INFINITY) return (acc_t){INFINITY, (u.a == m ? u.b : 0) + (v.a == m ? v.b : 0)};
-        return (acc_t){m, u.b * exp(u.a - m) + v.b * exp(v.a - m)};
-    }
-    default: u.a += v.a; return u;
-    }
-}
-
-static inline double acc_final(int k, acc_t s, int64_t R, double p) {
-    switch (k) {
-    case K_MEAN: return s.a / (double)R; /* R == 0: 0/0 = NaN, like torch */
-    case K_L2: return sqrt(s.a);
-    case K_LP: return pow(s.a, 1.0 / p);
-    case K_LSE: return s.a == -INFINITY ? -INFINITY : s.a + log(s.b);
-    default: return s.a;
-    }
-}
-
 /* ---- float kernels ---------------------------------------------------------------------- */
 /* Eight independent double accumulators in a fixed order: vectorisable and deterministic. */
 static double sum_f32(const float *x, int64_t n, bool square) {
@@ -267,8 +197,8 @@ static double sum_f64(const double *x, int64_t n, bool square) {
 }
 
 /* logsumexp of a contiguous run in two passes (max, then Σ exp(x - max)); f32 uses the
- * vectorisable pn_fast_expf. Returns the (max, sum) pair that acc_merge/acc_final take. x: (n) */
-PN_VEC_FN static acc_t lse_run(const void *xv, int dt, int64_t n) {
+ * vectorisable pn_fast_expf. Returns the (max, sum) pair that pn_acc_merge/pn_acc_final take. x: (n) */
+PN_VEC_FN static pn_acc lse_run(const void *xv, int dt, int64_t n) {
     const float *xf = xv;
     const double *xd = xv;
     double m = -INFINITY, a[8] = {0};
@@ -286,9 +216,9 @@ PN_VEC_FN static acc_t lse_run(const void *xv, int dt, int64_t n) {
             nan |= xd[i] != xd[i];
         }
     }
-    if (nan) return (acc_t){NAN, NAN};
-    if (m == -INFINITY) return (acc_t){-INFINITY, 0}; /* empty or all -inf */
-    if (m == INFINITY) return (acc_t){INFINITY, 1};
+    if (nan) return (pn_acc){NAN, NAN};
+    if (m == -INFINITY) return (pn_acc){-INFINITY, 0}; /* empty or all -inf */
+    if (m == INFINITY) return (pn_acc){INFINITY, 1};
     int64_t i = 0;
     if (dt == PN_F32) {
         float mf = (float)m;
@@ -298,29 +228,29 @@ PN_VEC_FN static acc_t lse_run(const void *xv, int dt, int64_t n) {
     } else {
         for (; i < n; i++) a[i & 7] += exp(xd[i] - m);
     }
-    return (acc_t){m, ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))};
+    return (pn_acc){m, ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))};
 }
 
 /* One contiguous run of n elements. x: (n) */
-static acc_t run_acc(int k, double p, const void *x, int dt, int64_t n) {
+static pn_acc run_acc(int k, double p, const void *x, int dt, int64_t n) {
     if (k == K_LSE) return lse_run(x, dt, n);
     if (k == K_SUM || k == K_MEAN || k == K_L2) {
         bool sq = k == K_L2;
         double s = dt == PN_F32 ? sum_f32(x, n, sq) : sum_f64(x, n, sq);
-        return (acc_t){s, 0};
+        return (pn_acc){s, 0};
     }
-    acc_t s = acc_init(k);
+    pn_acc s = pn_acc_init(k);
     if (dt == PN_F32)
-        for (int64_t i = 0; i < n; i++) acc_add(k, p, &s, ((const float *)x)[i]);
+        for (int64_t i = 0; i < n; i++) pn_acc_add(k, p, &s, ((const float *)x)[i]);
     else
-        for (int64_t i = 0; i < n; i++) acc_add(k, p, &s, ((const double *)x)[i]);
+        for (int64_t i = 0; i < n; i++) pn_acc_add(k, p, &s, ((const double *)x)[i]);
     return s;
 }
 
 /* One row of R elements, split into CHUNK pieces reduced in parallel, merged in order. */
 static pn_status row_chunked(int k, double p, const char *x, int dt, int64_t R, double *result) {
     int64_t nc = (R + CHUNK - 1) / CHUNK;
-    acc_t *part = malloc(sizeof *part * (size_t)nc);
+    pn_acc *part = malloc(sizeof *part * (size_t)nc);
     if (!part) return pn_error(PN_ERR_OOM, "%s: out of memory", kind_name(k));
     size_t es = pn_elsize(dt);
     #pragma omp parallel for schedule(static)
@@ -328,10 +258,10 @@ static pn_status row_chunked(int k, double p, const char *x, int dt, int64_t R, 
         int64_t lo = c * CHUNK, len = R - lo < CHUNK ? R - lo : CHUNK;
         part[c] = run_acc(k, p, x + (size_t)lo * es, dt, len);
     }
-    acc_t s = part[0];
-    for (int64_t c = 1; c < nc; c++) s = acc_merge(k, s, part[c]);
+    pn_acc s = part[0];
+    for (int64_t c = 1; c < nc; c++) s = pn_acc_merge(k, s, part[c]);
     free(part);
-    *result = acc_final(k, s, R, p);
+    *result = pn_acc_final(k, s, R, p);
     return PN_OK;
 }
 
@@ -353,7 +283,7 @@ static pn_status reduce_float(int k, double p, const pn_tensor *xt, int64_t O, i
         }
         #pragma omp parallel for if (total > PN_PAR_MIN) schedule(static)
         for (int64_t r = 0; r < O; r++)
-            pn_st(o, dt, r, acc_final(k, run_acc(k, p, x + (size_t)(r * R) * es, dt, R), R, p));
+            pn_st(o, dt, r, pn_acc_final(k, run_acc(k, p, x + (size_t)(r * R) * es, dt, R), R, p));
         return PN_OK;
     }
     /* I > 1: accumulate CB kept elements at a time while walking the reduced axis */
@@ -361,8 +291,8 @@ static pn_status reduce_float(int k, double p, const pn_tensor *xt, int64_t O, i
     #pragma omp parallel for if (total > PN_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < O * nb; t++) {
         int64_t ob = t / nb, i0 = (t % nb) * CB, len = I - i0 < CB ? I - i0 : CB;
-        acc_t s[CB];
-        for (int64_t j = 0; j < len; j++) s[j] = acc_init(k);
+        pn_acc s[CB];
+        for (int64_t j = 0; j < len; j++) s[j] = pn_acc_init(k);
         for (int64_t r = 0; r < R; r++) {
             int64_t base = (ob * R + r) * I + i0;
             if (dt == PN_F32) {
@@ -370,16 +300,16 @@ static pn_status reduce_float(int k, double p, const pn_tensor *xt, int64_t O, i
                 if (k == K_SUM || k == K_MEAN)
                     for (int64_t j = 0; j < len; j++) s[j].a += row[j];
                 else
-                    for (int64_t j = 0; j < len; j++) acc_add(k, p, &s[j], row[j]);
+                    for (int64_t j = 0; j < len; j++) pn_acc_add(k, p, &s[j], row[j]);
             } else {
                 const double *row = (const double *)x + base;
                 if (k == K_SUM || k == K_MEAN)
                     for (int64_t j = 0; j < len; j++) s[j].a += row[j];
                 else
-                    for (int64_t j = 0; j < len; j++) acc_add(k, p, &s[j], row[j]);
+                    for (int64_t j = 0; j < len; j++) pn_acc_add(k, p, &s[j], row[j]);
             }
         }
-        for (int64_t j = 0; j < len; j++) pn_st(o, dt, ob * I + i0 + j, acc_final(k, s[j], R, p));
+        for (int64_t j = 0; j < len; j++) pn_st(o, dt, ob * I + i0 + j, pn_acc_final(k, s[j], R, p));
     }
     return PN_OK;
 }
@@ -459,11 +389,13 @@ static pn_tensor *keep_view(const pn_node *n, pn_tensor *t) {
 }
 
 /* out = f(a, b, c) elementwise over out's shape; a, b, c broadcast (c may be NULL): the
- * pointwise steps of the backward passes, named by id so that a device kernel can switch on it */
+ * pointwise steps of the backward passes, named by id so that a device kernel can switch on it
+ * (the maps: reduce_math.h, pn_m_*) */
 typedef double (*map3_fn)(double a, double b, double c, const double *prm);
-enum { M_IS_EXT, M_SPLIT, M_SIGN_MUL, M_LSE_GRAD, M_IS_ZERO, M_ZERO_TO_ONE, M_MUL, M_PROD_GRAD, M_NORM_GRAD,
-       M_COUNT };
-static const map3_fn map3_fns[M_COUNT];
+static const map3_fn map3_fns[M_COUNT] = {
+    [M_IS_EXT] = pn_m_is_ext, [M_SPLIT] = pn_m_split, [M_SIGN_MUL] = pn_m_sign_mul, [M_LSE_GRAD] = pn_m_lse_grad,
+    [M_IS_ZERO] = pn_m_is_zero, [M_ZERO_TO_ONE] = pn_m_zero_to_one, [M_MUL] = pn_m_mul,
+    [M_PROD_GRAD] = pn_m_prod_grad, [M_NORM_GRAD] = pn_m_norm_grad};
 
 pn_status pn_cpu_reduce_map(int fn, double prm_v, pn_tensor *out, const pn_tensor *a, const pn_tensor *b,
                             const pn_tensor *c) {
@@ -498,17 +430,6 @@ static pn_tensor *input_like(const pn_node *n, int dt, const pn_tensor *t) {
     return pn_empty((int)n->in[0].nd, n->in[0].shape, dt, t->dev);
 }
 
-/* mask of extreme positions: (f(x) == out) — f = |.| for the inf-norm; NaN matches NaN */
-static double f_is_ext(double x, double out, double unused, const double *prm) {
-    if (prm[0]) x = fabs(x);
-    return (x == out || (isnan(x) && isnan(out))) ? 1.0 : 0.0;
-}
-/* mask · g / count (· sign(x) for the inf-norm, so that 0 gets 0) */
-static double f_split(double m, double g, double cnt, const double *prm) { return m * g / cnt; }
-static double f_sign_mul(double v, double x, double unused, const double *prm) {
-    return x > 0 ? v : x < 0 ? -v : 0.0;
-}
-
 /* Gradient of max/min/inf-norm: g split evenly over the elements equal to the extreme. */
 static pn_status extreme_bw(pn_node *n, pn_tensor *gk, bool use_abs, pn_tensor **gin) {
     pn_tensor *x = n->saved[0], *outk = n->saved[1];
@@ -531,19 +452,6 @@ static pn_status extreme_bw(pn_node *n, pn_tensor *gk, bool use_abs, pn_tensor *
 }
 
 /* ---- pn_reduce ---------------------------------------------------------------------------- */
-static double f_lse_grad(double x, double out, double g, const double *prm) {
-    return out == -INFINITY ? 0.0 : g * exp(x - out);
-}
-static double f_is_zero(double x, double u1, double u2, const double *prm) { return x == 0 ? 1.0 : 0.0; }
-static double f_zero_to_one(double x, double u1, double u2, const double *prm) { return x == 0 ? 1.0 : x; }
-static double f_mul(double a, double b, double u, const double *prm) { return a * b; }
-/* gp = g · (product of the non-zero elements), zc = number of zeros in the group */
-static double f_prod_grad(double x, double gp, double zc, const double *prm) {
-    if (zc == 0) return gp / x;
-    if (zc == 1) return x == 0 ? gp : 0.0;
-    return 0.0;
-}
-
 static pn_status reduce_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     int k = (int)n->iv[0];
     if (n->in[0].nd == 0) { /* a 0-dim input: every reduction is the identity */
@@ -653,21 +561,6 @@ pn_tensor *pn_reduce(int op, pn_tensor *x, int ndims, const int64_t *dims, int k
 }
 
 /* ---- norm ------------------------------------------------------------------------------- */
-/* g · sign(x)|x|^(p-1) / out^(p-1): p = 1 gives g·sign(x), p = 2 gives g·x/out; 0 where x or out is 0 */
-static double f_norm_grad(double x, double out, double g, const double *prm) {
-    double p = prm[0];
-    if (x == 0 || out == 0) return 0.0;
-    double sgn = x > 0 ? 1.0 : -1.0;
-    if (p == 1) return g * sgn;
-    if (p == 2) return g * x / out;
-    return g * sgn * pow(fabs(x) / out, p - 1);
-}
-
-static const map3_fn map3_fns[M_COUNT] = {
-    [M_IS_EXT] = f_is_ext, [M_SPLIT] = f_split, [M_SIGN_MUL] = f_sign_mul, [M_LSE_GRAD] = f_lse_grad,
-    [M_IS_ZERO] = f_is_zero, [M_ZERO_TO_ONE] = f_zero_to_one, [M_MUL] = f_mul, [M_PROD_GRAD] = f_prod_grad,
-    [M_NORM_GRAD] = f_norm_grad};
-
 static pn_status norm_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     pn_tensor *gk = keep_view(n, g);
     if (!gk) return PN_ERR_OOM;
