@@ -26,9 +26,10 @@ pn_status pn_backend_for(const char *op, int dev, const pn_kernels **out) {
     *out = pn_backend(dev);
     if (*out) return PN_OK;
 #ifdef PN_HAVE_CUDA
-    if (dev == PN_CUDA)
-        return pn_error(PN_ERR_DEVICE, "%s: no CUDA device is available (this build has CUDA kernels but "
-                                       "cudaGetDeviceCount found no GPU)", op);
+    if (dev == PN_CUDA) {
+        extern const char *pn_cuda_unavailable_reason(void); /* core/cuda/device.cu */
+        return pn_error(PN_ERR_DEVICE, "%s: device cuda is not available: %s", op, pn_cuda_unavailable_reason());
+    }
 #endif
     return pn_error(PN_ERR_DEVICE, "%s: this build of penumbra has no %s backend (built without CUDA)", op,
                     pn_device_name(dev));

@@ -19,6 +19,7 @@ pn_status pn_cuda_memory_stats_get(pn_cuda_memory_stats *out) {
 pn_status pn_cuda_reset_peak(void) { return no_cuda("cuda.reset_peak"); }
 pn_status pn_cuda_empty_cache(void) { return no_cuda("cuda.empty_cache"); }
 pn_status pn_cuda_synchronize(void) { return no_cuda("cuda.synchronize"); }
+int pn_cuda_set_tf32(int on) { return 0; } /* nothing to switch: no CUDA matmul here */
 pn_status pn_cuda_emu_schedule(const char *spec) { return no_cuda("cuda.emu_schedule"); }
 const char *pn_cuda_emu_schedule_name(void) { return ""; }
 pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) { return no_cuda("cuda.emu_selftest"); }

@@ -95,6 +95,9 @@ pn_status pn_cuda_memory_stats_get(pn_cuda_memory_stats *out);
 pn_status pn_cuda_reset_peak(void);
 pn_status pn_cuda_empty_cache(void);            /* cudaFree every cached (unused) block */
 pn_status pn_cuda_synchronize(void);            /* wait for queued work; reports kernel errors */
+/* f32 matmul on CUDA in TF32 (10-bit mantissa inputs, f32 accumulation: tensor cores, ~1e-3
+ * relative error) when on; off (exact f32) by default. Returns the previous setting. */
+int pn_cuda_set_tf32(int on);
 /* The interpreter's thread order between barriers: "fwd", "rev" or "rand:SEED" (NULL or ""
  * = fwd); pn_cuda_emu_schedule_name says which is in force. */
 pn_status pn_cuda_emu_schedule(const char *spec);

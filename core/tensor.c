@@ -203,9 +203,8 @@ pn_tensor *pn_tensor_view_of(pn_storage *s, int nd, const int64_t *shape, const 
 static pn_status check_new(const char *op, int nd, const int64_t *shape, int dtype, int device) {
     if (dtype < PN_F32 || dtype > PN_U8) return pn_error(PN_ERR_DTYPE, "%s: unknown dtype %d", op, dtype);
     PN_TRY(pn_check_shape(op, nd, shape, dtype));
-    if (!pn_backend(device))
-        return pn_error(PN_ERR_DEVICE, "%s: device %s is not available in this build", op, pn_device_name(device));
-    return PN_OK;
+    const pn_kernels *k;
+    return pn_backend_for(op, device, &k); /* the error says why the device is missing */
 }
 
 static pn_tensor *new_tensor(const char *op, int nd, const int64_t *shape, int dtype, int device) {

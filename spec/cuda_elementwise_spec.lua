@@ -9,27 +9,14 @@
 -- Pending where the build has no CUDA device.
 local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
+local cu = require 'spec.helpers.cuda'
 
 local cuda = pn.cuda.available()
 local it_cuda = cuda and it or pending
-local TOL = { f32 = 1e-5, f64 = 1e-12 }
-local FLOATS = { 'f32', 'f64' }
+local TOL, FLOATS = cu.TOL, cu.DTYPES
 local INTS = { 'i32', 'i64', 'u8' }
 local nan, inf = 0 / 0, math.huge
-
--- the body under every schedule of the interpreter (once on a real GPU)
-local function schedules(fn)
-  if not pn.cuda.interpreted() then return fn('gpu') end
-  for _, s in ipairs({ 'fwd', 'rev', 'rand:3' }) do
-    pn.cuda.with_schedule(s, function() fn(s) end)
-  end
-end
-
-local function numel(shape)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  return n
-end
+local schedules, numel = cu.schedules, cu.numel -- schedules(fn): fn(s) under every thread order
 
 -- an input: values from a seeded stream in [lo, hi) (integers: floor of them), at shape, with
 -- special values put at positions (1-based flat index → value); view(t) the view the op sees

@@ -9,47 +9,16 @@
 -- once; pending in a build without CUDA.
 local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
+local cu = require 'spec.helpers.cuda'
 
 local cuda = pn.cuda.available()
 local it_cuda = cuda and it or pending
-local SCHEDULES = (cuda and pn.cuda.interpreted()) and { 'fwd', 'rev', 'rand:3' } or { false }
-local TOL = { f32 = 1e-5, f64 = 1e-12 }
+local SCHEDULES, TOL = cu.SCHEDULES, cu.TOL
 local ATOL = { f32 = 2e-5, f64 = 1e-11 }
-local DTYPES = { 'f32', 'f64' }
-
-local function each(fn, schedules)
-  for _, s in ipairs(schedules or SCHEDULES) do
-    for _, dt in ipairs(DTYPES) do
-      if s then pn.cuda.with_schedule(s, function() fn(dt, s) end) else fn(dt, 'gpu') end
-    end
-  end
-end
-
-local function numel(shape)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  return n
-end
-
--- a CPU tensor of uniform values in [lo, hi) from seed
-local function rnd(shape, dtype, seed, lo, hi)
-  lo, hi = lo or -1, hi or 1
-  local r, v = check.rng(seed), {}
-  for i = 1, math.max(1, numel(shape)) do v[i] = lo + (hi - lo) * r:u() end
-  local t = pn.tensor(v, { dtype = dtype })
-  if numel(shape) == 0 then return t:narrow(1, 1, 0):reshape(shape) end
-  return t:reshape(shape)
-end
+local each, numel, rnd, close = cu.each, cu.numel, cu.rnd, cu.close
 
 -- an error message without the Lua position that pcall adds
 local function msg(e) return (tostring(e):gsub('^[^:]*:%d+: ', '')) end
-
-local function close(got, ref, tol, what)
-  assert.equal(table.concat(ref:shape(), ','), table.concat(got:shape(), ','), what .. ': shape')
-  assert.equal(ref:dtype(), got:dtype(), what .. ': dtype')
-  assert.equal('cuda', got:device(), what .. ': device')
-  if ref:numel() > 0 then check.assert_close(check.vals(got:to('cpu')), check.vals(ref), tol, what) end
-end
 
 -- op(inputs…) on the CPU and on cuda from the same values; the output and the gradient of every
 -- input in grads (indices) under one random cotangent

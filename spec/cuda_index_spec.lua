@@ -8,36 +8,12 @@ local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
 local B = require 'penumbra_ffi'
 local C = B.C
+local cu = require 'spec.helpers.cuda'
 
 local cuda = pn.cuda.available()
 local it_cuda = cuda and it or pending
-local SCHEDULES = (cuda and pn.cuda.interpreted()) and { 'fwd', 'rev', 'rand:3' } or { false }
-local TOL = { f32 = 1e-5, f64 = 1e-12 }
-local DTYPES = { 'f32', 'f64' }
-
--- fn(dtype, schedule) under every schedule and float dtype
-local function each(fn)
-  for _, s in ipairs(SCHEDULES) do
-    for _, dt in ipairs(DTYPES) do
-      if s then pn.cuda.with_schedule(s, function() fn(dt, s) end) else fn(dt, 'gpu') end
-    end
-  end
-end
-
-local function numel(shape)
-  local n = 1
-  for _, s in ipairs(shape) do n = n * s end
-  return n
-end
-
--- a CPU tensor of uniform values in [lo, hi) from seed; edit(vals) may change the flat list
-local function rnd(shape, dtype, seed, lo, hi, edit)
-  lo, hi = lo or -1, hi or 1
-  local r, v = check.rng(seed), {}
-  for i = 1, numel(shape) do v[i] = lo + (hi - lo) * r:u() end
-  if edit then edit(v) end
-  return pn.tensor(v, { dtype = dtype }):reshape(shape)
-end
+local TOL = cu.TOL
+local each, numel, rnd, close = cu.each, cu.numel, cu.rnd, cu.close
 
 local function ints(vals, dtype, shape)
   local t = pn.tensor(vals, { dtype = dtype or 'i64' })
@@ -49,13 +25,6 @@ local function draws(n, hi, seed)
   local r, v = check.rng(seed), {}
   for i = 1, n do v[i] = math.floor(r:u() * hi) end
   return v
-end
-
-local function close(got, ref, tol, what)
-  assert.equal(table.concat(ref:shape(), ','), table.concat(got:shape(), ','), what .. ': shape')
-  assert.equal(ref:dtype(), got:dtype(), what .. ': dtype')
-  assert.equal('cuda', got:device(), what .. ': device')
-  check.assert_close(check.vals(got:to('cpu')), check.vals(ref), tol, what)
 end
 
 -- inputs: a list of {t = CPU tensor, view = fn(t) or nil, grad = true/false} or plain values (numbers,

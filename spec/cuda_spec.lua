@@ -5,11 +5,12 @@
 local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
 local backends = require 'spec.helpers.backends'
+local cu = require 'spec.helpers.cuda'
 
 local cuda = pn.cuda.available()
 local it_cuda = cuda and it or pending
 local it_emu = (cuda and pn.cuda.interpreted()) and it or pending
-local SCHEDULES = { 'fwd', 'rev', 'rand:5' }
+local SCHEDULES = cu.ORDERS -- the interpreter's thread orders
 
 local function same(a, b, what)
   assert.same(check.vals(b), check.vals(a), what)
@@ -124,6 +125,18 @@ describe('cuda device', function()
     assert.is_true(e.free_calls > after.free_calls)
   end)
 
+  it_cuda('matmul is exact f32 unless TF32 is asked for', function()
+    local e = 2 ^ -12 -- exact in f32, lost in TF32's 10-bit mantissa
+    local a = pn.full({ 2, 3 }, 1 + e, { device = 'cuda' })
+    local b = pn.ones({ 3, 2 }, { device = 'cuda' })
+    assert.same({ 3 + 3 * e, 3 + 3 * e }, a:matmul(b):to('cpu'):select(1, 1):totable())
+    local prev = pn.cuda.allow_tf32(true)
+    local ok, r = pcall(function() return a:matmul(b):to('cpu'):select(1, 1):totable() end)
+    pn.cuda.allow_tf32(prev)
+    assert.is_true(ok, tostring(r))
+    assert.same({ 3, 3 }, r)
+  end)
+
   it_cuda('lacks only the kernels a later issue adds (and every one it lacks is listed)', function()
     local got = pn.kernels('cuda')
     local missing = {}
@@ -158,8 +171,7 @@ describe('cuda kernel interpreter', function()
         broken[s] = ok and table.concat(v, ',', 1, 64) or v
       end)
     end
-    assert.equal(fixed.fwd, fixed.rev)
-    assert.equal(fixed.fwd, fixed['rand:5'])
+    for _, s in ipairs(SCHEDULES) do assert.equal(fixed.fwd, fixed[s], s) end
     local differs = false
     for _, s in ipairs(SCHEDULES) do differs = differs or broken[s] ~= fixed[s] end
     assert.is_true(differs, 'the missing barrier went unnoticed under every schedule')

@@ -32,6 +32,23 @@ typedef struct { real a, b, c, d; } EPI(x4);                  /* per-row / per-k
 typedef struct { real s, sv0, sv1; } EPI(spair);               /* one pair's score and saved values */
 typedef struct { real g, q0, q1, k0, k1, p0, p1, p2; } EPI(dpair); /* one pair's partials: G, terms, parameters */
 
+/* a score without per-key or per-row values (NKX = 0 / nothing per row); also wanted where the
+ * block loops are not (cuda/attention/graph.cu defines PN_EPI_BLOCKS empty) */
+#ifndef PN_EPI_NO_KEY
+#define PN_EPI_NO_KEY(X)                                                                       \
+    PN_HD static inline EPI(x4) EPI(X##_key)(const EPI(X##_h) * h, real k0, real k1) {         \
+        (void)h, (void)k0, (void)k1;                                                           \
+        EPI(x4) r = {0, 0, 0, 0};                                                              \
+        return r;                                                                              \
+    }
+#define PN_EPI_NO_ROW(X)                                                                       \
+    PN_HD static inline EPI(x4) EPI(X##_row)(const EPI(X##_h) * h, real q0, real q1) {         \
+        (void)h, (void)q0, (void)q1;                                                           \
+        EPI(x4) r = {0, 0, 0, 0};                                                              \
+        return r;                                                                              \
+    }
+#endif
+
 #ifndef PN_EPI_BLOCKS
 enum { PN_T_Q0 = 1, PN_T_Q1 = 2, PN_T_K0 = 4, PN_T_K1 = 8 };
 
@@ -139,20 +156,6 @@ enum { PN_T_Q0 = 1, PN_T_Q1 = 2, PN_T_K0 = 4, PN_T_K1 = 8 };
         PN_BOOL_SWITCH(p->learn & pn_epi_pbits(P0, P1, P2), want,                                                 \
                        EPI(X##_vjp_body)(p, rows, n, ld, G, q0, q1, k0, k1, ds, dG, dq, dk0, dk1, dparam, save,   \
                                          1, want));                                                               \
-    }
-
-/* a score without per-key or per-row values (NKX = 0 / nothing per row) */
-#define PN_EPI_NO_KEY(X)                                                                       \
-    PN_HD static inline EPI(x4) EPI(X##_key)(const EPI(X##_h) * h, real k0, real k1) {         \
-        (void)h, (void)k0, (void)k1;                                                           \
-        EPI(x4) r = {0, 0, 0, 0};                                                              \
-        return r;                                                                              \
-    }
-#define PN_EPI_NO_ROW(X)                                                                       \
-    PN_HD static inline EPI(x4) EPI(X##_row)(const EPI(X##_h) * h, real q0, real q1) {         \
-        (void)h, (void)q0, (void)q1;                                                           \
-        EPI(x4) r = {0, 0, 0, 0};                                                              \
-        return r;                                                                              \
     }
 
 /* the save-pair is referenced only by the plans of scores that use it */

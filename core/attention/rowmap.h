@@ -22,13 +22,14 @@
 #include "../backend.h"
 
 typedef struct pn_rowmap pn_rowmap;
-/* The row kernels there are (maps_rows.h, hyperbolic_rows.h), one id each: pn_rowmap.kind. */
-enum {
-    PN_RM_none = 0,
-    PN_RM_psi, PN_RM_xi, PN_RM_pp, PN_RM_exp0,                            /* maps_rows.h */
-    PN_RM_expmap0, PN_RM_logmap0, PN_RM_project, PN_RM_mobius, PN_RM_dist, /* hyperbolic_rows.h */
-    PN_RM_p2k, PN_RM_h2k, PN_RM_k2p, PN_RM_k2h
-};
+/* The row kernels there are (maps_rows.h: psi … exp0; hyperbolic_rows.h: expmap0 … k2h), one id
+ * each: pn_rowmap.kind = PN_RM_<name>. X(name) once per kernel, in id order. */
+#define PN_RM_KINDS(X)                                                                         \
+    X(psi) X(xi) X(pp) X(exp0)                                                                 \
+    X(expmap0) X(logmap0) X(project) X(mobius) X(dist) X(p2k) X(h2k) X(k2p) X(k2h)
+#define PN_RM_ID(name) PN_RM_##name,
+enum { PN_RM_none = 0, PN_RM_KINDS(PN_RM_ID) PN_RM_end /* one past the last */ };
+#undef PN_RM_ID
 /* A map's row kernels, static functions of its file:
  *   int  <name>_fwd(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad)
  *        x, y: (D) rows (y NULL for one-input maps); out: (Dout) or (1) when Dout == 0

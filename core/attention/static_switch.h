@@ -1,9 +1,7 @@
 /* static_switch.h — compile-time specialisation behind one runtime entry (flash-attention's
- * static_switch.h, DESIGN §9), and the host+device marker of the per-pair score maths.
- *
- * PN_HD marks a function that C and CUDA both compile from the same source: empty in C,
- * __host__ __device__ under nvcc — the score headers' per-pair functions, so a CUDA tile
- * kernel instantiates the very maths the CPU block loop does.
+ * static_switch.h, DESIGN §9). The score headers that use it also mark their per-pair
+ * functions PN_HD (internal.h's host+device marker), so a CUDA kernel instantiates the very
+ * maths the CPU block loop does.
  *
  * PN_BOOL_SWITCH(cond, NAME, body) runs body with `const int NAME` = 1 when cond holds, else
  * with NAME = 0. body is compiled twice and NAME is a constant in each copy, so a branch on
@@ -15,13 +13,7 @@
 #ifndef PN_STATIC_SWITCH_H
 #define PN_STATIC_SWITCH_H
 
-#ifndef PN_HD /* also defined by internal.h */
-#if defined(__CUDACC__)
-#define PN_HD __host__ __device__
-#else
-#define PN_HD
-#endif
-#endif
+#include "../internal.h" /* PN_HD */
 
 #define PN_BOOL_SWITCH(cond, NAME, ...)   \
     do {                                  \

@@ -46,6 +46,7 @@ extern "C" {
 /* ---- host side (core/cuda/device.cu) ---- */
 cudaStream_t pn_cu_stream(void);
 cublasHandle_t pn_cu_blas(void);
+int pn_cu_tf32(void); /* pn_cuda_set_tf32: f32 GEMMs in TF32 */
 /* PN_OK for cudaSuccess; else an error "op: CUDA error name: text" (+ the interpreter's detail) */
 pn_status pn_cu_check(const char *op, cudaError_t e);
 pn_status pn_cu_blas_check(const char *op, cublasStatus_t s);

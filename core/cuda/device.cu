@@ -5,8 +5,11 @@
 #include "cuda.cuh"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static int g_state = -1; /* -1 not probed, 0 no device, 1 ready */
+static int g_device = 0;  /* PENUMBRA_CUDA_DEVICE (default 0; CUDA_VISIBLE_DEVICES applies first) */
+static char g_why[256];   /* why there is no device, for the errors */
 static cudaStream_t g_stream;
 static cublasHandle_t g_blas;
 static char g_name[256];
@@ -15,19 +18,35 @@ static void probe(void) {
     if (g_state >= 0) return;
     int n = 0;
     g_state = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        snprintf(g_why, sizeof g_why, "no GPU (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         cudaGetLastError(); /* clear "no device" so it does not surface in a later check */
         return;
     }
+    const char *want = getenv("PENUMBRA_CUDA_DEVICE");
+    if (want && *want) {
+        char *end;
+        long d = strtol(want, &end, 10);
+        if (*end || d < 0 || d >= n) {
+            snprintf(g_why, sizeof g_why, "PENUMBRA_CUDA_DEVICE='%s' is not a device number in [0, %d)", want, n);
+            return;
+        }
+        g_device = (int)d;
+    }
     cudaDeviceProp prop;
-    if (cudaSetDevice(0) != cudaSuccess || cudaGetDeviceProperties(&prop, 0) != cudaSuccess ||
+    if (cudaSetDevice(g_device) != cudaSuccess || cudaGetDeviceProperties(&prop, g_device) != cudaSuccess ||
         cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) != cudaSuccess) {
-        cudaGetLastError();
+        snprintf(g_why, sizeof g_why, "device %d could not be set up (%s)", g_device,
+                 cudaGetErrorString(cudaGetLastError()));
         return;
     }
-    if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_blas, g_stream) != CUBLAS_STATUS_SUCCESS)
+    if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_blas, g_stream) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(g_why, sizeof g_why, "cuBLAS could not be initialised on device %d", g_device);
         return;
-    snprintf(g_name, sizeof g_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    }
+    snprintf(g_name, sizeof g_name, "%s (device %d, sm_%d%d)", prop.name, g_device, prop.major, prop.minor);
     g_state = 1;
 }
 
@@ -46,7 +65,21 @@ int pn_cuda_interpreted(void) {
 
 const char *pn_cuda_device_name(void) { return pn_cuda_available() ? g_name : ""; }
 
+/* why pn_cuda_available() is false ("" when it is true), for backend.c's error */
+extern "C" const char *pn_cuda_unavailable_reason(void) {
+    probe();
+    return g_state == 1 ? "" : g_why;
+}
+
 cudaStream_t pn_cu_stream(void) { return g_stream; }
+
+static int g_tf32 = 0;
+int pn_cuda_set_tf32(int on) {
+    int prev = g_tf32;
+    g_tf32 = on != 0;
+    return prev;
+}
+int pn_cu_tf32(void) { return g_tf32; }
 cublasHandle_t pn_cu_blas(void) { return g_blas; }
 
 pn_status pn_cu_check(const char *op, cudaError_t e) {
@@ -74,7 +107,7 @@ pn_status pn_cu_blas_check(const char *op, cublasStatus_t s) {
 /* the entry points below need a device */
 static pn_status need_device(const char *op) {
     if (pn_cuda_available()) return PN_OK;
-    return pn_error(PN_ERR_DEVICE, "%s: no CUDA device is available (cudaGetDeviceCount found none)", op);
+    return pn_error(PN_ERR_DEVICE, "%s: device cuda is not available: %s", op, g_why);
 }
 
 pn_status pn_cuda_synchronize(void) {

@@ -20,15 +20,9 @@
 #ifndef PN_FAST_MATH_H
 #define PN_FAST_MATH_H
 
-#include <stdint.h>
+#include "../internal.h" /* PN_HD: __host__ __device__ under nvcc (CUDA kernels call it too) */
 
-#ifndef PN_HD /* also defined by internal.h: __host__ __device__ under nvcc (CUDA kernels call it too) */
-#if defined(__CUDACC__)
-#define PN_HD __host__ __device__
-#else
-#define PN_HD
-#endif
-#endif
+#include <stdint.h>
 
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define PN_VEC_FN __attribute__((optimize("no-trapping-math")))

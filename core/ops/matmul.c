@@ -21,6 +21,7 @@
  * GEMM's output rows (or columns) in blocks, one OpenBLAS call per thread. */
 #include "../backend.h"
 #include "../blas.h"
+#include "matmul_plan.h"
 
 #include <limits.h>
 #include <omp.h>
@@ -29,49 +30,28 @@
  * interface/gemm.c draws the line at the same place: 65536 · 4). */
 #define SMALL_GEMM 262144.0
 
-/* How BLAS can read a (rows, cols) matrix with element strides (srow, scol). */
-typedef struct {
-    CBLAS_TRANSPOSE trans;
-    int64_t ld;
-    bool ok;
-} blas_layout;
-
-static blas_layout layout_of(int64_t rows, int64_t cols, int64_t srow, int64_t scol) {
-    blas_layout l = {CblasNoTrans, 0, false};
-    int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
-    /* a size-1 dim may carry any stride: it is never stepped along */
-    if (scol == 1 || cols <= 1) {
-        int64_t ld = rows <= 1 ? c1 : srow;
-        if (ld >= c1) return (blas_layout){CblasNoTrans, ld, true};
-    }
-    if (srow == 1 || rows <= 1) {
-        int64_t ld = cols <= 1 ? r1 : scol;
-        if (ld >= r1) return (blas_layout){CblasTrans, ld, true};
-    }
-    return l;
-}
-
 /* One BLAS call: c (m, n) row-major with leading dimension ldc; c = a · b. */
-static void blas_gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, blas_layout la, const char *b,
-                      blas_layout lb, char *c, int64_t ldc) {
+static void blas_gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_layout la, const char *b,
+                      pn_gemm_layout lb, char *c, int64_t ldc) {
+    CBLAS_TRANSPOSE ta = la.trans ? CblasTrans : CblasNoTrans, tb = lb.trans ? CblasTrans : CblasNoTrans;
     if (dt == PN_F32)
-        cblas_sgemm(CblasRowMajor, la.trans, lb.trans, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a,
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a,
                     (blasint)la.ld, (const float *)b, (blasint)lb.ld, 0.0f, (float *)c, (blasint)ldc);
     else
-        cblas_dgemm(CblasRowMajor, la.trans, lb.trans, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a,
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a,
                     (blasint)la.ld, (const double *)b, (blasint)lb.ld, 0.0, (double *)c, (blasint)ldc);
 }
 
 /* Element offset of row i (NoTrans: i·ld; Trans: i) of a's (m, k) view, and of column j of
  * b's (k, n) view (NoTrans: j; Trans: j·ld). */
-static int64_t row_off(blas_layout l, int64_t i) { return l.trans == CblasNoTrans ? i * l.ld : i; }
-static int64_t col_off(blas_layout l, int64_t j) { return l.trans == CblasNoTrans ? j : j * l.ld; }
+static int64_t row_off(pn_gemm_layout l, int64_t i) { return l.trans ? i : i * l.ld; }
+static int64_t col_off(pn_gemm_layout l, int64_t j) { return l.trans ? j * l.ld : j; }
 
 /* One GEMM: c (m, n) row-major with ldc = n; c = a · b. Outside a parallel region and big
  * enough, split into one block of rows (or, for a short wide c, of columns) per thread;
  * blocks are multiples of 16 so each thread's packing stays aligned to the kernels. */
-static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, blas_layout la, const char *b,
-                  blas_layout lb, char *c) {
+static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_layout la, const char *b,
+                  pn_gemm_layout lb, char *c) {
     size_t es = pn_elsize(dt);
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     double mnk = (double)m * (double)n * (double)k;
@@ -104,23 +84,6 @@ static pn_tensor *plain_copy(pn_tensor *x) {
     return c;
 }
 
-/* Row stride when a's batch dims (bshape, batch strides sa) and its row dim (m, srow)
- * form one evenly strided run of rows; -1 otherwise. */
-static int64_t merged_row_stride(int bnd, const int64_t *bshape, const int64_t *sa, int64_t m, int64_t srow) {
-    int64_t base = -1, span = 1; /* stride of the innermost non-trivial dim, rows covered so far */
-    if (m > 1) {
-        base = srow;
-        span = m;
-    }
-    for (int d = bnd - 1; d >= 0; d--) {
-        if (bshape[d] == 1) continue;
-        if (base < 0) base = sa[d];
-        else if (sa[d] != base * span) return -1;
-        span *= bshape[d];
-    }
-    return base < 0 ? 0 : base;
-}
-
 /* CPU kernel: c (batch..., m, n) contiguous = a (batch..., m, k) @ b (batch..., k, n).
  * a, b: views whose batch strides (sa, sb; 0 where broadcast) are given over bshape. */
 pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, int64_t k, const pn_tensor *a,
@@ -135,22 +98,17 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
         memset(pc, 0, (size_t)(nbatch * m * n) * es);
         return PN_OK;
     }
-    blas_layout la = layout_of(m, k, a_sm, a_sk), lb = layout_of(k, n, b_sk, b_sn);
+    pn_gemm_layout la = pn_gemm_layout_of(m, k, a_sm, a_sk), lb = pn_gemm_layout_of(k, n, b_sk, b_sn);
     const char *pa = pn_ptr(a), *pb = pn_ptr(b);
 
     /* b shared by every batch and a's rows evenly strided: one tall GEMM */
-    bool b_shared = true;
-    for (int d = 0; d < bnd; d++)
-        if (bshape[d] > 1 && sb[d] != 0) b_shared = false;
-    if (nbatch > 1 && b_shared && (a_sk == 1 || k == 1)) {
-        int64_t rs = merged_row_stride(bnd, bshape, sa, m, a_sm);
-        int64_t mm = nbatch * m;
-        if (rs >= (k > 1 ? k : 1) && mm <= INT_MAX) {
-            PN_BLAS_SERIAL_BEGIN;
-            gemm1(dt, mm, n, k, pa, (blas_layout){CblasNoTrans, rs, true}, pb, lb, pc);
-            PN_BLAS_SERIAL_END;
-            return PN_OK;
-        }
+    int64_t rs = pn_matmul_tall_stride(bnd, bshape, nbatch, sa, sb, m, k, a_sm, a_sk);
+    if (rs >= 0 && nbatch * m <= INT_MAX) {
+        pn_gemm_layout tall = {0, rs, true};
+        PN_BLAS_SERIAL_BEGIN;
+        gemm1(dt, nbatch * m, n, k, pa, tall, pb, lb, pc);
+        PN_BLAS_SERIAL_END;
+        return PN_OK;
     }
 
     /* several GEMMs: the batch across threads (each GEMM then serial); fewer GEMMs than
@@ -160,13 +118,8 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
     PN_BLAS_SERIAL_BEGIN;
     #pragma omp parallel for if (par) schedule(static)
     for (int64_t i = 0; i < nbatch; i++) {
-        int64_t oa = 0, ob = 0, r = i;
-        for (int d = bnd - 1; d >= 0; d--) {
-            int64_t j = r % bshape[d];
-            r /= bshape[d];
-            oa += j * sa[d];
-            ob += j * sb[d];
-        }
+        int64_t oa, ob;
+        pn_matmul_batch_offsets(bnd, bshape, sa, sb, i, &oa, &ob);
         gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es);
     }
     PN_BLAS_SERIAL_END;
@@ -287,7 +240,7 @@ pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
     pn_tensor *ac = a, *bc = b;
     pn_retain(a);
     pn_retain(b);
-    if (!layout_of(m, ka, a_sm, a_sk).ok) {
+    if (!pn_gemm_layout_of(m, ka, a_sm, a_sk).ok) {
         pn_release(ac);
         if (!(ac = plain_copy(a))) {
             pn_release(bc);
@@ -296,7 +249,7 @@ pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
         a_sm = a->nd == 1 ? 0 : ka;
         a_sk = 1;
     }
-    if (!layout_of(kb, n, b_sk, b_sn).ok) {
+    if (!pn_gemm_layout_of(kb, n, b_sk, b_sn).ok) {
         pn_release(bc);
         if (!(bc = plain_copy(b))) {
             pn_release(ac);

@@ -39,18 +39,6 @@ extern "C" {
 
 /* ---- the score maths, per pair (no CPU block loops) ------------------------------------------- */
 #define PN_EPI_BLOCKS(X, TERMS, NKX, P0, P1, P2)
-#define PN_EPI_NO_KEY(X)                                                                       \
-    PN_HD static inline EPI(x4) EPI(X##_key)(const EPI(X##_h) * h, real k0, real k1) {         \
-        (void)h, (void)k0, (void)k1;                                                           \
-        EPI(x4) r = {0, 0, 0, 0};                                                              \
-        return r;                                                                              \
-    }
-#define PN_EPI_NO_ROW(X)                                                                       \
-    PN_HD static inline EPI(x4) EPI(X##_row)(const EPI(X##_h) * h, real q0, real q1) {         \
-        (void)h, (void)q0, (void)q1;                                                           \
-        EPI(x4) r = {0, 0, 0, 0};                                                              \
-        return r;                                                                              \
-    }
 
 #define real float
 #define EPI(name) cu_##name##_f32
@@ -115,49 +103,50 @@ template <> struct prec<double> { typedef cu_x4_f64 x4; };
             return cu_##X##_pair_vjp_f64(h, r, k, G, q0, q1, k0, k1, ds, 0, 0, 0, want);                             \
         }                                                                                                            \
     };
-/* one line per epilogue of epi_impl.h's headers (TERMS and parameters from their PN_EPI_BLOCKS) */
-SCORE(dot, 0, PN_P_scale, -1, -1)
-SCORE(laplacian, 0, PN_P_gamma, -1, -1)
-SCORE(umbral, T_Q1 | T_K1, PN_P_gamma, PN_P_r, -1)
-SCORE(penumbral, T_Q1 | T_K1, PN_P_gamma, PN_P_r, -1)
-SCORE(hyperboloid, T_Q1 | T_K1, PN_P_beta, PN_P_c, -1)
-SCORE(halfspace, T_Q1 | T_K1, PN_P_beta, PN_P_c, -1)
-SCORE(poincare, T_Q0 | T_K0, PN_P_beta, PN_P_c, PN_P_curvature)
-SCORE(gat, T_Q0 | T_K0, PN_P_slope, -1, -1)
-SCORE(sqdist, 0, PN_P_tau, -1, -1)
+/* THE list of the CUDA graph epilogues: one line per epilogue of epi_impl.h's headers — its name
+ * (a registry score, or one of hyperbolic's models), the terms it reads and its parameters
+ * (from its PN_EPI_BLOCKS line). The per-pair structs, the kinds, the lookup from a registry row
+ * and the dispatch all come from this list: a new score adds one line here. */
+#define GRAPH_SCORES(X)                                   \
+    X(dot, 0, PN_P_scale, -1, -1)                         \
+    X(laplacian, 0, PN_P_gamma, -1, -1)                   \
+    X(umbral, T_Q1 | T_K1, PN_P_gamma, PN_P_r, -1)        \
+    X(penumbral, T_Q1 | T_K1, PN_P_gamma, PN_P_r, -1)     \
+    X(hyperboloid, T_Q1 | T_K1, PN_P_beta, PN_P_c, -1)    \
+    X(halfspace, T_Q1 | T_K1, PN_P_beta, PN_P_c, -1)      \
+    X(poincare, T_Q0 | T_K0, PN_P_beta, PN_P_c, PN_P_curvature) \
+    X(gat, T_Q0 | T_K0, PN_P_slope, -1, -1)               \
+    X(sqdist, 0, PN_P_tau, -1, -1)
+GRAPH_SCORES(SCORE)
 #undef SCORE
-enum { K_DOT, K_LAPLACIAN, K_UMBRAL, K_PENUMBRAL, K_HYPERBOLOID, K_HALFSPACE, K_POINCARE, K_GAT, K_SQDIST, K_NONE };
+#define KIND_ID(X, ...) K_##X,
+enum { GRAPH_SCORES(KIND_ID) K_NONE };
+#undef KIND_ID
 
-/* the epilogue of a resolved setup: the registry row's name (and the model for hyperbolic) */
+/* the epilogue of a resolved setup: the registry row's name (for hyperbolic, its model's) */
 int score_kind(const pn_attn_setup *st, const pn_attn_opts *o) {
     const char *n = st->desc->name;
-    if (!strcmp(n, "dot")) return K_DOT;
-    if (!strcmp(n, "laplacian")) return K_LAPLACIAN;
-    if (!strcmp(n, "umbral")) return K_UMBRAL;
-    if (!strcmp(n, "penumbral")) return K_PENUMBRAL;
-    if (!strcmp(n, "gat")) return K_GAT;
-    if (!strcmp(n, "sqdist")) return K_SQDIST;
     if (!strcmp(n, "hyperbolic"))
-        return o->model == PN_MODEL_HYPERBOLOID ? K_HYPERBOLOID
-               : o->model == PN_MODEL_HALFSPACE ? K_HALFSPACE
-               : o->model == PN_MODEL_POINCARE  ? K_POINCARE
-                                                : K_NONE;
+        n = o->model == PN_MODEL_HYPERBOLOID ? "hyperboloid"
+            : o->model == PN_MODEL_HALFSPACE ? "halfspace"
+            : o->model == PN_MODEL_POINCARE  ? "poincare"
+                                             : "";
+#define KIND_OF(X, ...) \
+    if (!strcmp(n, #X)) return K_##X;
+    GRAPH_SCORES(KIND_OF)
+#undef KIND_OF
     return K_NONE;
 }
 
-/* Calls body with `typedef S_<X> S;` for kind. */
-#define SCORE_SWITCH(kind, S, ...)                                                                                   \
-    switch (kind) {                                                                                                  \
-    case K_DOT: { typedef S_dot S; __VA_ARGS__; } break;                                                             \
-    case K_LAPLACIAN: { typedef S_laplacian S; __VA_ARGS__; } break;                                                 \
-    case K_UMBRAL: { typedef S_umbral S; __VA_ARGS__; } break;                                                       \
-    case K_PENUMBRAL: { typedef S_penumbral S; __VA_ARGS__; } break;                                                 \
-    case K_HYPERBOLOID: { typedef S_hyperboloid S; __VA_ARGS__; } break;                                             \
-    case K_HALFSPACE: { typedef S_halfspace S; __VA_ARGS__; } break;                                                 \
-    case K_POINCARE: { typedef S_poincare S; __VA_ARGS__; } break;                                                   \
-    case K_GAT: { typedef S_gat S; __VA_ARGS__; } break;                                                             \
-    default: { typedef S_sqdist S; __VA_ARGS__; } break;                                                             \
+/* f(S_<X>{}) for the epilogue of kind (a generic lambda: `typedef decltype(tag) S;`) */
+template <typename F> void score_switch(int kind, F &&f) {
+    switch (kind) {
+#define KIND_CASE(X, ...) \
+    case K_##X: f(S_##X{}); break;
+        GRAPH_SCORES(KIND_CASE)
+#undef KIND_CASE
     }
+}
 
 /* ---- the call: everything the kernels read, by value -------------------------------------------- */
 template <typename T> struct gcall {
@@ -878,7 +867,8 @@ pn_status gforward(const char *op, const pn_tensor *q, const pn_tensor *k, const
                                  pn_numel(drop), o->dropout));
     }
     if (!s && c.N > 0) {
-        SCORE_SWITCH(g.kind, S, {
+        score_switch(g.kind, [&](auto tag) {
+            typedef decltype(tag) S;
             auto kf = gfwd_kernel<T, S>;
             s = launch(op, PN_LAUNCH(kf, pn_cu_blocks(c.N * c.H, GT), GT, 0, pn_cu_stream(), c,
                                      drop ? (const T *)pn_ptr(drop) : (const T *)NULL,
@@ -963,7 +953,8 @@ pn_status gbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
     if (!s) s = launch(op, PN_LAUNCH(rsort_kernel, pn_cu_blocks(N), PN_CU_THREADS, 0, pn_cu_stream(), roff, N, rev));
     /* pass 1 per destination, pass 2 per source */
     if (!s) {
-        SCORE_SWITCH(g.kind, S, {
+        score_switch(g.kind, [&](auto tag) {
+            typedef decltype(tag) S;
             auto k1 = gbw1_kernel<T, S>;
             s = launch(op, PN_LAUNCH(k1, nb, GT, 0, pn_cu_stream(), c, a));
         });

@@ -20,42 +20,24 @@ namespace {
 
 /* the row kernels by kind (rowmap.h's PN_RM_*); 0 for an unknown kind (the launcher refuses it) */
 __device__ int rm_fwd(const pn_rowmap *m, const double *x, const double *y, double *out, double *bad) {
+#define FWD(name) \
+    case PN_RM_##name: return name##_fwd(m, x, y, out, bad);
     switch (m->kind) {
-    case PN_RM_psi: return psi_fwd(m, x, y, out, bad);
-    case PN_RM_xi: return xi_fwd(m, x, y, out, bad);
-    case PN_RM_pp: return pp_fwd(m, x, y, out, bad);
-    case PN_RM_exp0: return exp0_fwd(m, x, y, out, bad);
-    case PN_RM_expmap0: return expmap0_fwd(m, x, y, out, bad);
-    case PN_RM_logmap0: return logmap0_fwd(m, x, y, out, bad);
-    case PN_RM_project: return project_fwd(m, x, y, out, bad);
-    case PN_RM_mobius: return mobius_fwd(m, x, y, out, bad);
-    case PN_RM_dist: return dist_fwd(m, x, y, out, bad);
-    case PN_RM_p2k: return p2k_fwd(m, x, y, out, bad);
-    case PN_RM_h2k: return h2k_fwd(m, x, y, out, bad);
-    case PN_RM_k2p: return k2p_fwd(m, x, y, out, bad);
-    case PN_RM_k2h: return k2h_fwd(m, x, y, out, bad);
+        PN_RM_KINDS(FWD)
     default: return 0;
     }
+#undef FWD
 }
 
 __device__ void rm_bwd(const pn_rowmap *m, const double *x, const double *y, const double *g, double *gx,
                        double *gy) {
+#define BWD(name) \
+    case PN_RM_##name: name##_bwd(m, x, y, g, gx, gy); break;
     switch (m->kind) {
-    case PN_RM_psi: psi_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_xi: xi_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_pp: pp_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_exp0: exp0_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_expmap0: expmap0_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_logmap0: logmap0_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_project: project_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_mobius: mobius_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_dist: dist_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_p2k: p2k_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_h2k: h2k_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_k2p: k2p_bwd(m, x, y, g, gx, gy); break;
-    case PN_RM_k2h: k2h_bwd(m, x, y, g, gx, gy); break;
+        PN_RM_KINDS(BWD)
     default: break;
     }
+#undef BWD
 }
 
 /* a strided row of n numbers (f32/f64) → double */
@@ -206,7 +188,7 @@ unsigned rm_blocks(int64_t n, int64_t W) {
 }
 
 pn_status check_kind(const pn_rowmap *m) {
-    if (m->kind <= PN_RM_none || m->kind > PN_RM_k2h)
+    if (m->kind <= PN_RM_none || m->kind >= PN_RM_end)
         return pn_error(PN_ERR_ARG, "%s: this map has no CUDA row kernel (kind %d)", m->op, m->kind);
     return PN_OK;
 }
