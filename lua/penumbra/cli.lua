@@ -41,6 +41,22 @@ end
 
 local root = os.getenv('PENUMBRA_HOME') or '.'
 
+-- Under `./bench test` every os.tmpname (of the spec process and of the ./bench processes the
+-- specs start, which inherit PENUMBRA_TEST_TMP) lives in one private folder, removed when the
+-- run ends: what the specs leave in /tmp goes with it, and two test runs at once (CI jobs, two
+-- checkouts) never remove each other's files. The name is still made by mkstemp (unique), then
+-- moved into the folder.
+local function private_tmpnames(dir)
+  local original = os.tmpname
+  os.tmpname = function()
+    local p = original()
+    local q = dir .. '/' .. p:match('[^/]+$')
+    if os.rename(p, q) then return q end
+    return p
+  end
+end
+if os.getenv('PENUMBRA_TEST_TMP') then private_tmpnames(os.getenv('PENUMBRA_TEST_TMP')) end
+
 local function run_tests(paths)
   if #paths == 0 then paths = { root .. '/spec' } end
   local args = { '--output=' .. root .. '/spec/helpers/summary_output.lua', '--pattern=_spec' }
@@ -49,19 +65,18 @@ local function run_tests(paths)
   arg[0] = 'busted'
   -- busted's runner raises a bare error() on failure when not standalone; run it
   -- protected and exit from here, closing the Lua state so finalizers free tensors.
-  -- what the specs leave in /tmp (os.tmpname files and the run directories made from them) is
-  -- removed afterwards: only the entries that appeared during this run
-  local function tmp_entries()
-    local set, p = {}, io.popen('ls -d /tmp/lua_* 2>/dev/null')
-    for l in p:lines() do set[l] = true end
-    p:close()
-    return set
+  -- what the specs leave in /tmp (os.tmpname files and the run directories made from them) goes
+  -- in this run's private folder (see private_tmpnames), removed afterwards
+  local ffi = require 'ffi'
+  pcall(ffi.cdef, 'char *mkdtemp(char *template); int setenv(const char *, const char *, int);')
+  local template = ffi.new('char[?]', 32, '/tmp/pn-test.XXXXXX')
+  local dir = ffi.C.mkdtemp(template) ~= nil and ffi.string(template) or nil
+  if dir then
+    ffi.C.setenv('PENUMBRA_TEST_TMP', dir, 1)
+    private_tmpnames(dir)
   end
-  local before = tmp_entries()
   local ok, err = pcall(require 'busted.runner', { standalone = false })
-  for path in pairs(tmp_entries()) do
-    if not before[path] and path:match('^/tmp/lua_[%w]+[%w%._-]*$') then os.execute("rm -rf '" .. path .. "'") end
-  end
+  if dir and dir:match('^/tmp/pn%-test%.[%w]+$') then os.execute("rm -rf '" .. dir .. "'") end
   local r = _G.PN_TEST_RESULT
   if not r then
     io.stderr:write('bench test: the runner stopped before reporting: ' .. tostring(err) .. '\n')
