@@ -57,8 +57,7 @@ typedef struct {
 
 static inline bool is_key(const cos_args *a, int64_t b, int64_t j) { return !a->mask || a->mask[b * a->N + j]; }
 
-/* n^{−s} with n counted as at least 1 */
-static inline double count_scale(int64_t n, double s) { return n > 1 ? exp(-s * log((double)n)) : 1.0; }
+/* n^{−s} with n counted as at least 1: count_scale (linear_math.h) */
 
 /* Rows per chunk of the GEMM forms: big enough for efficient GEMMs, small enough that
  * the intra-chunk scores (c·c per chunk, half of them masked) cost about as much as the
@@ -102,7 +101,7 @@ static bool cos_backward(const cos_args *a, const void *g, void *gq, void *gk, v
 /* ---- entry points ------------------------------------------------------------------------- */
 /* σ(m_h) for every head; m (H) contiguous */
 static void sigmoids(const pn_tensor *m, double *s) {
-    for (int64_t h = 0; h < m->sizes[0]; h++) s[h] = 1.0 / (1.0 + exp(-pn_ld(pn_ptr(m), m->dt, h)));
+    for (int64_t h = 0; h < m->sizes[0]; h++) s[h] = cos_sigmoid(pn_ld(pn_ptr(m), m->dt, h));
 }
 
 static void fill_args(cos_args *a, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *mask, int causal,

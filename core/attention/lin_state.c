@@ -8,23 +8,13 @@
  * the causal parallel form (cosine.c, power.c) fed with the same rows. S is (B, H, D', Dv)
  * and z (B, H, D') with D' = D (cosine) or C(D+p−1, p) (power), kept in f64 for both dtypes
  * (long sequences accumulate without drift); inputs and outputs use the state's dtype.
- * S and z are f64 tensors on the state's device (cosine: m's; power: the cpu, its creator takes
- * no tensor), updated by that device's lin_state_step kernel. */
+ * S and z are f64 tensors on the state's device (cosine: m's; power: the cpu until its first
+ * step, then q's: its creator takes no tensor), updated by that device's lin_state_step kernel. */
 #include "linear.h"
 
-enum { KIND_COSINE = 0, KIND_POWER = 1 };
+#include "lin_state.h"
 
-struct pn_lin_state {
-    int kind;
-    int dt, p;
-    int64_t B, H, D, Dv, Dp; /* Dp: the feature dim of the state (D or C(D+p−1, p)) */
-    double scale;            /* power: multiplies q·k */
-    pn_tensor *m;            /* cosine: (H) the stabilisers, contiguous; the kernel takes σ(m_h) */
-    pn_sympow_table *tab;    /* power: φᵖ */
-    pn_tensor *S;            /* (B, H, Dp, Dv) f64 */
-    pn_tensor *z;            /* (B, H, Dp) f64, power */
-    int64_t steps;           /* positions seen */
-};
+enum { KIND_COSINE = PN_LIN_COSINE, KIND_POWER = PN_LIN_POWER };
 
 static const char *state_name(const pn_lin_state *s) { return s->kind == KIND_POWER ? "power_state" : "cosine_state"; }
 
@@ -156,9 +146,26 @@ static pn_status check_row(const pn_lin_state *s, const char *arg, const pn_tens
     return PN_OK;
 }
 
+/* A power state's creator takes no tensor, so it starts on the cpu; at its first step (none
+ * seen since creation or reset) it moves to the device of q, where that is another one: S and z
+ * are zeros then, made there by that device's kernels (pn_zeros). */
+static pn_status adopt_device(pn_lin_state *s, const pn_tensor *q) {
+    if (s->kind != KIND_POWER || s->steps || !q || q->dev == s->S->dev) return PN_OK;
+    pn_tensor *S = pn_zeros(s->S->nd, s->S->sizes, PN_F64, q->dev);
+    pn_tensor *z = S ? pn_zeros(s->z->nd, s->z->sizes, PN_F64, q->dev) : NULL;
+    if (!S || !z) {
+        pn_release(S);
+        return PN_ERR_OOM; /* pn_zeros set the error */
+    }
+    pn_release(s->S), pn_release(s->z);
+    s->S = S, s->z = z;
+    return PN_OK;
+}
+
 pn_tensor *pn_lin_state_step(pn_lin_state *s, pn_tensor *q, pn_tensor *k, pn_tensor *v, pn_tensor *log_gate) {
     if (!s) return pn_error_null(PN_ERR_ARG, "lin_state_step: state is nil (freed?)");
     const char *op = state_name(s);
+    if (adopt_device(s, q)) return NULL;
     if (check_row(s, "q", q, s->D) || check_row(s, "k", k, s->D) || check_row(s, "v", v, s->Dv)) return NULL;
     if (log_gate && s->kind == KIND_COSINE)
         return pn_error_null(PN_ERR_ARG, "%s.step: cosine attention has no gates; log_gate must be nil", op);
@@ -205,8 +212,8 @@ pn_status pn_cpu_lin_state_step(pn_lin_state *s, const pn_tensor *qc, const pn_t
                     for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += ph[d] * vr[e];
                 ld_row(pn_ptr(qc), s->dt, bh * D, D, x);
                 cos_normalize(x, ph, D);
-                const double sig = 1.0 / (1.0 + exp(-pn_ld(pn_ptr(s->m), s->m->dt, bh % s->H)));
-                const double c = n > 1 ? exp(-sig * log((double)n)) : 1.0;
+                const double sig = cos_sigmoid(pn_ld(pn_ptr(s->m), s->m->dt, bh % s->H));
+                const double c = count_scale(n, sig);
                 for (int64_t e = 0; e < Dv; e++) o[e] = 0;
                 for (int64_t d = 0; d < D; d++)
                     for (int64_t e = 0; e < Dv; e++) o[e] += c * ph[d] * S[d * Dv + e];

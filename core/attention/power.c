@@ -90,65 +90,12 @@ pn_sympow_table *pn_sympow_table_new(const char *op, int64_t D, int p) {
     return t;
 }
 
-#define PN_SQRT2 1.41421356237309504880
-
-/* p = 2, the common case, without the index table: φ = (x_a x_b, a ≤ b), √2 off the diagonal,
- * in the table's order (a-major). The inner loops run over contiguous b. */
-static void sympow2_apply(int64_t D, const double *x, double *phi) {
-    for (int64_t a = 0; a < D; a++) {
-        const double xa = x[a], xs = PN_SQRT2 * xa;
-        *phi++ = xa * xa;
-        for (int64_t b = a + 1; b < D; b++) *phi++ = xs * x[b];
-    }
-}
-
-static void sympow2_grad(int64_t D, const double *x, const double *gphi, double *gx) {
-    for (int64_t a = 0; a < D; a++) {
-        const double xs = PN_SQRT2 * x[a];
-        double acc = 2 * x[a] * gphi[0];
-        for (int64_t b = a + 1; b < D; b++) {
-            const double g = gphi[b - a];
-            acc += PN_SQRT2 * g * x[b];
-            gx[b] += xs * g;
-        }
-        gx[a] += acc;
-        gphi += D - a;
-    }
-}
-
 void pn_sympow_apply(const pn_sympow_table *t, const double *x, double *phi) {
-    const int p = t->p;
-    if (p == 2) {
-        sympow2_apply(t->D, x, phi);
-        return;
-    }
-    for (int64_t a = 0; a < t->Dp; a++) {
-        const int32_t *ix = t->idx + a * p;
-        double v = t->w[a];
-        for (int r = 0; r < p; r++) v *= x[ix[r]];
-        phi[a] = v;
-    }
+    sympow_apply_raw(t->D, t->p, t->Dp, t->idx, t->w, x, phi);
 }
 
 void pn_sympow_grad(const pn_sympow_table *t, const double *x, const double *gphi, double *gx) {
-    const int p = t->p;
-    if (p == 2) {
-        sympow2_grad(t->D, x, gphi, gx);
-        return;
-    }
-    double pre[PN_SYMPOW_MAX_P + 1];
-    for (int64_t a = 0; a < t->Dp; a++) {
-        if (gphi[a] == 0) continue;
-        const int32_t *ix = t->idx + a * p;
-        /* ∂/∂x_{i_r} of Π x = prefix·suffix products (exact when some x are 0) */
-        pre[0] = 1;
-        for (int r = 0; r < p; r++) pre[r + 1] = pre[r] * x[ix[r]];
-        double suf = gphi[a] * t->w[a];
-        for (int r = p - 1; r >= 0; r--) {
-            gx[ix[r]] += pre[r] * suf;
-            suf *= x[ix[r]];
-        }
-    }
+    sympow_grad_raw(t->D, t->p, t->Dp, t->idx, t->w, x, gphi, gx);
 }
 
 /* node extra: the table; saved[0] = x (contiguous) */
@@ -278,8 +225,7 @@ static double *pw_load(const pw_args *a, int64_t bh, pw_rows *r, size_t extra) {
     return buf;
 }
 
-/* log g_ij */
-static inline double log_gate(const double *L, int64_t i, int64_t j) { return i >= j ? L[i] - L[j] : L[j] - L[i]; }
+/* log g_ij: log_gate (linear_math.h) */
 
 /* Row i of the quadratic form: lb (N) ← log B_ij for the attended j (−inf for a zero
  * score); returns the row max (−inf when every score is zero) and *jend = last j + 1. */

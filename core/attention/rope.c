@@ -59,8 +59,7 @@ static bool rope_forward(const rope_args *a, const void *x, void *y) {
             ld_row(x, a->dt, (r * N + t) * D, D, row);
             for (int64_t i = 0; i < h; i++) {
                 const double ang = mu[t] * a->theta[i], c = cos(ang), s = sin(ang);
-                out[2 * i] = row[2 * i] * c - row[2 * i + 1] * s;
-                out[2 * i + 1] = row[2 * i] * s + row[2 * i + 1] * c;
+                rope_rotate(row[2 * i], row[2 * i + 1], c, s, &out[2 * i], &out[2 * i + 1]);
             }
             st_row(y, a->dt, (r * N + t) * D, D, out);
         }
@@ -90,15 +89,13 @@ static bool rope_backward(const rope_args *a, const void *x, const void *g, void
             double gm = 0;
             for (int64_t i = 0; i < h; i++) {
                 const double ang = mu[t] * a->theta[i], c = cos(ang), s = sin(ang);
-                const double g0 = gr[2 * i], g1 = gr[2 * i + 1];
-                if (gtheta_r || grate) {
-                    const double y0 = row[2 * i] * c - row[2 * i + 1] * s, y1 = row[2 * i] * s + row[2 * i + 1] * c;
-                    const double ga = -g0 * y1 + g1 * y0;
+                const bool want = gtheta_r || grate;
+                const double ga = rope_pair_bw(want ? row[2 * i] : 0, want ? row[2 * i + 1] : 0, gr[2 * i],
+                                               gr[2 * i + 1], c, s, want, &out[2 * i], &out[2 * i + 1]);
+                if (want) {
                     if (gtheta_r) gtheta_r[r * h + i] += ga * mu[t];
                     gm += ga * a->theta[i];
                 }
-                out[2 * i] = g0 * c + g1 * s;
-                out[2 * i + 1] = -g0 * s + g1 * c;
             }
             gmu[t] = gm;
             if (gx) st_row(gx, a->dt, (r * N + t) * D, D, out);

@@ -26,12 +26,7 @@ end
 -- fails with "no <device> kernel '<name>' yet" for one of these is counted as pending, any
 -- other missing kernel is a failure (and cuda_spec checks this list is exactly what is missing).
 M.PENDING = {
-  cuda = {
-    attention_dense_fwd = 'issue 17 (fused dense attention)', attention_dense_weights = 'issue 17',
-    attention_dense_bwd = 'issue 17', cosine_fwd = 'issue 17 (linear family)', cosine_bwd = 'issue 17',
-    power_fwd = 'issue 17', power_bwd = 'issue 17', sympow_fwd = 'issue 17', sympow_bwd = 'issue 17',
-    rope_fwd = 'issue 17', rope_bwd = 'issue 17', lin_state_step = 'issue 17',
-  },
+  cuda = {},
 }
 
 -- the pending kernel an error message is about on device, or nil

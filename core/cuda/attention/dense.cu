@@ -1,0 +1,798 @@
+/* dense.cu — the CUDA twins of attention/dense.c's kernels: fused distance-family attention on
+ * dense (B, H, N, D) inputs (attention_dense_fwd, attention_dense_weights, attention_dense_bwd)
+ * for every score of variants.def that is not graph-only (hyperbolic's three models included),
+ * every normalize, causal (query i sees keys j <= i + Nk − Nq), mask, bias (and its gradient),
+ * ALiBi, einstein aggregation, learnable per-head parameters.
+ *
+ * The maths is the CPU's: the per-pair functions of the score headers (PN_HD), one struct S_<X>
+ * per epilogue from scores.cuh's list (shared with graph.cu). Semantics as dense.c / dense_impl.h
+ * (the modifiers of row_mods in its order: bias, ALiBi, mask, causal, NaN rows; a fully masked row
+ * gives 0 and the statistic −inf; a NaN or +inf score poisons its row; the statistic is the
+ * logsumexp for softmax and Σσ·γ for sigmoid). One difference of method, none of meaning: the
+ * distance scores' G = −½‖q − k‖² always comes from the coordinates' differences (the CPU uses the
+ * expansion ‖q‖² + ‖k‖² − 2q·k where it keeps its precision) — as graph.cu does.
+ *
+ * Layout: q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv) made contiguous; per-row arrays (terms,
+ * NaN flags) (BH, Nq) and (BH, Nk); Lorentz factors (BH, Nk); stat (BH, Nq).
+ *
+ * Work (this first step is about correctness; tiles through shared memory come later):
+ *   forward   one thread per (bh, query row), walking its keys with an online softmax (running
+ *             max and sum, the output row rescaled in place) — never an Nq×Nk buffer;
+ *   weights   one thread per (bh, query row): the statistic, then its Nk weights;
+ *   backward  recomputed from the statistic, per pair: p, dP = dO·v (or dW), dS, the score's VJP.
+ *             dq and the row terms' / parameters' partials per (bh, query row); dk, dv, the
+ *             column terms, ∂L/∂γ per (bh, key) walking the queries; the bias gradient per element
+ *             of gb walking the pairs that broadcast to it; the parameters reduced per head in a
+ *             fixed order. Deterministic, no float atomics.
+ * The CPU kernel's checks (the parameters, the manifolds, non-finite rows of a manifold score, the
+ * Klein ball of einstein) run here too, with the CPU's messages: the device flags rows and finds
+ * the first offending index (atomicMin of an index is order-independent), the host reads it. */
+#include "scores.cuh"
+
+#include <stdio.h>
+
+namespace {
+
+enum { DT = 128 }; /* threads per block: (bh, row) items */
+
+/* ---- the call: everything the kernels read, by value -------------------------------------------- */
+template <typename T> struct dcall {
+    int64_t B, H, BH, Nq, Nk, D, Dv, Dg, off; /* off = Nk − Nq: query i sees keys j <= i + off (causal) */
+    int causal, gemm, diff, norm, normalized;
+    int qk[2], kk[2];              /* term kinds (PN_TERM_*) of the row / column slots */
+    const T *q, *k, *v;            /* (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv) contiguous; v NULL: weights */
+    T *qt[2], *kt[2];              /* (BH, Nq), (BH, Nk) or NULL */
+    T *g;                          /* (BH, Nk) Lorentz factors γ(v_j) (einstein) or NULL */
+    uint8_t *qbad, *kbad;          /* (BH, Nq), (BH, Nk): rows with a non-finite coordinate */
+    const uint8_t *mask;           /* u8, canonical (b, h, i, j) strides ms, 0 where broadcast; or NULL */
+    int64_t ms[4];
+    const T *bias;                 /* q's dtype, canonical strides bs; or NULL */
+    int64_t bs[4];
+    const double *alibi;           /* (H) ALiBi slopes or NULL */
+    const pn_score_params *hp;     /* (H) */
+};
+
+/* G of q row qr against k row kr (over Dg coordinates): q·k, or −½‖q − k‖² for a distance score */
+template <typename T> __device__ T gdot(const dcall<T> &c, const T *qr, const T *kr) {
+    if (!c.gemm) return 0;
+    T acc = 0;
+    if (c.diff) {
+        for (int64_t d = 0; d < c.Dg; d++) {
+            const T t = qr[d] - kr[d];
+            acc += t * t;
+        }
+        acc *= (T)-0.5;
+    } else {
+        for (int64_t d = 0; d < c.Dg; d++) acc += qr[d] * kr[d];
+    }
+    return acc;
+}
+
+/* the keys query row i may see: [0, key_end) (causal: j <= i + off) */
+template <typename T> __device__ int64_t key_end(const dcall<T> &c, int64_t i) {
+    if (!c.causal) return c.Nk;
+    const int64_t e = i + c.off + 1;
+    return e < 0 ? 0 : e < c.Nk ? e : c.Nk;
+}
+
+/* One query row (bh, i) as the kernels see it: its head constants, row values and terms. */
+template <typename T, typename S> struct drow {
+    decltype(S::head((const pn_score_params *)0, T(0))) hd;
+    typename prec<T>::x4 rx;
+    T q0, q1;
+    int qb;
+    const T *qr;
+    int64_t bh, b, h, i, x; /* x = bh·Nq + i */
+};
+
+template <typename T, typename S> __device__ void row_init(const dcall<T> &c, int64_t bh, int64_t i, drow<T, S> &r) {
+    r.bh = bh, r.b = bh / c.H, r.h = bh - r.b * c.H, r.i = i, r.x = bh * c.Nq + i;
+    r.hd = S::head(&c.hp[r.h], T(0));
+    r.q0 = (S::terms & T_Q0) ? c.qt[0][r.x] : 0;
+    r.q1 = (S::terms & T_Q1) ? c.qt[1][r.x] : 0;
+    r.rx = S::row(&r.hd, r.q0, r.q1);
+    r.qb = c.qbad[r.x];
+    r.qr = c.q + r.x * c.D;
+}
+
+/* The score of the row against key j with dense_impl.h's row_mods (bias, ALiBi, mask, causal, NaN
+ * rows, in that order); also G, the key terms and values (for the VJP). */
+template <typename T, typename S>
+__device__ T score(const dcall<T> &c, const drow<T, S> &r, int64_t j, T *G, T *k0, T *k1, typename prec<T>::x4 *kx) {
+    const int64_t y = r.bh * c.Nk + j;
+    *G = gdot(c, r.qr, c.k + y * c.D);
+    *k0 = (S::terms & T_K0) ? c.kt[0][y] : 0;
+    *k1 = (S::terms & T_K1) ? c.kt[1][y] : 0;
+    *kx = S::key(&r.hd, *k0, *k1);
+    T s = S::pair(&r.hd, r.rx, *kx, *G, r.q0, r.q1, *k0, *k1);
+    if (c.bias) s += c.bias[r.b * c.bs[0] + r.h * c.bs[1] + r.i * c.bs[2] + j * c.bs[3]];
+    if (c.alibi) s -= (T)c.alibi[r.h] * (T)(r.i + c.off - j);
+    if (c.mask && !c.mask[r.b * c.ms[0] + r.h * c.ms[1] + r.i * c.ms[2] + j * c.ms[3]]) s = (T)-INFINITY;
+    if (c.causal && j > r.i + c.off) s = (T)-INFINITY;
+    if ((r.qb || c.kbad[y]) && s != (T)-INFINITY) s = (T)NAN; /* NaN in, NaN out */
+    return s;
+}
+
+template <typename T> __device__ T sigm(T s) { return 1 / (1 + pn_exp(-s)); }
+
+/* ---- forward ------------------------------------------------------------------------------------- */
+/* out (BH, Nq, Dv): the row accumulates in place (rescaled as the running max grows); stat (BH, Nq) */
+template <typename T, typename S> __global__ void fwd_kernel(dcall<T> c, T *out, T *stat) {
+    PN_CU_LOOP(x, c.BH * c.Nq) {
+        const int64_t bh = x / c.Nq, i = x - bh * c.Nq, kend = key_end(c, i);
+        drow<T, S> r;
+        row_init<T, S>(c, bh, i, r);
+        T G, k0, k1;
+        typename prec<T>::x4 kx;
+        T *o = out + x * c.Dv;
+        for (int64_t d = 0; d < c.Dv; d++) o[d] = 0;
+        const bool soft = c.norm == PN_NORM_SOFTMAX;
+        T m = (T)-INFINITY, l = 0;
+        bool nan = false;
+        for (int64_t j = 0; j < kend && !nan; j++) {
+            const T s = score<T, S>(c, r, j, &G, &k0, &k1, &kx);
+            const T gv = c.g ? c.g[bh * c.Nk + j] : (T)1;
+            T p;
+            if (soft) {
+                if (s != s || s == (T)INFINITY) { /* row_softmax's poison: NaN, or +inf (inf − inf) */
+                    nan = true;
+                    break;
+                }
+                if (s == (T)-INFINITY) {
+                    p = 0;
+                } else {
+                    if (s > m) { /* online: rescale the running sum and the row to the new max */
+                        const T alpha = m == (T)-INFINITY ? (T)0 : pn_exp(m - s);
+                        l *= alpha;
+                        for (int64_t d = 0; d < c.Dv; d++) o[d] *= alpha;
+                        m = s;
+                    }
+                    p = pn_exp(s - m) * gv;
+                    l += p;
+                }
+            } else {
+                p = sigm(s) * gv;
+                l += p;
+            }
+            const T *vj = c.v + (bh * c.Nk + j) * c.Dv;
+            for (int64_t d = 0; d < c.Dv; d++) o[d] += p * vj[d];
+        }
+        if (nan) l = (T)NAN;
+        if (l != l) { /* a NaN row (not a fully masked one) */
+            for (int64_t d = 0; d < c.Dv; d++) o[d] = (T)NAN;
+        } else if (c.normalized) {
+            const T inv = l > 0 ? 1 / l : 0; /* a fully masked row gives 0 */
+            for (int64_t d = 0; d < c.Dv; d++) o[d] *= inv;
+        }
+        if (l != l) stat[x] = l;
+        else if (soft) stat[x] = l > 0 ? m + pn_log(l) : (T)-INFINITY;
+        else stat[x] = l;
+    }
+}
+
+/* ---- weights ------------------------------------------------------------------------------------- */
+/* w (BH, Nq, Nk): the normalised α_ij (no Lorentz factors); stat (BH, Nq) as the forward's */
+template <typename T, typename S> __global__ void weights_kernel(dcall<T> c, T *w, T *stat) {
+    PN_CU_LOOP(x, c.BH * c.Nq) {
+        const int64_t bh = x / c.Nq, i = x - bh * c.Nq;
+        drow<T, S> r;
+        row_init<T, S>(c, bh, i, r);
+        T G, k0, k1;
+        typename prec<T>::x4 kx;
+        T *wr = w + x * c.Nk;
+        if (c.norm == PN_NORM_SOFTMAX) {
+            T m = (T)-INFINITY, l = 0;
+            bool nan = false;
+            for (int64_t j = 0; j < c.Nk; j++) {
+                const T s = score<T, S>(c, r, j, &G, &k0, &k1, &kx);
+                if (s != s || s == (T)INFINITY) {
+                    nan = true;
+                    break;
+                }
+                if (s == (T)-INFINITY) continue;
+                if (s > m) {
+                    l = m == (T)-INFINITY ? (T)0 : l * pn_exp(m - s);
+                    m = s;
+                }
+                l += pn_exp(s - m);
+            }
+            if (nan) {
+                for (int64_t j = 0; j < c.Nk; j++) wr[j] = (T)NAN;
+                stat[x] = (T)NAN;
+                continue;
+            }
+            const T inv = l > 0 ? 1 / l : 0;
+            for (int64_t j = 0; j < c.Nk; j++) {
+                const T s = l > 0 ? score<T, S>(c, r, j, &G, &k0, &k1, &kx) : (T)-INFINITY;
+                wr[j] = s == (T)-INFINITY ? (T)0 : pn_exp(s - m) * inv;
+            }
+            stat[x] = l > 0 ? m + pn_log(l) : (T)-INFINITY;
+        } else {
+            T l = 0;
+            for (int64_t j = 0; j < c.Nk; j++) {
+                const T sg = sigm(score<T, S>(c, r, j, &G, &k0, &k1, &kx));
+                wr[j] = sg;
+                l += sg;
+            }
+            stat[x] = l;
+            if (c.norm == PN_NORM_SIGMOID_NORMALIZED) {
+                const T inv = l > 0 ? 1 / l : 0;
+                for (int64_t j = 0; j < c.Nk; j++) wr[j] *= inv;
+            }
+        }
+    }
+}
+
+/* ---- backward ------------------------------------------------------------------------------------ */
+template <typename T> struct dbw {
+    const T *dout, *out, *stat; /* (BH, Nq, Do), (BH, Nq, Do), (BH, Nq); Do = Dv, or Nk for the weights */
+    int weights;                /* the weights' backward: out = W, dout = dW, no v (V = I) */
+    T *Drow;                    /* (BH, Nq) D_i = dO_i·O_i (normalized), written by the row pass */
+    T *dq, *dk, *dv;            /* (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv) or NULL: += */
+    double *dparam;             /* (BH, Nq, PN_NPARAM) per-row partials, or NULL */
+    double *kcurv;              /* (BH, Nk) per-key ∂L/∂κ of the Lorentz factors, or NULL */
+};
+
+/* one pair recomputed from the row's statistic: its score, weight, σ, dS and ∂L/∂γ_j */
+template <typename T> struct dpv {
+    T s, p, ds, dgam, G, k0, k1;
+    typename prec<T>::x4 kx;
+};
+
+template <typename T, typename S>
+__device__ void pair_ds(const dcall<T> &c, const dbw<T> &a, const drow<T, S> &r, T st, T Di, int64_t j, dpv<T> &o) {
+    o.s = score<T, S>(c, r, j, &o.G, &o.k0, &o.k1, &o.kx);
+    const T gv = c.g ? c.g[r.bh * c.Nk + j] : (T)1;
+    T sg = 0;
+    if (c.norm == PN_NORM_SOFTMAX) {
+        o.p = st == (T)-INFINITY ? (T)0 : pn_exp(o.s - st) * gv;
+    } else {
+        sg = sigm(o.s);
+        const T inv = c.normalized ? (st > 0 ? 1 / st : (T)0) : (T)1;
+        o.p = sg * gv * inv;
+    }
+    T dp;
+    if (a.weights) {
+        dp = a.dout[r.x * c.Nk + j];
+    } else {
+        const T *dO = a.dout + r.x * c.Dv, *vj = c.v + (r.bh * c.Nk + j) * c.Dv;
+        dp = 0;
+        for (int64_t d = 0; d < c.Dv; d++) dp += dO[d] * vj[d];
+    }
+    o.dgam = 0;
+    if (c.norm == PN_NORM_SOFTMAX) {
+        o.ds = o.p * (dp - Di);
+        if (c.g) o.dgam = (dp - Di) * o.p / gv;
+    } else if (c.normalized) {
+        o.ds = o.p * (1 - sg) * (dp - Di);
+        if (c.g) o.dgam = (dp - Di) * o.p / gv;
+    } else {
+        o.ds = dp * sg * (1 - sg);
+    }
+}
+
+/* the learn bits of the score's VJP parameters on head h */
+template <typename S> __device__ int wants(const pn_score_params *hp) {
+    return (hp->learn & ((S::pid(0) >= 0 ? PN_PBIT(S::pid(0)) : 0u) | (S::pid(1) >= 0 ? PN_PBIT(S::pid(1)) : 0u) |
+                         (S::pid(2) >= 0 ? PN_PBIT(S::pid(2)) : 0u))) != 0;
+}
+
+/* x (D) += the terms' chain rule: NORM2 2t·x_g, LAST t·e_d (dense scores have no PROJ terms) */
+template <typename T> __device__ void terms_chain(const dcall<T> &c, const int kind[2], const double t[2], const T *xr,
+                                                  T *gr) {
+    for (int m = 0; m < 2; m++) {
+        if (kind[m] == PN_TERM_NONE || t[m] == 0) continue;
+        if (kind[m] == PN_TERM_NORM2)
+            for (int64_t d = 0; d < c.Dg; d++) gr[d] += (T)(2 * t[m]) * xr[d];
+        else if (kind[m] == PN_TERM_LAST)
+            gr[c.D - 1] += (T)t[m];
+    }
+}
+
+/* D_i per (bh, row): dO_i·O_i when the weights are normalized, else 0 */
+template <typename T> __global__ void drow_kernel(dcall<T> c, dbw<T> a) {
+    PN_CU_LOOP(x, c.BH * c.Nq) {
+        const int64_t Do = a.weights ? c.Nk : c.Dv;
+        T s = 0;
+        if (c.normalized)
+            for (int64_t d = 0; d < Do; d++) s += a.dout[x * Do + d] * a.out[x * Do + d];
+        a.Drow[x] = s;
+    }
+}
+
+/* per (bh, query row): dq (through G and the row terms) and the parameters' partials */
+template <typename T, typename S> __global__ void bwq_kernel(dcall<T> c, dbw<T> a) {
+    PN_CU_LOOP(x, c.BH * c.Nq) {
+        const int64_t bh = x / c.Nq, i = x - bh * c.Nq, kend = key_end(c, i);
+        drow<T, S> r;
+        row_init<T, S>(c, bh, i, r);
+        const int want = wants<S>(&c.hp[r.h]);
+        const T st = a.stat[x], Di = a.Drow[x];
+        T *dqi = a.dq + x * c.D;
+        double aq0 = 0, aq1 = 0, b0 = 0, b1 = 0, b2 = 0; /* as the CPU epilogues' double accumulators */
+        dpv<T> pv;
+        for (int64_t j = 0; j < kend; j++) {
+            pair_ds<T, S>(c, a, r, st, Di, j, pv);
+            if (pv.ds == 0) continue; /* a masked (or underflowed) pair contributes nothing */
+            const auto dd = S::vjp(&r.hd, r.rx, pv.kx, pv.G, r.q0, r.q1, pv.k0, pv.k1, pv.ds, want);
+            aq0 += dd.q0, aq1 += dd.q1;
+            if (want) b0 += dd.p0, b1 += dd.p1, b2 += dd.p2;
+            if (!c.gemm || dd.g == 0) continue;
+            const T *kj = c.k + (bh * c.Nk + j) * c.D;
+            if (c.diff) /* ∂G/∂q = k − q */
+                for (int64_t d = 0; d < c.Dg; d++) dqi[d] += dd.g * (kj[d] - r.qr[d]);
+            else
+                for (int64_t d = 0; d < c.Dg; d++) dqi[d] += dd.g * kj[d];
+        }
+        const double t[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
+        terms_chain(c, c.qk, t, r.qr, dqi);
+        if (want && a.dparam) {
+            double *dp = a.dparam + x * PN_NPARAM;
+            if (S::pid(0) >= 0) dp[S::pid(0) >= 0 ? S::pid(0) : 0] += b0;
+            if (S::pid(1) >= 0) dp[S::pid(1) >= 0 ? S::pid(1) : 0] += b1;
+            if (S::pid(2) >= 0) dp[S::pid(2) >= 0 ? S::pid(2) : 0] += b2;
+        }
+    }
+}
+
+/* per (bh, key): dk (through G and the column terms), dv (Pᵀ·dO and the Lorentz factor's share),
+ * the per-key ∂L/∂κ; the queries that see key j in order */
+template <typename T, typename S> __global__ void bwk_kernel(dcall<T> c, dbw<T> a) {
+    PN_CU_LOOP(y, c.BH * c.Nk) {
+        const int64_t bh = y / c.Nk, j = y - bh * c.Nk;
+        const int64_t i0 = c.causal ? (j - c.off > 0 ? j - c.off : 0) : 0; /* causal: i + off >= j */
+        const int want = wants<S>(&c.hp[bh % c.H]);
+        const T *kj = c.k + y * c.D;
+        T *dkj = a.dk + y * c.D, *dvj = a.dv ? a.dv + y * c.Dv : NULL;
+        double s0 = 0, s1 = 0, sg = 0;
+        dpv<T> pv;
+        drow<T, S> r;
+        for (int64_t i = i0; i < c.Nq; i++) {
+            row_init<T, S>(c, bh, i, r);
+            pair_ds<T, S>(c, a, r, a.stat[r.x], a.Drow[r.x], j, pv);
+            if (dvj && pv.p != 0) {
+                const T *dO = a.dout + r.x * c.Dv;
+                for (int64_t d = 0; d < c.Dv; d++) dvj[d] += pv.p * dO[d];
+            }
+            sg += pv.dgam;
+            if (pv.ds == 0) continue;
+            const auto dd = S::vjp(&r.hd, r.rx, pv.kx, pv.G, r.q0, r.q1, pv.k0, pv.k1, pv.ds, want);
+            s0 += dd.k0, s1 += dd.k1;
+            if (!c.gemm || dd.g == 0) continue;
+            if (c.diff) /* ∂G/∂k = q − k */
+                for (int64_t d = 0; d < c.Dg; d++) dkj[d] += dd.g * (r.qr[d] - kj[d]);
+            else
+                for (int64_t d = 0; d < c.Dg; d++) dkj[d] += dd.g * r.qr[d];
+        }
+        const double t[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
+        terms_chain(c, c.kk, t, kj, dkj);
+        if (c.g) { /* einstein: dv += ∂L/∂γ·κγ³·v, ∂L/∂κ += ∂L/∂γ·½‖v‖²γ³ */
+            const double tg = sg, kap = c.hp[bh % c.H].v[PN_P_curvature], gj = c.g[y], g3 = gj * gj * gj;
+            const T *vr = c.v + y * c.Dv;
+            double n2 = 0;
+            for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
+            if (tg != 0 && dvj)
+                for (int64_t d = 0; d < c.Dv; d++) dvj[d] += (T)(tg * kap * g3 * vr[d]);
+            if (a.kcurv) a.kcurv[y] = tg != 0 ? tg * 0.5 * n2 * g3 : 0.0;
+        }
+    }
+}
+
+/* the bias gradient, one thread per element of gb (contiguous, the bias's shape): the sum of dS
+ * over the (b, h, i, j) that broadcast to it, in that order. W: the weights' dims (B, H, Nq, Nk);
+ * st: gb's canonical strides (0 where broadcast). */
+struct gbmap {
+    int64_t W[4], st[4];
+};
+
+template <typename T, typename S> __global__ void gbias_kernel(dcall<T> c, dbw<T> a, gbmap m, T *gb, int64_t n) {
+    PN_CU_LOOP(e, n) {
+        int64_t lo[4], hi[4];
+        for (int d = 0; d < 4; d++) {
+            if (m.st[d] == 0) {
+                lo[d] = 0, hi[d] = m.W[d];
+            } else {
+                lo[d] = (e / m.st[d]) % m.W[d];
+                hi[d] = lo[d] + 1;
+            }
+        }
+        T acc = 0;
+        dpv<T> pv;
+        drow<T, S> r;
+        for (int64_t b = lo[0]; b < hi[0]; b++)
+            for (int64_t h = lo[1]; h < hi[1]; h++)
+                for (int64_t i = lo[2]; i < hi[2]; i++) {
+                    const int64_t bh = b * c.H + h, kend = key_end(c, i);
+                    row_init<T, S>(c, bh, i, r);
+                    const T st = a.stat[r.x], Di = a.Drow[r.x];
+                    for (int64_t j = lo[3]; j < hi[3] && j < kend; j++) {
+                        pair_ds<T, S>(c, a, r, st, Di, j, pv);
+                        acc += pv.ds;
+                    }
+                }
+        gb[e] += acc;
+    }
+}
+
+/* gpar (PN_NPARAM, H): per head, ∂κ of the Lorentz factors (keys in order) then the per-row
+ * parameter partials (rows in order); one thread per (p, h) */
+template <typename T>
+__global__ void param_reduce_kernel(dcall<T> c, const double *kcurv, const double *dparam, double *gpar) {
+    PN_CU_LOOP(ph, (int64_t)PN_NPARAM * c.H) {
+        const int64_t p = ph / c.H, h = ph - p * c.H;
+        double acc = 0;
+        if (p == PN_P_curvature && kcurv)
+            for (int64_t bh = h; bh < c.BH; bh += c.H)
+                for (int64_t j = 0; j < c.Nk; j++) acc += kcurv[bh * c.Nk + j];
+        if (dparam)
+            for (int64_t bh = h; bh < c.BH; bh += c.H)
+                for (int64_t i = 0; i < c.Nq; i++) acc += dparam[(bh * c.Nq + i) * PN_NPARAM + p];
+        gpar[ph] = acc;
+    }
+}
+
+/* ---- preparation: terms, flags, Lorentz factors, the checks ------------------------------------ */
+/* slots (unsigned long long, all ones = none): the first non-finite q / k row, q's term m = 0, 1
+ * and k's breaking the manifold, the first v row outside the Klein ball — flat bh·N + r, the
+ * order of the CPU's scans */
+enum { SL_QNF, SL_KNF, SL_QT0, SL_QT1, SL_KT0, SL_KT1, SL_LOR, SL_N };
+
+template <typename T> __device__ int nonfinite(const T *r, int64_t n) {
+    T z = 0;
+    for (int64_t d = 0; d < n; d++) z += r[d] * (T)0;
+    return z != 0 || z != z;
+}
+
+/* the rows of one side (0: q, 1: k with v): terms, NaN flags, manifold flags, Lorentz factors */
+template <typename T> __global__ void prep_kernel(dcall<T> c, int side, unsigned req, unsigned long long *slot) {
+    const int64_t N = side ? c.Nk : c.Nq;
+    PN_CU_LOOP(x, c.BH * N) {
+        const int64_t h = (x / N) % c.H;
+        const T *xr = (side ? c.k : c.q) + x * c.D;
+        const double kap = c.hp[h].v[PN_P_curvature];
+        const int *kinds = side ? c.kk : c.qk;
+        T *const *t = side ? c.kt : c.qt;
+        for (int m = 0; m < 2; m++) {
+            if (!t[m]) continue;
+            T v = 0;
+            if (kinds[m] == PN_TERM_NORM2)
+                for (int64_t d = 0; d < c.Dg; d++) v += xr[d] * xr[d];
+            else if (kinds[m] == PN_TERM_LAST)
+                v = xr[c.D - 1];
+            t[m][x] = v;
+            unsigned rq = 0;
+            if (kinds[m] == PN_TERM_LAST && (req & PN_REQ_LAST_POS)) rq = PN_REQ_LAST_POS;
+            if (kinds[m] == PN_TERM_NORM2 && (req & PN_REQ_BALL)) rq = PN_REQ_BALL;
+            const double dv = v;
+            const bool bad = rq == PN_REQ_LAST_POS ? !(dv > 0 && dv < INFINITY) : rq ? !(kap * dv < 1) : false;
+            if (bad) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)x);
+        }
+        const int nf = nonfinite(xr, c.D);
+        (side ? c.kbad : c.qbad)[x] = (uint8_t)nf;
+        if (nf) atomicMin(&slot[SL_QNF + side], (unsigned long long)x);
+        if (side && c.g) { /* γ(v) = 1/√(1 − κ‖v‖²) */
+            const T *vr = c.v + x * c.Dv;
+            double n2 = 0;
+            for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
+            if (!(kap * n2 < 1)) atomicMin(&slot[SL_LOR], (unsigned long long)x);
+            else c.g[x] = (T)(1.0 / sqrt(1.0 - kap * n2));
+        }
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------------------ */
+struct dstate {
+    pn_attn_setup st;
+    int kind, nd;
+    pn_tensor *t[24]; /* owned tensors, released by dstate_free */
+    int nt;
+    const char *op;
+};
+
+void dstate_free(dstate *g) {
+    pn_attn_setup_free(&g->st);
+    for (int i = 0; i < g->nt; i++) pn_release(g->t[i]);
+    g->nt = 0;
+}
+
+pn_tensor *keep(dstate *g, pn_tensor *t) {
+    if (t && g->nt == (int)(sizeof g->t / sizeof g->t[0])) { /* not reached: 16 at most */
+        pn_release(t);
+        return (pn_tensor *)pn_error_null(PN_ERR_OOM, "%s: too many scratch tensors", g->op);
+    }
+    if (t) g->t[g->nt++] = t;
+    return t;
+}
+
+/* scratch (n) of dtype dt on the device, zeroed when asked */
+pn_tensor *dev_buf(dstate *g, int64_t n, int dt, bool zero) {
+    int64_t sh[1] = {n > 0 ? n : 1};
+    return keep(g, zero ? pn_zeros(1, sh, dt, PN_CUDA) : pn_empty(1, sh, dt, PN_CUDA));
+}
+
+pn_status launch(const char *op, cudaError_t e) { return pn_cu_check(op, e); }
+
+/* canonical (b, h, i, j) strides of t broadcast to the weights (…, Nq, Nk) of q (dense.c's
+ * bcast4; the front end checked that it broadcasts) */
+void bcast4(const pn_tensor *t, const pn_tensor *q, int64_t Nq, int64_t Nk, int64_t s4[4]) {
+    const int nd = q->nd;
+    int64_t W[4], st[PN_MAX_DIMS];
+    for (int i = 0; i < nd - 2; i++) W[i] = q->sizes[i];
+    W[nd - 2] = Nq, W[nd - 1] = Nk;
+    pn_broadcast_strides(t, nd, W, st);
+    if (nd == 4) memcpy(s4, st, sizeof(int64_t) * 4);
+    else if (nd == 3) s4[0] = st[0], s4[1] = 0, s4[2] = st[1], s4[3] = st[2];
+    else s4[0] = 0, s4[1] = 0, s4[2] = st[0], s4[3] = st[1];
+}
+
+/* "[b,h,i]" (from 1) of flat row bh·N + r, as dense.c's messages */
+const char *row_str(int nd, int64_t H, int64_t flat, int64_t N) {
+    static thread_local char buf[96];
+    const int64_t bh = flat / N, r = flat % N + 1, b = bh / H + 1, h = bh % H + 1;
+    if (nd == 4) snprintf(buf, sizeof buf, "[%lld,%lld,%lld]", (long long)b, (long long)h, (long long)r);
+    else if (nd == 3) snprintf(buf, sizeof buf, "[%lld,%lld]", (long long)b, (long long)r);
+    else snprintf(buf, sizeof buf, "[%lld]", (long long)r);
+    return buf;
+}
+
+/* dense.c's dense_call_init (run = 1) + pn_attn_prepare, on the device: the setup, masks, bias,
+ * ALiBi, contiguous inputs, terms, NaN flags, Lorentz factors and the checks with the CPU's
+ * messages. v NULL: the weights. */
+template <typename T>
+pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                 const pn_attn_opts *o) {
+    memset(g, 0, sizeof *g);
+    memset(c, 0, sizeof *c);
+    g->op = op;
+    const int nd = q->nd;
+    g->nd = nd;
+    c->B = nd == 4 ? q->sizes[0] : (nd == 3 ? q->sizes[0] : 1);
+    c->H = nd == 4 ? q->sizes[1] : 1;
+    c->BH = c->B * c->H;
+    c->Nq = q->sizes[nd - 2];
+    c->Nk = k->sizes[nd - 2];
+    c->D = q->sizes[nd - 1];
+    c->Dv = v ? v->sizes[nd - 1] : 0;
+    c->off = c->Nk - c->Nq;
+    c->causal = o->causal != 0;
+    const int64_t H = c->H, BH = c->BH, Nq = c->Nq, Nk = c->Nk, D = c->D;
+    PN_TRY(pn_attn_setup_init(op, o, q->dt, H, D, 0, &g->st));
+    if (!v) g->st.einstein = 0; /* the weights α do not involve the aggregation */
+    const pn_score_plan *pl = &g->st.plan;
+    g->kind = score_kind(&g->st, o);
+    if (g->kind == K_NONE)
+        return pn_error(PN_ERR_ARG, "%s: score '%s'%s has no CUDA epilogue (core/cuda/attention/scores.cuh)", op,
+                        g->st.desc->name, pl->note);
+    if (o->mask) {
+        bcast4(o->mask, q, Nq, Nk, c->ms);
+        c->mask = (const uint8_t *)pn_ptr(o->mask);
+    }
+    if (o->bias) {
+        bcast4(o->bias, q, Nq, Nk, c->bs);
+        c->bias = (const T *)pn_ptr(o->bias);
+    }
+    if (o->alibi) {
+        if (!o->causal) return pn_error(PN_ERR_ARG, "%s: alibi needs causal = true (q %s)", op, pn_shape_str(q));
+        pn_tensor *al = dev_buf(g, H, PN_F64, false);
+        if (!al) return PN_ERR_OOM;
+        double *sl = (double *)malloc(sizeof(double) * (size_t)H);
+        if (!sl) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
+        for (int64_t h = 0; h < H; h++) sl[h] = pow(2.0, -8.0 * (double)(h + 1) / (double)H);
+        pn_status s = pn_cuda_upload(pn_ptr(al), sl, sizeof(double) * (size_t)H);
+        free(sl);
+        if (s) return s;
+        c->alibi = (const double *)pn_ptr(al);
+    }
+    /* inputs: contiguous (BH, N, ·) */
+    pn_tensor *qc = keep(g, pn_contig((pn_tensor *)q)), *kc = keep(g, pn_contig((pn_tensor *)k)), *vc = NULL;
+    if (!qc || !kc || (v && !(vc = keep(g, pn_contig((pn_tensor *)v))))) return PN_ERR_OOM;
+    PN_TRY(resolve_params(op, o, D, &g->st));
+    c->Dg = pl->gemm == PN_GEMM_HEAD ? D - 1 : D;
+    pn_tensor *hp = dev_buf(g, (int64_t)(H * sizeof(pn_score_params)), PN_U8, false);
+    if (!hp) return PN_ERR_OOM;
+    PN_TRY(pn_cuda_upload(pn_ptr(hp), g->st.hp, (size_t)H * sizeof(pn_score_params)));
+    c->gemm = pl->gemm != PN_GEMM_NONE, c->diff = pl->diff;
+    c->norm = g->st.normalize, c->normalized = g->st.normalized;
+    for (int m = 0; m < 2; m++) c->qk[m] = pl->qterm[m], c->kk[m] = pl->kterm[m];
+    c->q = (const T *)pn_ptr(qc), c->k = (const T *)pn_ptr(kc), c->v = vc ? (const T *)pn_ptr(vc) : NULL;
+    c->hp = (const pn_score_params *)pn_ptr(hp);
+    const int dt = q->dt;
+    for (int m = 0; m < 2; m++) {
+        pn_tensor *t;
+        if (pl->qterm[m] != PN_TERM_NONE) {
+            if (!(t = dev_buf(g, BH * Nq, dt, false))) return PN_ERR_OOM;
+            c->qt[m] = (T *)pn_ptr(t);
+        }
+        if (pl->kterm[m] != PN_TERM_NONE) {
+            if (!(t = dev_buf(g, BH * Nk, dt, false))) return PN_ERR_OOM;
+            c->kt[m] = (T *)pn_ptr(t);
+        }
+    }
+    pn_tensor *qb = dev_buf(g, BH * Nq, PN_U8, false), *kb = dev_buf(g, BH * Nk, PN_U8, false), *gt = NULL;
+    pn_tensor *slots = dev_buf(g, SL_N, PN_I64, false);
+    if (!qb || !kb || !slots || (g->st.einstein && !(gt = dev_buf(g, BH * Nk, dt, false)))) return PN_ERR_OOM;
+    c->qbad = (uint8_t *)pn_ptr(qb), c->kbad = (uint8_t *)pn_ptr(kb);
+    c->g = gt ? (T *)pn_ptr(gt) : NULL;
+
+    /* terms, flags, Lorentz factors; then the checks in pn_attn_prepare's order */
+    unsigned long long *sl = (unsigned long long *)pn_ptr(slots);
+    PN_TRY(launch(op, cudaMemsetAsync(sl, 0xff, SL_N * sizeof(unsigned long long), pn_cu_stream())));
+    auto kp = prep_kernel<T>;
+    if (BH * Nq > 0) PN_TRY(launch(op, PN_LAUNCH(kp, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), *c, 0, pl->req, sl)));
+    if (BH * Nk > 0) PN_TRY(launch(op, PN_LAUNCH(kp, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), *c, 1, pl->req, sl)));
+    int64_t bad[SL_N];
+    PN_TRY(pn_cuda_download(bad, sl, sizeof bad));
+    char qs[128], ks[128], vs[128];
+    snprintf(qs, sizeof qs, "%s", pn_shape_str(q));
+    snprintf(ks, sizeof ks, "%s", pn_shape_str(k));
+    snprintf(vs, sizeof vs, "%s", v ? pn_shape_str(v) : "");
+    for (int side = 0; side < 2 && pl->req; side++)
+        if (bad[SL_QNF + side] != -1)
+            return pn_error(PN_ERR_ARG, "%s: %s %s is not on the manifold of score '%s': a coordinate is NaN or "
+                            "infinite at %s", op, side ? "k" : "q", side ? ks : qs, g->st.desc->name,
+                            row_str(nd, H, bad[SL_QNF + side], side ? Nk : Nq));
+    for (int side = 0; side < 2; side++) {
+        const int *kinds = side ? pl->kterm : pl->qterm;
+        const int64_t N = side ? Nk : Nq;
+        for (int m = 0; m < 2; m++) {
+            const int64_t x = bad[SL_QT0 + 2 * side + m];
+            if (x == -1) continue;
+            T tv;
+            PN_TRY(pn_cuda_download(&tv, (side ? c->kt : c->qt)[m] + x, sizeof tv));
+            const double val = tv, kap = g->st.hp[(x / N) % H].v[PN_P_curvature];
+            if (kinds[m] == PN_TERM_LAST)
+                return pn_error(PN_ERR_ARG, "%s: %s %s is not on the manifold of score '%s'%s: the last coordinate "
+                                "(height / time) must be > 0 and finite, got %g at %s", op, side ? "k" : "q",
+                                side ? ks : qs, g->st.desc->name, pl->note, val, row_str(nd, H, x, N));
+            return pn_error(PN_ERR_ARG, "%s: %s %s has a point outside the Poincaré ball of score '%s': "
+                            "curvature·‖x‖² = %g must be < 1, at %s", op, side ? "k" : "q", side ? ks : qs,
+                            g->st.desc->name, kap * val, row_str(nd, H, x, N));
+        }
+    }
+    if (bad[SL_LOR] != -1) {
+        const int64_t x = bad[SL_LOR], Dv = c->Dv;
+        T *row = (T *)malloc(sizeof(T) * (size_t)(Dv > 0 ? Dv : 1));
+        if (!row) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
+        pn_status s = Dv > 0 ? pn_cuda_download(row, c->v + x * Dv, sizeof(T) * (size_t)Dv) : PN_OK;
+        double n2 = 0;
+        for (int64_t d = 0; d < Dv; d++) n2 += (double)row[d] * row[d];
+        free(row);
+        if (s) return s;
+        return pn_error(PN_ERR_ARG, "%s: v %s has a point outside the Klein ball of the einstein aggregation: "
+                        "curvature·‖v‖² = %g must be < 1, at %s", op, vs,
+                        g->st.hp[(x / Nk) % H].v[PN_P_curvature] * n2, row_str(nd, H, x, Nk));
+    }
+    return PN_OK;
+}
+
+template <typename T>
+pn_status dforward(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_attn_opts *o,
+                   pn_tensor *out, pn_tensor *w, pn_tensor *stat) {
+    if ((out && !pn_is_contiguous(out)) || (w && !pn_is_contiguous(w)) || !pn_is_contiguous(stat))
+        return pn_error(PN_ERR_ARG, "%s: the outputs handed to the CUDA kernel must be contiguous", op);
+    dstate g;
+    dcall<T> c;
+    pn_status s = dsetup<T>(op, &g, &c, q, k, v, o);
+    if (!s && c.BH * c.Nq > 0) {
+        score_switch(g.kind, [&](auto tag) {
+            typedef decltype(tag) S;
+            if (out) {
+                auto kf = fwd_kernel<T, S>;
+                s = launch(op, PN_LAUNCH(kf, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(out),
+                                         (T *)pn_ptr(stat)));
+            } else {
+                auto kw = weights_kernel<T, S>;
+                s = launch(op, PN_LAUNCH(kw, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(w),
+                                         (T *)pn_ptr(stat)));
+            }
+        });
+    }
+    dstate_free(&g);
+    return s;
+}
+
+template <typename T>
+pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_attn_opts *o,
+                    const pn_tensor *out_, const pn_tensor *stat_, const pn_tensor *gout, pn_tensor *dq_t,
+                    pn_tensor *dk_t, pn_tensor *dv_t, pn_tensor *gb_t, pn_tensor *const *dparam_t) {
+    if (!pn_is_contiguous(dq_t) || !pn_is_contiguous(dk_t) || (dv_t && !pn_is_contiguous(dv_t)) ||
+        (gb_t && !pn_is_contiguous(gb_t)))
+        return pn_error(PN_ERR_ARG, "%s: the gradients handed to the CUDA kernel must be contiguous", op);
+    dstate g;
+    dcall<T> c;
+    pn_status s = dsetup<T>(op, &g, &c, q, k, v, o);
+    pn_tensor *gc = NULL, *oc = NULL, *sc = NULL;
+    if (!s && (!(gc = keep(&g, pn_contig((pn_tensor *)gout))) || !(oc = keep(&g, pn_contig((pn_tensor *)out_))) ||
+               !(sc = keep(&g, pn_contig((pn_tensor *)stat_)))))
+        s = PN_ERR_OOM;
+    if (s || c.BH * (c.Nq + c.Nk) == 0) {
+        dstate_free(&g);
+        return s;
+    }
+    const int64_t H = c.H, BH = c.BH, Nq = c.Nq, Nk = c.Nk;
+    unsigned learn = 0;
+    for (int64_t h = 0; h < H; h++) learn |= g.st.hp[h].learn;
+    bool any_param = false;
+    for (int p = 0; p < PN_NPARAM; p++) any_param |= dparam_t[p] != NULL;
+    dbw<T> a;
+    memset(&a, 0, sizeof a);
+    a.dout = (const T *)pn_ptr(gc), a.out = (const T *)pn_ptr(oc), a.stat = (const T *)pn_ptr(sc);
+    a.weights = v == NULL;
+    a.dq = (T *)pn_ptr(dq_t), a.dk = (T *)pn_ptr(dk_t), a.dv = dv_t ? (T *)pn_ptr(dv_t) : NULL;
+    pn_tensor *t, *tg = NULL;
+    bool oom = !(t = dev_buf(&g, BH * Nq, q->dt, false));
+    if (!oom) a.Drow = (T *)pn_ptr(t);
+    if (!oom && learn && any_param) {
+        oom = !(t = dev_buf(&g, BH * Nq * PN_NPARAM, PN_F64, true));
+        if (!oom) a.dparam = (double *)pn_ptr(t);
+    }
+    if (!oom && c.g && any_param) {
+        oom = !(t = dev_buf(&g, BH * Nk, PN_F64, true));
+        if (!oom) a.kcurv = (double *)pn_ptr(t);
+    }
+    if (!oom && any_param) oom = !(tg = dev_buf(&g, (int64_t)PN_NPARAM * H, PN_F64, false));
+    if (oom) {
+        dstate_free(&g);
+        return PN_ERR_OOM;
+    }
+    score_switch(g.kind, [&](auto tag) {
+        typedef decltype(tag) S;
+        auto kd = drow_kernel<T>;
+        auto kq = bwq_kernel<T, S>;
+        auto kk = bwk_kernel<T, S>;
+        auto kb = gbias_kernel<T, S>;
+        if (!s && BH * Nq > 0)
+            s = launch(op, PN_LAUNCH(kd, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
+        if (!s && BH * Nq > 0)
+            s = launch(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
+        if (!s && BH * Nk > 0)
+            s = launch(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
+        if (!s && gb_t && pn_numel(gb_t) > 0) {
+            gbmap m;
+            bcast4(gb_t, q, Nq, Nk, m.st);
+            m.W[0] = c.B, m.W[1] = H, m.W[2] = Nq, m.W[3] = Nk;
+            s = launch(op, PN_LAUNCH(kb, pn_cu_blocks(pn_numel(gb_t), DT), DT, 0, pn_cu_stream(), c, a, m,
+                                     (T *)pn_ptr(gb_t), pn_numel(gb_t)));
+        }
+    });
+    if (!s && any_param) {
+        auto kr = param_reduce_kernel<T>;
+        s = launch(op, PN_LAUNCH(kr, pn_cu_blocks((int64_t)PN_NPARAM * H), PN_CU_THREADS, 0, pn_cu_stream(), c,
+                                 (const double *)a.kcurv, (const double *)a.dparam, (double *)pn_ptr(tg)));
+        for (int p = 0; p < PN_NPARAM && !s; p++) {
+            pn_tensor *pt = dparam_t[p];
+            if (!pt) continue;
+            const int per_head = pt->nd == 1 && pt->sizes[0] == H && H > 1;
+            s = launch(op, PN_LAUNCH(param_into_kernel, 1, 1, 0, pn_cu_stream(), (char *)pn_ptr(pt), pt->dt, per_head,
+                                     per_head ? pt->strides[0] : (int64_t)0, (const double *)pn_ptr(tg) + p * H, H));
+        }
+    }
+    dstate_free(&g);
+    return s;
+}
+
+} // namespace
+
+/* ---- the kernels of kernels.def ---------------------------------------------------------------- */
+pn_status pn_cuda_attention_dense_fwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                      const pn_attn_opts *o, pn_tensor *out, pn_tensor *stat) {
+    const char *op = "attention";
+    if (q->dt == PN_F32) return dforward<float>(op, q, k, v, o, out, NULL, stat);
+    return dforward<double>(op, q, k, v, o, out, NULL, stat);
+}
+
+pn_status pn_cuda_attention_dense_weights(const pn_tensor *q, const pn_tensor *k, const pn_attn_opts *o, pn_tensor *w,
+                                          pn_tensor *stat) {
+    const char *op = "attention_weights";
+    if (q->dt == PN_F32) return dforward<float>(op, q, k, NULL, o, NULL, w, stat);
+    return dforward<double>(op, q, k, NULL, o, NULL, w, stat);
+}
+
+pn_status pn_cuda_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                      const pn_attn_opts *o, const pn_tensor *out, const pn_tensor *stat,
+                                      const pn_tensor *gout, pn_tensor *dq, pn_tensor *dk, pn_tensor *dv,
+                                      pn_tensor *gb, pn_tensor *const *dparam) {
+    const char *op = v ? "attention" : "attention_weights"; /* no v: the weights' backward */
+    if (q->dt == PN_F32) return dbackward<float>(op, q, k, v, o, out, stat, gout, dq, dk, dv, gb, dparam);
+    return dbackward<double>(op, q, k, v, o, out, stat, gout, dq, dk, dv, gb, dparam);
+}

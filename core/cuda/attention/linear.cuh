@@ -1,0 +1,64 @@
+/* linear.cuh — what the linear-family kernels (cosine.cu, power.cu, rope.cu, lin_state.cu)
+ * share: scratch tensors from the caching allocator, released together, and the φᵖ table
+ * uploaded for one call. The maths itself is attention/linear_math.h (PN_HD, the CPU's). */
+#ifndef PN_CUDA_ATTENTION_LINEAR_CUH
+#define PN_CUDA_ATTENTION_LINEAR_CUH
+
+#include "../cuda.cuh"
+#include "../../attention/linear_math.h"
+
+namespace {
+
+/* up to 8 scratch tensors of one call, released by lin_free (also on errors) */
+struct lin_scratch {
+    pn_tensor *t[8];
+    int n;
+};
+
+/* n elements (at least 1) of dtype dt on the device, or NULL (error set) */
+inline void *lin_alloc(lin_scratch &s, int64_t n, int dt) {
+    if (s.n >= 8) return NULL;
+    int64_t sz = n > 0 ? n : 1;
+    pn_tensor *t = pn_empty(1, &sz, dt, PN_CUDA);
+    if (!t) return NULL;
+    s.t[s.n++] = t;
+    return pn_ptr(t);
+}
+
+inline void lin_free(lin_scratch &s) {
+    for (int i = 0; i < s.n; i++) pn_release(s.t[i]);
+    s.n = 0;
+}
+
+/* the φᵖ table's arrays on the device */
+struct lin_tab {
+    int64_t D, Dp;
+    int p;
+    const int32_t *idx; /* (Dp, p) */
+    const double *w;    /* (Dp) */
+};
+
+/* upload t's arrays into scratch of s (p = 2 reads neither: sympow2_* needs no table) */
+inline pn_status lin_tab_upload(const char *op, const pn_sympow_table *t, lin_scratch &s, lin_tab *out) {
+    out->D = t->D, out->Dp = t->Dp, out->p = t->p, out->idx = NULL, out->w = NULL;
+    if (t->p == 2) return PN_OK;
+    int32_t *idx = (int32_t *)lin_alloc(s, t->Dp * t->p, PN_I32);
+    double *w = (double *)lin_alloc(s, t->Dp, PN_F64);
+    if (!idx || !w) return pn_error(PN_ERR_OOM, "%s: out of device memory for the symmetric power table", op);
+    PN_TRY(pn_cuda_upload(idx, t->idx, sizeof(int32_t) * (size_t)(t->Dp * t->p)));
+    PN_TRY(pn_cuda_upload(w, t->w, sizeof(double) * (size_t)t->Dp));
+    out->idx = idx, out->w = w;
+    return PN_OK;
+}
+
+__device__ inline void lin_phi(const lin_tab &t, const double *x, double *phi) {
+    sympow_apply_raw(t.D, t.p, t.Dp, t.idx, t.w, x, phi);
+}
+
+__device__ inline void lin_phi_grad(const lin_tab &t, const double *x, const double *gphi, double *gx) {
+    sympow_grad_raw(t.D, t.p, t.Dp, t.idx, t.w, x, gphi, gx);
+}
+
+} // namespace
+
+#endif /* PN_CUDA_ATTENTION_LINEAR_CUH */

@@ -1,0 +1,247 @@
+-- cuda_dense_spec.lua — the CUDA twins of attention/dense.c (pn.attention, pn.attention_weights:
+-- attention_dense_fwd, attention_dense_weights, attention_dense_bwd) against the CPU kernels:
+-- every registry score that is not graph-only (hyperbolic with each of its three models) ×
+-- normalize × causal × mask × bias × einstein, learnable per-head parameters, N = 1, primes,
+-- Nq ≠ Nk (causal with both offsets), more query rows than a block has threads, D = 1, 3, 16, 64;
+-- values and the gradients of q, k, v, the bias and the parameters. f32 within 1e-5 (relative,
+-- plus as much absolute: check.assert_close), f64 within 1e-12 — though the device sums the online
+-- softmax key by key and forms a distance score's ‖q − k‖² from the differences where the CPU
+-- tiles and expands (the hyperboloid model gets points on the hyperboloid: off it, arcosh near 1
+-- makes the f32 gradients of either device differ by more). In the interpreter build the cases run under three thread orders (fwd, rev,
+-- rand:3); on a GPU once; pending in a build without CUDA.
+local pn = require 'penumbra'
+local check = require 'spec.helpers.check'
+local cu = require 'spec.helpers.cuda'
+
+local cuda = pn.cuda.available()
+local it_cuda = cuda and it or pending
+local SCHEDULES = cu.SCHEDULES
+local TOL = cu.TOL
+local each, rnd, close = cu.each, cu.rnd, cu.close
+
+-- an error message without the Lua position that pcall adds
+local function msg(e) return (tostring(e):gsub('^[^:]*:%d+: ', '')) end
+
+local VARIANTS = pn.attention_variants({ all = true })
+local FORMS = {}
+for _, name in ipairs(VARIANTS) do
+  if not VARIANTS[name].graph_only then
+    if name == 'hyperbolic' then
+      for _, m in ipairs({ 'hyperboloid', 'halfspace', 'poincare' }) do FORMS[#FORMS + 1] = { name, m } end
+    else
+      FORMS[#FORMS + 1] = { name }
+    end
+  end
+end
+
+-- the parameters a form reads (as per-head tensors), as op_cases.lua finds them: each registry
+-- parameter the op accepts for that form, drawn near its default
+local function params_of(name, model, D)
+  local out = {}
+  local probe = pn.full({ 1, 1, 2, D }, 0.2 / math.sqrt(D), { dtype = 'f64' })
+  for _, p in ipairs(VARIANTS[name].params) do
+    local v = p.default or 1 / math.sqrt(D)
+    local ok, e = pcall(pn.attention, probe, probe, probe,
+      { score = name, model = model, [p.name] = pn.tensor({ v }, { dtype = 'f64' }) })
+    if ok or not tostring(e):find('has no parameter ' .. p.name, 1, true) then
+      out[#out + 1] = { name = p.name, lo = v * 1.05 + 0.02, hi = v * 1.2 + 0.05 }
+    end
+  end
+  return out
+end
+
+-- a u8 mask of shape with about `keep` of the entries nonzero (edit: change the flat list)
+local function mask_of(shape, keep, seed, edit)
+  local r, v = check.rng(seed), {}
+  for i = 1, cu.numel(shape) do v[i] = r:u() < keep and 1 or 0 end
+  if edit then edit(v) end
+  return pn.tensor(v, { dtype = 'u8' }):reshape(shape)
+end
+
+-- one configuration on both devices: the output (or the weights) and every gradient under one
+-- random cotangent. cfg: score, model, normalize, causal, aggregate, B, H, Nq, Nk, D, Dv, seed,
+-- mask (a shape or false), bias (a shape or false), weights, params (from params_of), nd (4, 3, 2),
+-- strided (q, k, v as non-contiguous views)
+local function run_case(what, dt, cfg)
+  local B, H, Nq, Nk, D, Dv = cfg.B, cfg.H, cfg.Nq, cfg.Nk, cfg.D, cfg.Dv
+  local lead = cfg.nd == 2 and {} or cfg.nd == 3 and { B } or { B, H }
+  local function shp(...)
+    local s = {}
+    for _, x in ipairs(lead) do s[#s + 1] = x end
+    for _, x in ipairs({ ... }) do s[#s + 1] = x end
+    return s
+  end
+  -- points valid for every domain: heights > 0, inside the unit ball (coordinates below 1/√D)
+  local sc = math.min(1, 2 / math.sqrt(D))
+  local inputs = { rnd(shp(Nq, D), dt, cfg.seed + 1, 0.05 * sc, 0.45 * sc),
+                   rnd(shp(Nk, D), dt, cfg.seed + 2, 0.05 * sc, 0.45 * sc),
+                   rnd(shp(Nk, Dv), dt, cfg.seed + 3, -0.3 / math.sqrt(Dv), 0.3 / math.sqrt(Dv)) }
+  if cfg.model == 'hyperboloid' then -- points on the hyperboloid: arcosh(−⟨q,k⟩) stays conditioned
+    inputs[1], inputs[2] = pn.maps.pseudopolar(inputs[1] * 3), pn.maps.pseudopolar(inputs[2] * 3)
+  end
+  local names, grads = {}, { true, true, not cfg.weights }
+  if cfg.bias then
+    inputs[#inputs + 1] = rnd(cfg.bias, dt, cfg.seed + 4, -0.5, 0.5)
+    names[#names + 1], grads[#inputs] = 'bias', true
+  end
+  for _, p in ipairs(cfg.params) do
+    inputs[#inputs + 1] = rnd(cfg.nd == 4 and { H } or { 1 }, dt, cfg.seed + 10 + #inputs, p.lo, p.hi)
+    names[#names + 1], grads[#inputs] = p.name, true
+  end
+  local mask = cfg.mask and mask_of(cfg.mask, 0.75, cfg.seed + 5, cfg.mask_edit) or nil
+  local function run(dev)
+    local args, leaves = {}, {}
+    for i, x in ipairs(inputs) do
+      local t = dev == 'cuda' and x:to('cuda') or x:clone()
+      if grads[i] then t:requires_grad_() end
+      args[i], leaves[i] = t, t
+    end
+    local o = { score = cfg.score, model = cfg.model, normalize = cfg.normalize, causal = cfg.causal,
+                aggregate = cfg.aggregate, alibi = cfg.alibi, squared = cfg.squared }
+    for i, nm in ipairs(names) do o[nm] = args[3 + i] end
+    local q, k, v = args[1], args[2], args[3]
+    if cfg.strided then -- the same values in another memory order: non-contiguous views
+      local function view(x) return x:transpose(-1, -2):contiguous():transpose(-1, -2) end
+      q, k, v = view(q), view(k), view(v)
+    end
+    if mask then o.mask = dev == 'cuda' and mask:to('cuda') or mask end
+    local out
+    if cfg.weights then out = pn.attention_weights(q, k, o)
+    else out = pn.attention(q, k, v, o) end
+    local w = rnd(out:shape(), dt, cfg.seed + 77)
+    out:backward(dev == 'cuda' and w:to('cuda') or w)
+    local g = {}
+    for i in pairs(grads) do if grads[i] then g[i] = leaves[i].grad end end
+    return out, g
+  end
+  local ref, rg = run('cpu')
+  local got, gg = run('cuda')
+  close(got, ref, TOL[dt], what .. ' output')
+  for i, want in pairs(grads) do
+    if want then
+      assert.is_true(rg[i] ~= nil and gg[i] ~= nil, what .. ': gradient of input ' .. i .. ' missing')
+      close(gg[i], rg[i], TOL[dt], what .. ' gradient of input ' .. i .. ' (' .. (names[i - 3] or ({ 'q', 'k', 'v' })[i]) .. ')')
+    end
+  end
+end
+
+local function cfg_of(form, over)
+  local c = { score = form[1], model = form[2], B = 2, H = 2, Nq = 5, Nk = 7, D = 4, Dv = 3, seed = 11, nd = 4 }
+  for k, v in pairs(over or {}) do c[k] = v end
+  local ps = params_of(c.score, c.model, c.D)
+  if c.aggregate == 'einstein' then
+    local has = false
+    for _, p in ipairs(ps) do has = has or p.name == 'curvature' end
+    if not has then ps[#ps + 1] = { name = 'curvature', lo = 0.8, hi = 1.2 } end
+  end
+  c.params = ps
+  return c
+end
+
+local function label(c)
+  return string.format('%s%s %s%s%s%s%s B=%d H=%d Nq=%d Nk=%d D=%d Dv=%d nd=%d', c.score,
+    c.model and ('/' .. c.model) or '', c.normalize or 'softmax', c.causal and ' causal' or '',
+    c.mask and ' mask' or '', c.bias and ' bias' or '', c.aggregate and (' ' .. c.aggregate) or '',
+    c.B, c.H, c.Nq, c.Nk, c.D, c.Dv, c.nd)
+end
+
+describe('cuda dense attention', function()
+  it_cuda('every score × normalize × causal × mask × bias × einstein: values and gradients (q, k, v, bias, parameters)', function()
+    each(function(dt, s)
+      for _, form in ipairs(FORMS) do
+        for _, norm in ipairs({ 'softmax', 'sigmoid', 'sigmoid_normalized' }) do
+          for _, causal in ipairs({ false, true }) do
+            for _, masked in ipairs({ false, true }) do
+              for _, biased in ipairs({ false, true }) do
+                for _, agg in ipairs({ false, 'einstein' }) do
+                  -- a key-padding mask (B, 1, 1, Nk) with one fully masked batch row; a bias
+                  -- shared over the batch (H, Nq, Nk): its gradient sums over b
+                  local c = cfg_of(form, { normalize = norm, causal = causal, aggregate = agg or nil,
+                    mask = masked and { 2, 1, 1, 7 } or false,
+                    mask_edit = function(v) for j = 1, 7 do v[j] = 0 end end,
+                    bias = biased and { 2, 5, 7 } or false })
+                  run_case(label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
+                end
+              end
+            end
+          end
+        end
+      end
+    end, { SCHEDULES[1] })
+  end)
+
+  it_cuda('N = 1, primes, Nq ≠ Nk both ways (causal), more rows than a block, D = 1, 3, 16, 64, under every schedule', function()
+    local SIZES = {
+      { B = 1, H = 1, Nq = 1, Nk = 1, D = 1, Dv = 1 },
+      { B = 1, H = 3, Nq = 13, Nk = 5, D = 3, Dv = 2, causal = true },          -- Nq > Nk: early rows see nothing
+      { B = 2, H = 1, Nq = 3, Nk = 11, D = 3, Dv = 3, causal = true },          -- Nq < Nk: offset 8
+      { B = 1, H = 2, Nq = 131, Nk = 17, D = 16, Dv = 5, mask = { 1, 1, 131, 17 }, strided = true }, -- 262 rows
+      { B = 1, H = 1, Nq = 7, Nk = 257, D = 64, Dv = 16, causal = true, bias = { 7, 257 } },
+      { B = 3, H = 1, Nq = 2, Nk = 3, D = 1, Dv = 4, nd = 3, bias = { 3, 1, 3 } },
+      { B = 1, H = 1, Nq = 6, Nk = 6, D = 3, Dv = 2, nd = 2, causal = true, mask = { 6, 6 } },
+    }
+    each(function(dt, s)
+      for _, form in ipairs(FORMS) do
+        for n, over in ipairs(SIZES) do
+          local o = { seed = 30 + n }
+          for k, v in pairs(over) do o[k] = v end
+          if form[2] == 'poincare' or form[1] == 'umbral' or form[1] == 'penumbral' or form[2] == 'halfspace'
+            or form[2] == 'hyperboloid' then
+            if o.D == 1 then o.D = 2 end -- a half-space point needs a height and one more coordinate
+          end
+          local c = cfg_of(form, o)
+          run_case(label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
+        end
+      end
+    end)
+  end)
+
+  it_cuda('the weights (pn.attention_weights) and their backward, ALiBi, penumbral squared', function()
+    each(function(dt, s)
+      for _, form in ipairs(FORMS) do
+        for _, norm in ipairs({ 'softmax', 'sigmoid', 'sigmoid_normalized' }) do
+          for _, causal in ipairs({ false, true }) do
+            local c = cfg_of(form, { normalize = norm, causal = causal, weights = true, Nq = 9, Nk = 6,
+              mask = { 2, 1, 9, 6 }, bias = { 1, 2, 1, 6 } })
+            run_case('weights ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
+          end
+        end
+      end
+      local c = cfg_of({ 'dot' }, { causal = true, alibi = true, H = 3, Nq = 6, Nk = 8 })
+      run_case('alibi ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
+      c = cfg_of({ 'penumbral' }, { squared = true, causal = true })
+      run_case('squared ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
+    end)
+  end)
+
+  it_cuda('NaN in q gives NaN rows as on the CPU; the CPU errors (manifold, Klein ball) with its messages', function()
+    each(function(dt)
+      local q = rnd({ 1, 2, 6, 4 }, dt, 3, 0.05, 0.45, function(v) v[4 * 2 + 2] = 0 / 0 end)
+      local k, v = rnd({ 1, 2, 7, 4 }, dt, 4, 0.05, 0.45), rnd({ 1, 2, 7, 3 }, dt, 5, -0.3, 0.3)
+      for _, o in ipairs({ { score = 'dot' }, { score = 'laplacian', normalize = 'sigmoid' },
+                            { score = 'dot', causal = true, normalize = 'sigmoid_normalized' } }) do
+        local ref = pn.attention(q, k, v, o)
+        local got = pn.attention(q:to('cuda'), k:to('cuda'), v:to('cuda'), o)
+        close(got, ref, TOL[dt], o.score .. ' with a NaN query')
+        close(pn.attention_weights(q:to('cuda'), k:to('cuda'), o), pn.attention_weights(q, k, o), TOL[dt],
+          o.score .. ' weights with a NaN query')
+      end
+      local function same_error(f, ...)
+        local args = { ... }
+        local ok1, e1 = pcall(f, unpack(args))
+        for i, a in ipairs(args) do if pn.is_tensor(a) then args[i] = a:to('cuda') end end
+        local ok2, e2 = pcall(f, unpack(args))
+        assert.is_false(ok1)
+        assert.is_false(ok2)
+        assert.equal(msg(e1), msg(e2))
+      end
+      local off = rnd({ 1, 2, 6, 4 }, dt, 6, 0.05, 0.45, function(x) x[4 * 9 + 4] = -0.5 end)
+      same_error(function(a, b, c) return pn.attention(a, b, c, { score = 'umbral' }) end, off, k, v)
+      same_error(function(a, b, c) return pn.attention(a, b, c, { score = 'hyperbolic', model = 'poincare' }) end,
+        q * 0 + 0.6, k, v)
+      same_error(function(a, b, c) return pn.attention(a, b, c, { score = 'umbral' }) end, q, k, v)
+      same_error(function(a, b, c) return pn.attention(a, b, c, { score = 'dot', aggregate = 'einstein' }) end,
+        k, k, v * 4)
+    end, { SCHEDULES[1] })
+  end)
+end)
