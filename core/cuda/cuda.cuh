@@ -52,6 +52,19 @@ pn_status pn_cu_check(const char *op, cudaError_t e);
 pn_status pn_cu_blas_check(const char *op, cublasStatus_t s);
 #define PN_CU_TRY(op, call) PN_TRY(pn_cu_check((op), (call)))
 
+/* Scratch device tensors one kernel call owns (from the caching allocator), released together
+ * by pn_cu_scratch_free, also on error paths. A launcher's per-call state derives from it. */
+struct pn_cu_scratch {
+    pn_tensor *t[48];
+    int nt;
+    const char *op; /* for the error when it is full */
+};
+/* owned t kept in s, returned (NULL passes through; an error when s is full) */
+pn_tensor *pn_cu_keep(pn_cu_scratch *s, pn_tensor *t);
+/* n (at least 1) elements of dt on the device, zeroed when asked, kept in s; NULL + error */
+pn_tensor *pn_cu_scratch_new(pn_cu_scratch *s, int64_t n, int dt, bool zero);
+void pn_cu_scratch_free(pn_cu_scratch *s);
+
 /* Threads per block of the elementwise kernels, and the blocks for n elements: enough to cover
  * n once, capped (the kernels loop grid-stride over the rest). */
 enum { PN_CU_THREADS = 256 };

@@ -114,3 +114,23 @@ pn_status pn_cuda_empty_cache(void) {
     release_cached();
     return PN_OK;
 }
+
+/* ---- scratch sets (cuda.cuh) ---- */
+pn_tensor *pn_cu_keep(pn_cu_scratch *s, pn_tensor *t) {
+    if (t && s->nt == (int)(sizeof s->t / sizeof s->t[0])) {
+        pn_release(t);
+        return (pn_tensor *)pn_error_null(PN_ERR_OOM, "%s: too many scratch tensors", s->op ? s->op : "cuda");
+    }
+    if (t) s->t[s->nt++] = t;
+    return t;
+}
+
+pn_tensor *pn_cu_scratch_new(pn_cu_scratch *s, int64_t n, int dt, bool zero) {
+    int64_t sh[1] = {n > 0 ? n : 1};
+    return pn_cu_keep(s, zero ? pn_zeros(1, sh, dt, PN_CUDA) : pn_empty(1, sh, dt, PN_CUDA));
+}
+
+void pn_cu_scratch_free(pn_cu_scratch *s) {
+    for (int i = 0; i < s->nt; i++) pn_release(s->t[i]);
+    s->nt = 0;
+}

@@ -481,36 +481,15 @@ template <typename T> __global__ void prep_kernel(dcall<T> c, int side, unsigned
 }
 
 /* ---- host side ------------------------------------------------------------------------------------ */
-struct dstate {
+struct dstate : pn_cu_scratch {
     pn_attn_setup st;
     int kind, nd;
-    pn_tensor *t[24]; /* owned tensors, released by dstate_free */
-    int nt;
-    const char *op;
 };
 
 void dstate_free(dstate *g) {
     pn_attn_setup_free(&g->st);
-    for (int i = 0; i < g->nt; i++) pn_release(g->t[i]);
-    g->nt = 0;
+    pn_cu_scratch_free(g);
 }
-
-pn_tensor *keep(dstate *g, pn_tensor *t) {
-    if (t && g->nt == (int)(sizeof g->t / sizeof g->t[0])) { /* not reached: 16 at most */
-        pn_release(t);
-        return (pn_tensor *)pn_error_null(PN_ERR_OOM, "%s: too many scratch tensors", g->op);
-    }
-    if (t) g->t[g->nt++] = t;
-    return t;
-}
-
-/* scratch (n) of dtype dt on the device, zeroed when asked */
-pn_tensor *dev_buf(dstate *g, int64_t n, int dt, bool zero) {
-    int64_t sh[1] = {n > 0 ? n : 1};
-    return keep(g, zero ? pn_zeros(1, sh, dt, PN_CUDA) : pn_empty(1, sh, dt, PN_CUDA));
-}
-
-pn_status launch(const char *op, cudaError_t e) { return pn_cu_check(op, e); }
 
 /* canonical (b, h, i, j) strides of t broadcast to the weights (…, Nq, Nk) of q (dense.c's
  * bcast4; the front end checked that it broadcasts) */
@@ -573,7 +552,7 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     }
     if (o->alibi) {
         if (!o->causal) return pn_error(PN_ERR_ARG, "%s: alibi needs causal = true (q %s)", op, pn_shape_str(q));
-        pn_tensor *al = dev_buf(g, H, PN_F64, false);
+        pn_tensor *al = pn_cu_scratch_new(g, H, PN_F64, false);
         if (!al) return PN_ERR_OOM;
         double *sl = (double *)malloc(sizeof(double) * (size_t)H);
         if (!sl) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
@@ -584,11 +563,11 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
         c->alibi = (const double *)pn_ptr(al);
     }
     /* inputs: contiguous (BH, N, ·) */
-    pn_tensor *qc = keep(g, pn_contig((pn_tensor *)q)), *kc = keep(g, pn_contig((pn_tensor *)k)), *vc = NULL;
-    if (!qc || !kc || (v && !(vc = keep(g, pn_contig((pn_tensor *)v))))) return PN_ERR_OOM;
+    pn_tensor *qc = pn_cu_keep(g, pn_contig((pn_tensor *)q)), *kc = pn_cu_keep(g, pn_contig((pn_tensor *)k)), *vc = NULL;
+    if (!qc || !kc || (v && !(vc = pn_cu_keep(g, pn_contig((pn_tensor *)v))))) return PN_ERR_OOM;
     PN_TRY(resolve_params(op, o, D, &g->st));
     c->Dg = pl->gemm == PN_GEMM_HEAD ? D - 1 : D;
-    pn_tensor *hp = dev_buf(g, (int64_t)(H * sizeof(pn_score_params)), PN_U8, false);
+    pn_tensor *hp = pn_cu_scratch_new(g, (int64_t)(H * sizeof(pn_score_params)), PN_U8, false);
     if (!hp) return PN_ERR_OOM;
     PN_TRY(pn_cuda_upload(pn_ptr(hp), g->st.hp, (size_t)H * sizeof(pn_score_params)));
     c->gemm = pl->gemm != PN_GEMM_NONE, c->diff = pl->diff;
@@ -600,26 +579,26 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     for (int m = 0; m < 2; m++) {
         pn_tensor *t;
         if (pl->qterm[m] != PN_TERM_NONE) {
-            if (!(t = dev_buf(g, BH * Nq, dt, false))) return PN_ERR_OOM;
+            if (!(t = pn_cu_scratch_new(g, BH * Nq, dt, false))) return PN_ERR_OOM;
             c->qt[m] = (T *)pn_ptr(t);
         }
         if (pl->kterm[m] != PN_TERM_NONE) {
-            if (!(t = dev_buf(g, BH * Nk, dt, false))) return PN_ERR_OOM;
+            if (!(t = pn_cu_scratch_new(g, BH * Nk, dt, false))) return PN_ERR_OOM;
             c->kt[m] = (T *)pn_ptr(t);
         }
     }
-    pn_tensor *qb = dev_buf(g, BH * Nq, PN_U8, false), *kb = dev_buf(g, BH * Nk, PN_U8, false), *gt = NULL;
-    pn_tensor *slots = dev_buf(g, SL_N, PN_I64, false);
-    if (!qb || !kb || !slots || (g->st.einstein && !(gt = dev_buf(g, BH * Nk, dt, false)))) return PN_ERR_OOM;
+    pn_tensor *qb = pn_cu_scratch_new(g, BH * Nq, PN_U8, false), *kb = pn_cu_scratch_new(g, BH * Nk, PN_U8, false), *gt = NULL;
+    pn_tensor *slots = pn_cu_scratch_new(g, SL_N, PN_I64, false);
+    if (!qb || !kb || !slots || (g->st.einstein && !(gt = pn_cu_scratch_new(g, BH * Nk, dt, false)))) return PN_ERR_OOM;
     c->qbad = (uint8_t *)pn_ptr(qb), c->kbad = (uint8_t *)pn_ptr(kb);
     c->g = gt ? (T *)pn_ptr(gt) : NULL;
 
     /* terms, flags, Lorentz factors; then the checks in pn_attn_prepare's order */
     unsigned long long *sl = (unsigned long long *)pn_ptr(slots);
-    PN_TRY(launch(op, cudaMemsetAsync(sl, 0xff, SL_N * sizeof(unsigned long long), pn_cu_stream())));
+    PN_TRY(pn_cu_check(op, cudaMemsetAsync(sl, 0xff, SL_N * sizeof(unsigned long long), pn_cu_stream())));
     auto kp = prep_kernel<T>;
-    if (BH * Nq > 0) PN_TRY(launch(op, PN_LAUNCH(kp, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), *c, 0, pl->req, sl)));
-    if (BH * Nk > 0) PN_TRY(launch(op, PN_LAUNCH(kp, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), *c, 1, pl->req, sl)));
+    if (BH * Nq > 0) PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), *c, 0, pl->req, sl)));
+    if (BH * Nk > 0) PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), *c, 1, pl->req, sl)));
     int64_t bad[SL_N];
     PN_TRY(pn_cuda_download(bad, sl, sizeof bad));
     char qs[128], ks[128], vs[128];
@@ -678,11 +657,11 @@ pn_status dforward(const char *op, const pn_tensor *q, const pn_tensor *k, const
             typedef decltype(tag) S;
             if (out) {
                 auto kf = fwd_kernel<T, S>;
-                s = launch(op, PN_LAUNCH(kf, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(out),
+                s = pn_cu_check(op, PN_LAUNCH(kf, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(out),
                                          (T *)pn_ptr(stat)));
             } else {
                 auto kw = weights_kernel<T, S>;
-                s = launch(op, PN_LAUNCH(kw, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(w),
+                s = pn_cu_check(op, PN_LAUNCH(kw, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(w),
                                          (T *)pn_ptr(stat)));
             }
         });
@@ -702,8 +681,8 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
     dcall<T> c;
     pn_status s = dsetup<T>(op, &g, &c, q, k, v, o);
     pn_tensor *gc = NULL, *oc = NULL, *sc = NULL;
-    if (!s && (!(gc = keep(&g, pn_contig((pn_tensor *)gout))) || !(oc = keep(&g, pn_contig((pn_tensor *)out_))) ||
-               !(sc = keep(&g, pn_contig((pn_tensor *)stat_)))))
+    if (!s && (!(gc = pn_cu_keep(&g, pn_contig((pn_tensor *)gout))) || !(oc = pn_cu_keep(&g, pn_contig((pn_tensor *)out_))) ||
+               !(sc = pn_cu_keep(&g, pn_contig((pn_tensor *)stat_)))))
         s = PN_ERR_OOM;
     if (s || c.BH * (c.Nq + c.Nk) == 0) {
         dstate_free(&g);
@@ -720,17 +699,17 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
     a.weights = v == NULL;
     a.dq = (T *)pn_ptr(dq_t), a.dk = (T *)pn_ptr(dk_t), a.dv = dv_t ? (T *)pn_ptr(dv_t) : NULL;
     pn_tensor *t, *tg = NULL;
-    bool oom = !(t = dev_buf(&g, BH * Nq, q->dt, false));
+    bool oom = !(t = pn_cu_scratch_new(&g, BH * Nq, q->dt, false));
     if (!oom) a.Drow = (T *)pn_ptr(t);
     if (!oom && learn && any_param) {
-        oom = !(t = dev_buf(&g, BH * Nq * PN_NPARAM, PN_F64, true));
+        oom = !(t = pn_cu_scratch_new(&g, BH * Nq * PN_NPARAM, PN_F64, true));
         if (!oom) a.dparam = (double *)pn_ptr(t);
     }
     if (!oom && c.g && any_param) {
-        oom = !(t = dev_buf(&g, BH * Nk, PN_F64, true));
+        oom = !(t = pn_cu_scratch_new(&g, BH * Nk, PN_F64, true));
         if (!oom) a.kcurv = (double *)pn_ptr(t);
     }
-    if (!oom && any_param) oom = !(tg = dev_buf(&g, (int64_t)PN_NPARAM * H, PN_F64, false));
+    if (!oom && any_param) oom = !(tg = pn_cu_scratch_new(&g, (int64_t)PN_NPARAM * H, PN_F64, false));
     if (oom) {
         dstate_free(&g);
         return PN_ERR_OOM;
@@ -742,28 +721,28 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
         auto kk = bwk_kernel<T, S>;
         auto kb = gbias_kernel<T, S>;
         if (!s && BH * Nq > 0)
-            s = launch(op, PN_LAUNCH(kd, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
+            s = pn_cu_check(op, PN_LAUNCH(kd, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && BH * Nq > 0)
-            s = launch(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
+            s = pn_cu_check(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && BH * Nk > 0)
-            s = launch(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
+            s = pn_cu_check(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && gb_t && pn_numel(gb_t) > 0) {
             gbmap m;
             bcast4(gb_t, q, Nq, Nk, m.st);
             m.W[0] = c.B, m.W[1] = H, m.W[2] = Nq, m.W[3] = Nk;
-            s = launch(op, PN_LAUNCH(kb, pn_cu_blocks(pn_numel(gb_t), DT), DT, 0, pn_cu_stream(), c, a, m,
+            s = pn_cu_check(op, PN_LAUNCH(kb, pn_cu_blocks(pn_numel(gb_t), DT), DT, 0, pn_cu_stream(), c, a, m,
                                      (T *)pn_ptr(gb_t), pn_numel(gb_t)));
         }
     });
     if (!s && any_param) {
         auto kr = param_reduce_kernel<T>;
-        s = launch(op, PN_LAUNCH(kr, pn_cu_blocks((int64_t)PN_NPARAM * H), PN_CU_THREADS, 0, pn_cu_stream(), c,
+        s = pn_cu_check(op, PN_LAUNCH(kr, pn_cu_blocks((int64_t)PN_NPARAM * H), PN_CU_THREADS, 0, pn_cu_stream(), c,
                                  (const double *)a.kcurv, (const double *)a.dparam, (double *)pn_ptr(tg)));
         for (int p = 0; p < PN_NPARAM && !s; p++) {
             pn_tensor *pt = dparam_t[p];
             if (!pt) continue;
             const int per_head = pt->nd == 1 && pt->sizes[0] == H && H > 1;
-            s = launch(op, PN_LAUNCH(param_into_kernel, 1, 1, 0, pn_cu_stream(), (char *)pn_ptr(pt), pt->dt, per_head,
+            s = pn_cu_check(op, PN_LAUNCH(param_into_kernel, 1, 1, 0, pn_cu_stream(), (char *)pn_ptr(pt), pt->dt, per_head,
                                      per_head ? pt->strides[0] : (int64_t)0, (const double *)pn_ptr(tg) + p * H, H));
         }
     }

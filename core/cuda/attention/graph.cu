@@ -520,43 +520,16 @@ const char *row_str(int64_t x, int64_t H) {
 }
 
 /* one call's device state: the setup (host), the contiguous inputs and the scratch it owns */
-struct gstate {
+struct gstate : pn_cu_scratch {
     pn_attn_setup st;
     int kind;
     int64_t N, H, D, Dv, Dg, E;
-    pn_tensor *t[48]; /* owned tensors, released by gstate_free */
-    int nt;
-    const char *op;
 };
 
 void gstate_free(gstate *g) {
     pn_attn_setup_free(&g->st);
-    for (int i = 0; i < g->nt; i++) pn_release(g->t[i]);
-    g->nt = 0;
+    pn_cu_scratch_free(g);
 }
-
-/* keep t (owned) in g; returns t */
-pn_tensor *keep(gstate *g, pn_tensor *t) {
-    if (t && g->nt == (int)(sizeof g->t / sizeof g->t[0])) { /* not reached: 33 at most */
-        pn_release(t);
-        return (pn_tensor *)pn_error_null(PN_ERR_OOM, "%s: too many scratch tensors", g->op);
-    }
-    if (t) g->t[g->nt++] = t;
-    return t;
-}
-
-/* scratch (n) of dtype dt on the device, zeroed when asked */
-pn_tensor *dev_buf(gstate *g, int64_t n, int dt, bool zero) {
-    int64_t sh[1] = {n > 0 ? n : 1};
-    return keep(g, zero ? pn_zeros(1, sh, dt, PN_CUDA) : pn_empty(1, sh, dt, PN_CUDA));
-}
-
-pn_tensor *dev_empty(gstate *g, int64_t n, int dt) {
-    int64_t sh[1] = {n > 0 ? n : 1};
-    return keep(g, pn_empty(1, sh, dt, PN_CUDA));
-}
-
-pn_status launch(const char *op, cudaError_t e) { return pn_cu_check(op, e); }
 
 /* graph.c's graph_call_init + csr_load + pn_attn_prepare, on the device: checks (with the CPU's
  * messages), contiguous inputs, the CSR as i64, terms, NaN flags, Lorentz factors. */
@@ -574,18 +547,19 @@ pn_status gsetup(const char *op, gstate *g, gcall<T> *c, const pn_tensor *q, con
         return pn_error(PN_ERR_SHAPE, "%s: offsets %s and src %s do not form a CSR over the %lld nodes of q %s", op,
                         pn_shape_str(offsets), pn_shape_str(src), (long long)N, pn_shape_str(q));
     /* the CSR as contiguous i64, and its contents checked (csr_load's order and messages) */
-    pn_tensor *off = dev_empty(g, N + 1, PN_I64), *sr = dev_empty(g, E, PN_I64), *slots = dev_empty(g, 8, PN_I64);
+    pn_tensor *off = pn_cu_scratch_new(g, N + 1, PN_I64, false), *sr = pn_cu_scratch_new(g, E, PN_I64, false),
+              *slots = pn_cu_scratch_new(g, 8, PN_I64, false);
     if (!off || !sr || !slots) return PN_ERR_OOM;
     unsigned long long *sl = (unsigned long long *)pn_ptr(slots);
-    PN_TRY(launch(op, PN_LAUNCH(idx_kernel, pn_cu_blocks(N + 1), PN_CU_THREADS, 0, pn_cu_stream(),
+    PN_TRY(pn_cu_check(op, PN_LAUNCH(idx_kernel, pn_cu_blocks(N + 1), PN_CU_THREADS, 0, pn_cu_stream(),
                                 (const char *)pn_ptr(offsets), offsets->dt, offsets->strides[0], N + 1,
                                 (int64_t *)pn_ptr(off))));
     if (E > 0)
-        PN_TRY(launch(op, PN_LAUNCH(idx_kernel, pn_cu_blocks(E), PN_CU_THREADS, 0, pn_cu_stream(),
+        PN_TRY(pn_cu_check(op, PN_LAUNCH(idx_kernel, pn_cu_blocks(E), PN_CU_THREADS, 0, pn_cu_stream(),
                                     (const char *)pn_ptr(src), src->dt, src->strides[0], E, (int64_t *)pn_ptr(sr))));
-    PN_TRY(launch(op, cudaMemsetAsync(sl, 0xff, 8 * sizeof(unsigned long long), pn_cu_stream())));
+    PN_TRY(pn_cu_check(op, cudaMemsetAsync(sl, 0xff, 8 * sizeof(unsigned long long), pn_cu_stream())));
     if (N > 0 || E > 0)
-        PN_TRY(launch(op, PN_LAUNCH(csr_check_kernel, pn_cu_blocks(N > E ? N : E), PN_CU_THREADS, 0, pn_cu_stream(),
+        PN_TRY(pn_cu_check(op, PN_LAUNCH(csr_check_kernel, pn_cu_blocks(N > E ? N : E), PN_CU_THREADS, 0, pn_cu_stream(),
                                     (const int64_t *)pn_ptr(off), (const int64_t *)pn_ptr(sr), N, E, sl)));
     {
         int64_t ends[2], bad[2];
@@ -616,13 +590,13 @@ pn_status gsetup(const char *op, gstate *g, gcall<T> *c, const pn_tensor *q, con
     PN_TRY(resolve_params(op, o, D, &g->st));
     g->Dg = pl->gemm == PN_GEMM_HEAD ? D - 1 : D;
     /* inputs: contiguous node-major */
-    pn_tensor *qc = keep(g, pn_contig((pn_tensor *)q)), *kc = keep(g, pn_contig((pn_tensor *)k)),
-              *vc = keep(g, pn_contig((pn_tensor *)v));
+    pn_tensor *qc = pn_cu_keep(g, pn_contig((pn_tensor *)q)), *kc = pn_cu_keep(g, pn_contig((pn_tensor *)k)),
+              *vc = pn_cu_keep(g, pn_contig((pn_tensor *)v));
     if (!qc || !kc || !vc) return PN_ERR_OOM;
     const bool proj = pl->qterm[0] == PN_TERM_PROJ || pl->qterm[1] == PN_TERM_PROJ;
     pn_tensor *al = NULL, *ar = NULL;
-    if (proj && (!(al = keep(g, pn_contig(o->a_l))) || !(ar = keep(g, pn_contig(o->a_r))))) return PN_ERR_OOM;
-    pn_tensor *hp = dev_empty(g, (int64_t)(H * sizeof(pn_score_params)), PN_U8);
+    if (proj && (!(al = pn_cu_keep(g, pn_contig(o->a_l))) || !(ar = pn_cu_keep(g, pn_contig(o->a_r))))) return PN_ERR_OOM;
+    pn_tensor *hp = pn_cu_scratch_new(g, (int64_t)(H * sizeof(pn_score_params)), PN_U8, false);
     if (!hp) return PN_ERR_OOM;
     PN_TRY(pn_cuda_upload(pn_ptr(hp), g->st.hp, (size_t)H * sizeof(pn_score_params)));
 
@@ -638,24 +612,25 @@ pn_status gsetup(const char *op, gstate *g, gcall<T> *c, const pn_tensor *q, con
     for (int m = 0; m < 2; m++) {
         pn_tensor *t;
         if (pl->qterm[m] != PN_TERM_NONE) {
-            if (!(t = dev_empty(g, N * H, dt))) return PN_ERR_OOM;
+            if (!(t = pn_cu_scratch_new(g, N * H, dt, false))) return PN_ERR_OOM;
             c->qt[m] = (T *)pn_ptr(t);
         }
         if (pl->kterm[m] != PN_TERM_NONE) {
-            if (!(t = dev_empty(g, N * H, dt))) return PN_ERR_OOM;
+            if (!(t = pn_cu_scratch_new(g, N * H, dt, false))) return PN_ERR_OOM;
             c->kt[m] = (T *)pn_ptr(t);
         }
     }
-    pn_tensor *qb = dev_empty(g, N * H, PN_U8), *kb = dev_empty(g, N * H, PN_U8), *gt = NULL;
-    if (!qb || !kb || (g->st.einstein && !(gt = dev_empty(g, N * H, dt)))) return PN_ERR_OOM;
+    pn_tensor *qb = pn_cu_scratch_new(g, N * H, PN_U8, false), *kb = pn_cu_scratch_new(g, N * H, PN_U8, false),
+              *gt = NULL;
+    if (!qb || !kb || (g->st.einstein && !(gt = pn_cu_scratch_new(g, N * H, dt, false)))) return PN_ERR_OOM;
     c->qbad = (const uint8_t *)pn_ptr(qb), c->kbad = (const uint8_t *)pn_ptr(kb);
     c->g = gt ? (T *)pn_ptr(gt) : NULL;
     if (N == 0) return PN_OK;
 
     /* terms, flags, Lorentz factors; then the checks in pn_attn_prepare's order */
-    PN_TRY(launch(op, cudaMemsetAsync(sl, 0xff, 8 * sizeof(unsigned long long), pn_cu_stream())));
+    PN_TRY(pn_cu_check(op, cudaMemsetAsync(sl, 0xff, 8 * sizeof(unsigned long long), pn_cu_stream())));
     auto kp = prep_kernel<T>;
-    PN_TRY(launch(op, PN_LAUNCH(kp, pn_cu_blocks(N * H, GT), GT, 0, pn_cu_stream(), *c, pl->req, (uint8_t *)pn_ptr(qb),
+    PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(N * H, GT), GT, 0, pn_cu_stream(), *c, pl->req, (uint8_t *)pn_ptr(qb),
                                 (uint8_t *)pn_ptr(kb), sl)));
     int64_t bad[SL_N];
     PN_TRY(pn_cuda_download(bad, sl, sizeof bad));
@@ -712,14 +687,14 @@ pn_status gforward(const char *op, const pn_tensor *q, const pn_tensor *k, const
     pn_status s = gsetup<T>(op, &g, &c, q, k, v, offsets, src, o);
     if (!s && drop && pn_numel(drop) > 0) {
         auto kd = drop_kernel<T>;
-        s = launch(op, PN_LAUNCH(kd, pn_cu_blocks(pn_numel(drop)), PN_CU_THREADS, 0, pn_cu_stream(), (T *)pn_ptr(drop),
+        s = pn_cu_check(op, PN_LAUNCH(kd, pn_cu_blocks(pn_numel(drop)), PN_CU_THREADS, 0, pn_cu_stream(), (T *)pn_ptr(drop),
                                  pn_numel(drop), o->dropout));
     }
     if (!s && c.N > 0) {
         score_switch(g.kind, [&](auto tag) {
             typedef decltype(tag) S;
             auto kf = gfwd_kernel<T, S>;
-            s = launch(op, PN_LAUNCH(kf, pn_cu_blocks(c.N * c.H, GT), GT, 0, pn_cu_stream(), c,
+            s = pn_cu_check(op, PN_LAUNCH(kf, pn_cu_blocks(c.N * c.H, GT), GT, 0, pn_cu_stream(), c,
                                      drop ? (const T *)pn_ptr(drop) : (const T *)NULL,
                                      out ? (T *)pn_ptr(out) : (T *)NULL, (T *)pn_ptr(stat),
                                      w ? (T *)pn_ptr(w) : (T *)NULL));
@@ -743,7 +718,7 @@ pn_status gbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
     const int64_t N = c.N, H = c.H, E = c.E, NH = N * H, EH = E * H;
     const int dt = q->dt;
     pn_tensor *gc = NULL;
-    if (!s && !(gc = keep(&g, pn_contig((pn_tensor *)gout)))) s = PN_ERR_OOM;
+    if (!s && !(gc = pn_cu_keep(&g, pn_contig((pn_tensor *)gout)))) s = PN_ERR_OOM;
     if (s || N == 0) {
         gstate_free(&g);
         return s;
@@ -763,7 +738,7 @@ pn_status gbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
     bool oom = false;
 #define SCRATCH(ptr, n, dtype, zero)                                                                     \
     do {                                                                                                 \
-        if (!(t = dev_buf(&g, (n), (dtype), (zero))))                                                   \
+        if (!(t = pn_cu_scratch_new(&g, (n), (dtype), (zero))))                                                   \
             oom = true;                                                                                  \
         else                                                                                             \
             ptr = (typename std::remove_reference<decltype(ptr)>::type)pn_ptr(t);                                                            \
@@ -794,29 +769,29 @@ pn_status gbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
     }
     const unsigned nb = pn_cu_blocks(NH, GT);
     /* the transposed CSR: edge ids grouped by source, increasing within a group */
-    s = launch(op, PN_LAUNCH(dst_kernel, pn_cu_blocks(N), PN_CU_THREADS, 0, pn_cu_stream(), c.off, c.src, N, dst,
+    s = pn_cu_check(op, PN_LAUNCH(dst_kernel, pn_cu_blocks(N), PN_CU_THREADS, 0, pn_cu_stream(), c.off, c.src, N, dst,
                              roff));
-    if (!s) s = launch(op, PN_LAUNCH(scan_kernel, 1, 1, 0, pn_cu_stream(), roff, fill, N));
+    if (!s) s = pn_cu_check(op, PN_LAUNCH(scan_kernel, 1, 1, 0, pn_cu_stream(), roff, fill, N));
     if (!s && E > 0)
-        s = launch(op, PN_LAUNCH(rfill_kernel, pn_cu_blocks(E), PN_CU_THREADS, 0, pn_cu_stream(), c.src, E, fill, rev));
-    if (!s) s = launch(op, PN_LAUNCH(rsort_kernel, pn_cu_blocks(N), PN_CU_THREADS, 0, pn_cu_stream(), roff, N, rev));
+        s = pn_cu_check(op, PN_LAUNCH(rfill_kernel, pn_cu_blocks(E), PN_CU_THREADS, 0, pn_cu_stream(), c.src, E, fill, rev));
+    if (!s) s = pn_cu_check(op, PN_LAUNCH(rsort_kernel, pn_cu_blocks(N), PN_CU_THREADS, 0, pn_cu_stream(), roff, N, rev));
     /* pass 1 per destination, pass 2 per source */
     if (!s) {
         score_switch(g.kind, [&](auto tag) {
             typedef decltype(tag) S;
             auto k1 = gbw1_kernel<T, S>;
-            s = launch(op, PN_LAUNCH(k1, nb, GT, 0, pn_cu_stream(), c, a));
+            s = pn_cu_check(op, PN_LAUNCH(k1, nb, GT, 0, pn_cu_stream(), c, a));
         });
     }
     auto k2 = gbw2_kernel<T>;
     if (!s)
-        s = launch(op, PN_LAUNCH(k2, nb, GT, 0, pn_cu_stream(), c, a, (const int64_t *)roff, (const int64_t *)rev,
+        s = pn_cu_check(op, PN_LAUNCH(k2, nb, GT, 0, pn_cu_stream(), c, a, (const int64_t *)roff, (const int64_t *)rev,
                                  (const int64_t *)dst, (T *)pn_ptr(dk_t), dv_t ? (T *)pn_ptr(dv_t) : (T *)NULL, dkt[0],
                                  dkt[1], dg));
     /* the terms' backward, the PROJ vectors' gradients, the Lorentz factors', the parameters' */
     auto kt = terms_bw_kernel<T>;
     if (!s)
-        s = launch(op, PN_LAUNCH(kt, nb, GT, 0, pn_cu_stream(), c, (const double *)a.dqt[0],
+        s = pn_cu_check(op, PN_LAUNCH(kt, nb, GT, 0, pn_cu_stream(), c, (const double *)a.dqt[0],
                                  (const double *)a.dqt[1], (const double *)dkt[0], (const double *)dkt[1],
                                  (T *)pn_ptr(dq_t), (T *)pn_ptr(dk_t)));
     pn_tensor *da_t[2] = {da_l_t, da_r_t};
@@ -827,25 +802,25 @@ pn_status gbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
         int m = kinds[0] == PN_TERM_PROJ ? 0 : kinds[1] == PN_TERM_PROJ ? 1 : -1;
         if (m < 0 || !dts[m]) continue;
         auto kp = proj_grad_kernel<T>;
-        s = launch(op, PN_LAUNCH(kp, pn_cu_blocks(H * c.D), PN_CU_THREADS, 0, pn_cu_stream(), c,
+        s = pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(H * c.D), PN_CU_THREADS, 0, pn_cu_stream(), c,
                                  (const double *)dts[m], side ? c.k : c.q, (char *)pn_ptr(da_t[side]),
                                  da_t[side]->dt));
     }
     if (!s && dg && dv_t) {
         auto kl = lorentz_bw_kernel<T>;
-        s = launch(op, PN_LAUNCH(kl, nb, GT, 0, pn_cu_stream(), c, (const double *)dg, (T *)pn_ptr(dv_t)));
+        s = pn_cu_check(op, PN_LAUNCH(kl, nb, GT, 0, pn_cu_stream(), c, (const double *)dg, (T *)pn_ptr(dv_t)));
     }
     bool any_param = false;
     for (int p = 0; p < PN_NPARAM; p++) any_param |= dparam_t[p] != NULL;
     if (!s && any_param) {
         auto kr = param_reduce_kernel<T>;
-        s = launch(op, PN_LAUNCH(kr, pn_cu_blocks((int64_t)PN_NPARAM * H), PN_CU_THREADS, 0, pn_cu_stream(), c,
+        s = pn_cu_check(op, PN_LAUNCH(kr, pn_cu_blocks((int64_t)PN_NPARAM * H), PN_CU_THREADS, 0, pn_cu_stream(), c,
                                  (const double *)dg, (const double *)a.dparam, gpar));
         for (int p = 0; p < PN_NPARAM && !s; p++) {
             pn_tensor *pt = dparam_t[p];
             if (!pt) continue;
             const int per_head = pt->nd == 1 && pt->sizes[0] == H && H > 1;
-            s = launch(op, PN_LAUNCH(param_into_kernel, 1, 1, 0, pn_cu_stream(), (char *)pn_ptr(pt), pt->dt, per_head,
+            s = pn_cu_check(op, PN_LAUNCH(param_into_kernel, 1, 1, 0, pn_cu_stream(), (char *)pn_ptr(pt), pt->dt, per_head,
                                      per_head ? pt->strides[0] : (int64_t)0, (const double *)gpar + p * H, H));
         }
     }

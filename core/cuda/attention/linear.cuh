@@ -9,26 +9,16 @@
 
 namespace {
 
-/* up to 8 scratch tensors of one call, released by lin_free (also on errors) */
-struct lin_scratch {
-    pn_tensor *t[8];
-    int n;
-};
+/* the scratch tensors of one call (cuda.cuh), released by lin_free (also on errors) */
+typedef pn_cu_scratch lin_scratch;
 
 /* n elements (at least 1) of dtype dt on the device, or NULL (error set) */
 inline void *lin_alloc(lin_scratch &s, int64_t n, int dt) {
-    if (s.n >= 8) return NULL;
-    int64_t sz = n > 0 ? n : 1;
-    pn_tensor *t = pn_empty(1, &sz, dt, PN_CUDA);
-    if (!t) return NULL;
-    s.t[s.n++] = t;
-    return pn_ptr(t);
+    pn_tensor *t = pn_cu_scratch_new(&s, n, dt, false);
+    return t ? pn_ptr(t) : NULL;
 }
 
-inline void lin_free(lin_scratch &s) {
-    for (int i = 0; i < s.n; i++) pn_release(s.t[i]);
-    s.n = 0;
-}
+inline void lin_free(lin_scratch &s) { pn_cu_scratch_free(&s); }
 
 /* the φᵖ table's arrays on the device */
 struct lin_tab {
