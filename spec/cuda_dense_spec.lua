@@ -19,35 +19,16 @@ local SCHEDULES = cu.SCHEDULES
 local TOL = cu.TOL
 local each, rnd, close = cu.each, cu.rnd, cu.close
 
--- an error message without the Lua position that pcall adds
-local function msg(e) return (tostring(e):gsub('^[^:]*:%d+: ', '')) end
+local msg = cu.msg -- an error message without the Lua position that pcall adds
 
 local VARIANTS = pn.attention_variants({ all = true })
-local FORMS = {}
-for _, name in ipairs(VARIANTS) do
-  if not VARIANTS[name].graph_only then
-    if name == 'hyperbolic' then
-      for _, m in ipairs({ 'hyperboloid', 'halfspace', 'poincare' }) do FORMS[#FORMS + 1] = { name, m } end
-    else
-      FORMS[#FORMS + 1] = { name }
-    end
-  end
-end
+local FORMS = cu.forms(VARIANTS, function(name) return not VARIANTS[name].graph_only end)
 
--- the parameters a form reads (as per-head tensors), as op_cases.lua finds them: each registry
--- parameter the op accepts for that form, drawn near its default
-local function params_of(name, model, D)
-  local out = {}
+-- the parameters a form reads (as per-head tensors, cu.params_of), probed on pn.attention
+local function params_of(name, model, D, aggregate)
   local probe = pn.full({ 1, 1, 2, D }, 0.2 / math.sqrt(D), { dtype = 'f64' })
-  for _, p in ipairs(VARIANTS[name].params) do
-    local v = p.default or 1 / math.sqrt(D)
-    local ok, e = pcall(pn.attention, probe, probe, probe,
-      { score = name, model = model, [p.name] = pn.tensor({ v }, { dtype = 'f64' }) })
-    if ok or not tostring(e):find('has no parameter ' .. p.name, 1, true) then
-      out[#out + 1] = { name = p.name, lo = v * 1.05 + 0.02, hi = v * 1.2 + 0.05 }
-    end
-  end
-  return out
+  return cu.params_of(VARIANTS, name, model, D, function(o) return pcall(pn.attention, probe, probe, probe, o) end,
+    aggregate)
 end
 
 -- a u8 mask of shape with about `keep` of the entries nonzero (edit: change the flat list)
@@ -128,13 +109,7 @@ end
 local function cfg_of(form, over)
   local c = { score = form[1], model = form[2], B = 2, H = 2, Nq = 5, Nk = 7, D = 4, Dv = 3, seed = 11, nd = 4 }
   for k, v in pairs(over or {}) do c[k] = v end
-  local ps = params_of(c.score, c.model, c.D)
-  if c.aggregate == 'einstein' then
-    local has = false
-    for _, p in ipairs(ps) do has = has or p.name == 'curvature' end
-    if not has then ps[#ps + 1] = { name = 'curvature', lo = 0.8, hi = 1.2 } end
-  end
-  c.params = ps
+  c.params = params_of(c.score, c.model, c.D, c.aggregate)
   return c
 end
 
@@ -147,22 +122,18 @@ end
 
 describe('cuda dense attention', function()
   it_cuda('every score × normalize × causal × mask × bias × einstein: values and gradients (q, k, v, bias, parameters)', function()
-    each(function(dt, s)
-      for _, form in ipairs(FORMS) do
-        for _, norm in ipairs({ 'softmax', 'sigmoid', 'sigmoid_normalized' }) do
-          for _, causal in ipairs({ false, true }) do
-            for _, masked in ipairs({ false, true }) do
-              for _, biased in ipairs({ false, true }) do
-                for _, agg in ipairs({ false, 'einstein' }) do
-                  -- a key-padding mask (B, 1, 1, Nk) with one fully masked batch row; a bias
-                  -- shared over the batch (H, Nq, Nk): its gradient sums over b
-                  local c = cfg_of(form, { normalize = norm, causal = causal, aggregate = agg or nil,
-                    mask = masked and { 2, 1, 1, 7 } or false,
-                    mask_edit = function(v) for j = 1, 7 do v[j] = 0 end end,
-                    bias = biased and { 2, 5, 7 } or false })
-                  run_case(label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
-                end
-              end
+    cu.each_form(FORMS, { 'softmax', 'sigmoid', 'sigmoid_normalized' }, function(dt, s, form, norm)
+      for _, causal in ipairs({ false, true }) do
+        for _, masked in ipairs({ false, true }) do
+          for _, biased in ipairs({ false, true }) do
+            for _, agg in ipairs({ false, 'einstein' }) do
+              -- a key-padding mask (B, 1, 1, Nk) with one fully masked batch row; a bias
+              -- shared over the batch (H, Nq, Nk): its gradient sums over b
+              local c = cfg_of(form, { normalize = norm, causal = causal, aggregate = agg or nil,
+                mask = masked and { 2, 1, 1, 7 } or false,
+                mask_edit = function(v) for j = 1, 7 do v[j] = 0 end end,
+                bias = biased and { 2, 5, 7 } or false })
+              run_case(label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
             end
           end
         end

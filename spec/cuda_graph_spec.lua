@@ -17,39 +17,9 @@ local SCHEDULES, TOL = cu.SCHEDULES, cu.TOL
 local ATOL = { f32 = 2e-5, f64 = 1e-11 }
 local each, numel, rnd, close = cu.each, cu.numel, cu.rnd, cu.close
 
--- an error message without the Lua position that pcall adds
-local function msg(e) return (tostring(e):gsub('^[^:]*:%d+: ', '')) end
-
--- op(inputs…) on the CPU and on cuda from the same values; the output and the gradient of every
--- input in grads (indices) under one random cotangent
-local function compare(what, dt, tol, op, inputs, grads)
-  local function run(dev)
-    local args, leaves = {}, {}
-    for i, x in ipairs(inputs) do
-      local t = x
-      if pn.is_tensor(x) then
-        t = dev == 'cuda' and x:to('cuda') or x:clone()
-        if grads and grads[i] then t:requires_grad_() end
-      end
-      args[i], leaves[i] = t, t
-    end
-    local out = op(dev, unpack(args, 1, #inputs))
-    local g = {}
-    if grads and out.requires_grad then
-      local w = rnd(out:shape(), out:dtype(), 77)
-      out:backward(dev == 'cuda' and w:to('cuda') or w)
-      for i in pairs(grads) do g[i] = leaves[i].grad end
-    end
-    return out, g
-  end
-  local ref, rg = run('cpu')
-  local got, gg = run('cuda')
-  close(got, ref, tol, what .. ' output')
-  for i in pairs(grads or {}) do
-    assert.is_true(rg[i] ~= nil and gg[i] ~= nil, what .. ': gradient of input ' .. i .. ' missing')
-    close(gg[i], rg[i], tol, what .. ' gradient of input ' .. i)
-  end
-end
+-- op(inputs…) on the CPU and on cuda from the same values (cu.compare; dt names the case)
+local function compare(what, dt, tol, op, inputs, grads) return cu.compare(what, tol, op, inputs, grads) end
+local msg = cu.msg
 
 -- ---- matmul ----------------------------------------------------------------------------------------
 describe('cuda matmul (cuBLAS)', function()
@@ -223,31 +193,16 @@ end)
 -- ---- graph attention ---------------------------------------------------------------------------------
 describe('cuda graph attention', function()
   local VARIANTS = pn.attention_variants({ all = true })
-  local FORMS = {}
-  for _, name in ipairs(VARIANTS) do
-    if name == 'hyperbolic' then
-      for _, m in ipairs({ 'hyperboloid', 'halfspace', 'poincare' }) do FORMS[#FORMS + 1] = { name, m } end
-    else
-      FORMS[#FORMS + 1] = { name }
-    end
-  end
-  -- the parameters a form reads (as tensors per head), as op_cases.lua finds them: each
-  -- registry parameter the op accepts for that form
-  local function params_of(name, model, D)
-    local d = VARIANTS[name]
-    local out = {}
+  local FORMS = cu.forms(VARIANTS)
+  -- the parameters a form reads (as tensors per head, cu.params_of), probed on graph_attention
+  local function params_of(name, model, D, aggregate)
     local probe = pn.full({ 3, 1, D }, 0.2, { dtype = 'f64' })
     local g = pn.graph({ { 0, 1 } }, 3)
-    for _, p in ipairs(d.params) do
-      local v = p.default or 1 / math.sqrt(D)
-      local o = { score = name, model = model, [p.name] = pn.tensor({ v }, { dtype = 'f64' }) }
-      if d.domain:find('a_l, a_r', 1, true) then o.a_l, o.a_r = pn.zeros({ 1, D }, { dtype = 'f64' }), pn.zeros({ 1, D }, { dtype = 'f64' }) end
-      local ok, e = pcall(pn.graph_attention, probe, probe, probe, g, o)
-      if ok or not tostring(e):find('has no parameter ' .. p.name, 1, true) then
-        out[#out + 1] = { name = p.name, lo = v * 1.05 + 0.02, hi = v * 1.2 + 0.05 }
-      end
-    end
-    return out
+    local gat = VARIANTS[name].domain:find('a_l, a_r', 1, true)
+    return cu.params_of(VARIANTS, name, model, D, function(o)
+      if gat then o.a_l, o.a_r = pn.zeros({ 1, D }, { dtype = 'f64' }), pn.zeros({ 1, D }, { dtype = 'f64' }) end
+      return pcall(pn.graph_attention, probe, probe, probe, g, o)
+    end, aggregate)
   end
 
   -- edges of a graph on N nodes: a ring, some chords, duplicates; node `lonely` gets no in-edge
@@ -306,13 +261,7 @@ describe('cuda graph attention', function()
     local c = { score = name, model = model, N = 13, H = 2, D = 4, Dv = 3, loops = true, lonely = 5, seed = 11,
                 gat = VARIANTS[name].domain:find('a_l, a_r', 1, true) ~= nil }
     for k, v in pairs(over or {}) do c[k] = v end
-    local ps = params_of(name, model, c.D)
-    if c.aggregate == 'einstein' then
-      local has = false
-      for _, p in ipairs(ps) do has = has or p.name == 'curvature' end
-      if not has then ps[#ps + 1] = { name = 'curvature', lo = 0.8, hi = 1.2 } end
-    end
-    c.params = ps
+    c.params = params_of(name, model, c.D, c.aggregate)
     return c
   end
 
@@ -322,15 +271,11 @@ describe('cuda graph attention', function()
   end
 
   it_cuda('every score × normalize × self loops × einstein: values and gradients (q, k, v, parameters, a_l, a_r)', function()
-    each(function(dt, s)
-      for _, form in ipairs(FORMS) do
-        for _, norm in ipairs({ 'softmax', 'sigmoid', 'sigmoid_normalized' }) do
-          for _, loops in ipairs({ true, false }) do
-            for _, agg in ipairs({ false, 'einstein' }) do
-              local c = cfg_of(form, { normalize = norm, loops = loops, aggregate = agg or nil })
-              run_case(label(c) .. ' ' .. dt .. ' ' .. s, dt, ATOL[dt], c)
-            end
-          end
+    cu.each_form(FORMS, { 'softmax', 'sigmoid', 'sigmoid_normalized' }, function(dt, s, form, norm)
+      for _, loops in ipairs({ true, false }) do
+        for _, agg in ipairs({ false, 'einstein' }) do
+          local c = cfg_of(form, { normalize = norm, loops = loops, aggregate = agg or nil })
+          run_case(label(c) .. ' ' .. dt .. ' ' .. s, dt, ATOL[dt], c)
         end
       end
     end, { SCHEDULES[1] })
@@ -349,15 +294,11 @@ describe('cuda graph attention', function()
   end)
 
   it_cuda('the per-edge weights and dropout (the same Philox mask on both devices)', function()
-    each(function(dt, s)
-      for _, form in ipairs(FORMS) do
-        for _, norm in ipairs({ 'softmax', 'sigmoid_normalized' }) do
-          local c = cfg_of(form, { normalize = norm, weights = true })
-          run_case('weights ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, ATOL[dt], c)
-          c = cfg_of(form, { normalize = norm, dropout = 0.3 })
-          run_case('dropout ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, ATOL[dt], c)
-        end
-      end
+    cu.each_form(FORMS, { 'softmax', 'sigmoid_normalized' }, function(dt, s, form, norm)
+      local c = cfg_of(form, { normalize = norm, weights = true })
+      run_case('weights ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, ATOL[dt], c)
+      c = cfg_of(form, { normalize = norm, dropout = 0.3 })
+      run_case('dropout ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, ATOL[dt], c)
     end)
   end)
 

@@ -16,38 +16,7 @@ local cuda = pn.cuda.available()
 local it_cuda = cuda and it or pending
 local TOL = { f32 = 1e-5, f64 = 1e-12 }
 local TOL_COS = { f32 = 1e-5, f64 = 1e-11 }
-local each, rnd, close = cu.each, cu.rnd, cu.close
-
--- op(dev, inputs…) on the CPU and on cuda from the same values; the output and the gradient of
--- every input in grads (indices) under one random cotangent
-local function compare(what, tol, op, inputs, grads)
-  local function run(dev)
-    local args, leaves = {}, {}
-    for i, x in ipairs(inputs) do
-      local t = x
-      if pn.is_tensor(x) then
-        t = dev == 'cuda' and x:to('cuda') or x:clone()
-        if grads and grads[i] then t:requires_grad_() end
-      end
-      args[i], leaves[i] = t, t
-    end
-    local out = op(dev, unpack(args, 1, #inputs))
-    local g = {}
-    if grads and out.requires_grad then
-      local w = rnd(out:shape(), out:dtype(), 77)
-      out:backward(dev == 'cuda' and w:to('cuda') or w)
-      for i in pairs(grads) do g[i] = leaves[i].grad end
-    end
-    return out, g
-  end
-  local ref, rg = run('cpu')
-  local got, gg = run('cuda')
-  close(got, ref, tol, what .. ' output')
-  for i in pairs(grads or {}) do
-    assert.is_true(rg[i] ~= nil and gg[i] ~= nil, what .. ': gradient of input ' .. i .. ' missing')
-    close(gg[i], rg[i], tol, what .. ' gradient of input ' .. i)
-  end
-end
+local each, rnd, close, compare = cu.each, cu.rnd, cu.close, cu.compare
 
 -- a (B, N) u8 key mask from a list of rows
 local function mask_of(rows)

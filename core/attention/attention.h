@@ -233,6 +233,30 @@ typedef struct {
     pn_tensor *own[5];            /* references held for q, k, v, a_l, a_r */
 } pn_attn_call;
 
+/* the dims of a dense call (dense.c and its CUDA twin): q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv)
+ * or NULL (the weights: Dv = 0) with the batch dims (B, H, ·, ·), (B, ·, ·) or (·, ·) already
+ * checked; off = Nk − Nq (causal: query i sees keys j <= i + off) */
+typedef struct {
+    int64_t B, H, BH, Nq, Nk, D, Dv, off;
+    int causal;
+} pn_attn_dims;
+
+static inline pn_attn_dims pn_attn_dense_dims(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
+                                              const pn_attn_opts *o) {
+    const int nd = q->nd;
+    pn_attn_dims d;
+    d.B = nd == 4 ? q->sizes[0] : (nd == 3 ? q->sizes[0] : 1);
+    d.H = nd == 4 ? q->sizes[1] : 1;
+    d.BH = d.B * d.H;
+    d.Nq = q->sizes[nd - 2];
+    d.Nk = k->sizes[nd - 2];
+    d.D = q->sizes[nd - 1];
+    d.Dv = v ? v->sizes[nd - 1] : 0;
+    d.off = d.Nk - d.Nq;
+    d.causal = o->causal != 0;
+    return d;
+}
+
 /* the index of row r (of N) of head bh in the per-row arrays; times D, its offset in q / k / v */
 static inline int64_t pn_attn_row(const pn_attn_call *c, int64_t bh, int64_t r, int64_t N) {
     return c->nm ? r * c->BH + bh : bh * N + r;

@@ -307,15 +307,9 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, const pn_tenso
                         pn_shape_str(v));
     c->dt = q->dt;
     c->nd = nd;
-    c->B = nd == 4 ? q->sizes[0] : (nd == 3 ? q->sizes[0] : 1);
-    c->H = nd == 4 ? q->sizes[1] : 1;
-    c->BH = c->B * c->H;
-    c->Nq = q->sizes[nd - 2];
-    c->Nk = k->sizes[nd - 2];
-    c->D = q->sizes[nd - 1];
-    c->Dv = v ? v->sizes[nd - 1] : 0;
-    c->off = c->Nk - c->Nq;
-    c->causal = o->causal != 0;
+    const pn_attn_dims dm = pn_attn_dense_dims(q, k, v, o);
+    c->B = dm.B, c->H = dm.H, c->BH = dm.BH, c->Nq = dm.Nq, c->Nk = dm.Nk;
+    c->D = dm.D, c->Dv = dm.Dv, c->off = dm.off, c->causal = dm.causal;
     if (c->D < 1) return pn_error(PN_ERR_SHAPE, "%s: q %s has no features", op, pn_shape_str(q));
     PN_TRY(pn_attn_setup_init(op, o, q->dt, c->H, c->D, 0, &c->st));
     c->opts = o;

@@ -36,9 +36,10 @@ namespace {
 enum { DT = 128 }; /* threads per block: (bh, row) items */
 
 /* ---- the call: everything the kernels read, by value -------------------------------------------- */
-template <typename T> struct dcall {
-    int64_t B, H, BH, Nq, Nk, D, Dv, Dg, off; /* off = Nk − Nq: query i sees keys j <= i + off (causal) */
-    int causal, gemm, diff, norm, normalized;
+template <typename T> struct dcall : pn_attn_dims { /* B, H, BH, Nq, Nk, D, Dv, off (= Nk − Nq: query i sees keys
+                                                   * j <= i + off when causal), causal */
+    int64_t Dg;
+    int gemm, diff, norm, normalized;
     int qk[2], kk[2];              /* term kinds (PN_TERM_*) of the row / column slots */
     const T *q, *k, *v;            /* (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv) contiguous; v NULL: weights */
     T *qt[2], *kt[2];              /* (BH, Nq), (BH, Nk) or NULL */
@@ -52,22 +53,6 @@ template <typename T> struct dcall {
     const pn_score_params *hp;     /* (H) */
 };
 
-/* G of q row qr against k row kr (over Dg coordinates): q·k, or −½‖q − k‖² for a distance score */
-template <typename T> __device__ T gdot(const dcall<T> &c, const T *qr, const T *kr) {
-    if (!c.gemm) return 0;
-    T acc = 0;
-    if (c.diff) {
-        for (int64_t d = 0; d < c.Dg; d++) {
-            const T t = qr[d] - kr[d];
-            acc += t * t;
-        }
-        acc *= (T)-0.5;
-    } else {
-        for (int64_t d = 0; d < c.Dg; d++) acc += qr[d] * kr[d];
-    }
-    return acc;
-}
-
 /* the keys query row i may see: [0, key_end) (causal: j <= i + off) */
 template <typename T> __device__ int64_t key_end(const dcall<T> &c, int64_t i) {
     if (!c.causal) return c.Nk;
@@ -75,24 +60,14 @@ template <typename T> __device__ int64_t key_end(const dcall<T> &c, int64_t i) {
     return e < 0 ? 0 : e < c.Nk ? e : c.Nk;
 }
 
-/* One query row (bh, i) as the kernels see it: its head constants, row values and terms. */
-template <typename T, typename S> struct drow {
-    decltype(S::head((const pn_score_params *)0, T(0))) hd;
-    typename prec<T>::x4 rx;
-    T q0, q1;
-    int qb;
-    const T *qr;
-    int64_t bh, b, h, i, x; /* x = bh·Nq + i */
+/* One query row (bh, i) as the kernels see it (scores.cuh's qrow, x = bh·Nq + i) and its indices. */
+template <typename T, typename S> struct drow : qrow<T, S> {
+    int64_t bh, b, h, i;
 };
 
 template <typename T, typename S> __device__ void row_init(const dcall<T> &c, int64_t bh, int64_t i, drow<T, S> &r) {
-    r.bh = bh, r.b = bh / c.H, r.h = bh - r.b * c.H, r.i = i, r.x = bh * c.Nq + i;
-    r.hd = S::head(&c.hp[r.h], T(0));
-    r.q0 = (S::terms & T_Q0) ? c.qt[0][r.x] : 0;
-    r.q1 = (S::terms & T_Q1) ? c.qt[1][r.x] : 0;
-    r.rx = S::row(&r.hd, r.q0, r.q1);
-    r.qb = c.qbad[r.x];
-    r.qr = c.q + r.x * c.D;
+    r.bh = bh, r.b = bh / c.H, r.h = bh - r.b * c.H, r.i = i;
+    qrow_init(c, r.h, bh * c.Nq + i, r);
 }
 
 /* The score of the row against key j with dense_impl.h's row_mods (bias, ALiBi, mask, causal, NaN
@@ -100,11 +75,7 @@ template <typename T, typename S> __device__ void row_init(const dcall<T> &c, in
 template <typename T, typename S>
 __device__ T score(const dcall<T> &c, const drow<T, S> &r, int64_t j, T *G, T *k0, T *k1, typename prec<T>::x4 *kx) {
     const int64_t y = r.bh * c.Nk + j;
-    *G = gdot(c, r.qr, c.k + y * c.D);
-    *k0 = (S::terms & T_K0) ? c.kt[0][y] : 0;
-    *k1 = (S::terms & T_K1) ? c.kt[1][y] : 0;
-    *kx = S::key(&r.hd, *k0, *k1);
-    T s = S::pair(&r.hd, r.rx, *kx, *G, r.q0, r.q1, *k0, *k1);
+    T s = pair_score(c, r, y, G, k0, k1, kx);
     if (c.bias) s += c.bias[r.b * c.bs[0] + r.h * c.bs[1] + r.i * c.bs[2] + j * c.bs[3]];
     if (c.alibi) s -= (T)c.alibi[r.h] * (T)(r.i + c.off - j);
     if (c.mask && !c.mask[r.b * c.ms[0] + r.h * c.ms[1] + r.i * c.ms[2] + j * c.ms[3]]) s = (T)-INFINITY;
@@ -112,8 +83,6 @@ __device__ T score(const dcall<T> &c, const drow<T, S> &r, int64_t j, T *G, T *k
     if ((r.qb || c.kbad[y]) && s != (T)-INFINITY) s = (T)NAN; /* NaN in, NaN out */
     return s;
 }
-
-template <typename T> __device__ T sigm(T s) { return 1 / (1 + pn_exp(-s)); }
 
 /* ---- forward ------------------------------------------------------------------------------------- */
 /* out (BH, Nq, Dv): the row accumulates in place (rescaled as the running max grows); stat (BH, Nq) */
@@ -269,12 +238,6 @@ __device__ void pair_ds(const dcall<T> &c, const dbw<T> &a, const drow<T, S> &r,
     } else {
         o.ds = dp * sg * (1 - sg);
     }
-}
-
-/* the learn bits of the score's VJP parameters on head h */
-template <typename S> __device__ int wants(const pn_score_params *hp) {
-    return (hp->learn & ((S::pid(0) >= 0 ? PN_PBIT(S::pid(0)) : 0u) | (S::pid(1) >= 0 ? PN_PBIT(S::pid(1)) : 0u) |
-                         (S::pid(2) >= 0 ? PN_PBIT(S::pid(2)) : 0u))) != 0;
 }
 
 /* x (D) += the terms' chain rule: NORM2 2t·x_g, LAST t·e_d (dense scores have no PROJ terms) */
@@ -437,12 +400,6 @@ __global__ void param_reduce_kernel(dcall<T> c, const double *kcurv, const doubl
  * order of the CPU's scans */
 enum { SL_QNF, SL_KNF, SL_QT0, SL_QT1, SL_KT0, SL_KT1, SL_LOR, SL_N };
 
-template <typename T> __device__ int nonfinite(const T *r, int64_t n) {
-    T z = 0;
-    for (int64_t d = 0; d < n; d++) z += r[d] * (T)0;
-    return z != 0 || z != z;
-}
-
 /* the rows of one side (0: q, 1: k with v): terms, NaN flags, manifold flags, Lorentz factors */
 template <typename T> __global__ void prep_kernel(dcall<T> c, int side, unsigned req, unsigned long long *slot) {
     const int64_t N = side ? c.Nk : c.Nq;
@@ -460,23 +417,13 @@ template <typename T> __global__ void prep_kernel(dcall<T> c, int side, unsigned
             else if (kinds[m] == PN_TERM_LAST)
                 v = xr[c.D - 1];
             t[m][x] = v;
-            unsigned rq = 0;
-            if (kinds[m] == PN_TERM_LAST && (req & PN_REQ_LAST_POS)) rq = PN_REQ_LAST_POS;
-            if (kinds[m] == PN_TERM_NORM2 && (req & PN_REQ_BALL)) rq = PN_REQ_BALL;
-            const double dv = v;
-            const bool bad = rq == PN_REQ_LAST_POS ? !(dv > 0 && dv < INFINITY) : rq ? !(kap * dv < 1) : false;
-            if (bad) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)x);
+            if (term_bad(kinds[m], req, kap, v)) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)x);
         }
         const int nf = nonfinite(xr, c.D);
         (side ? c.kbad : c.qbad)[x] = (uint8_t)nf;
         if (nf) atomicMin(&slot[SL_QNF + side], (unsigned long long)x);
-        if (side && c.g) { /* γ(v) = 1/√(1 − κ‖v‖²) */
-            const T *vr = c.v + x * c.Dv;
-            double n2 = 0;
-            for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
-            if (!(kap * n2 < 1)) atomicMin(&slot[SL_LOR], (unsigned long long)x);
-            else c.g[x] = (T)(1.0 / sqrt(1.0 - kap * n2));
-        }
+        if (side && c.g && !lorentz(c.v + x * c.Dv, c.Dv, kap, &c.g[x]))
+            atomicMin(&slot[SL_LOR], (unsigned long long)x);
     }
 }
 
@@ -525,15 +472,7 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     g->op = op;
     const int nd = q->nd;
     g->nd = nd;
-    c->B = nd == 4 ? q->sizes[0] : (nd == 3 ? q->sizes[0] : 1);
-    c->H = nd == 4 ? q->sizes[1] : 1;
-    c->BH = c->B * c->H;
-    c->Nq = q->sizes[nd - 2];
-    c->Nk = k->sizes[nd - 2];
-    c->D = q->sizes[nd - 1];
-    c->Dv = v ? v->sizes[nd - 1] : 0;
-    c->off = c->Nk - c->Nq;
-    c->causal = o->causal != 0;
+    static_cast<pn_attn_dims &>(*c) = pn_attn_dense_dims(q, k, v, o);
     const int64_t H = c->H, BH = c->BH, Nq = c->Nq, Nk = c->Nk, D = c->D;
     PN_TRY(pn_attn_setup_init(op, o, q->dt, H, D, 0, &g->st));
     if (!v) g->st.einstein = 0; /* the weights α do not involve the aggregation */
@@ -570,28 +509,12 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     pn_tensor *hp = pn_cu_scratch_new(g, (int64_t)(H * sizeof(pn_score_params)), PN_U8, false);
     if (!hp) return PN_ERR_OOM;
     PN_TRY(pn_cuda_upload(pn_ptr(hp), g->st.hp, (size_t)H * sizeof(pn_score_params)));
-    c->gemm = pl->gemm != PN_GEMM_NONE, c->diff = pl->diff;
-    c->norm = g->st.normalize, c->normalized = g->st.normalized;
-    for (int m = 0; m < 2; m++) c->qk[m] = pl->qterm[m], c->kk[m] = pl->kterm[m];
     c->q = (const T *)pn_ptr(qc), c->k = (const T *)pn_ptr(kc), c->v = vc ? (const T *)pn_ptr(vc) : NULL;
     c->hp = (const pn_score_params *)pn_ptr(hp);
     const int dt = q->dt;
-    for (int m = 0; m < 2; m++) {
-        pn_tensor *t;
-        if (pl->qterm[m] != PN_TERM_NONE) {
-            if (!(t = pn_cu_scratch_new(g, BH * Nq, dt, false))) return PN_ERR_OOM;
-            c->qt[m] = (T *)pn_ptr(t);
-        }
-        if (pl->kterm[m] != PN_TERM_NONE) {
-            if (!(t = pn_cu_scratch_new(g, BH * Nk, dt, false))) return PN_ERR_OOM;
-            c->kt[m] = (T *)pn_ptr(t);
-        }
-    }
-    pn_tensor *qb = pn_cu_scratch_new(g, BH * Nq, PN_U8, false), *kb = pn_cu_scratch_new(g, BH * Nk, PN_U8, false), *gt = NULL;
+    PN_TRY(call_rows(g, &g->st, dt, BH * Nq, BH * Nk, c));
     pn_tensor *slots = pn_cu_scratch_new(g, SL_N, PN_I64, false);
-    if (!qb || !kb || !slots || (g->st.einstein && !(gt = pn_cu_scratch_new(g, BH * Nk, dt, false)))) return PN_ERR_OOM;
-    c->qbad = (uint8_t *)pn_ptr(qb), c->kbad = (uint8_t *)pn_ptr(kb);
-    c->g = gt ? (T *)pn_ptr(gt) : NULL;
+    if (!slots) return PN_ERR_OOM;
 
     /* terms, flags, Lorentz factors; then the checks in pn_attn_prepare's order */
     unsigned long long *sl = (unsigned long long *)pn_ptr(slots);
@@ -630,13 +553,8 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     }
     if (bad[SL_LOR] != -1) {
         const int64_t x = bad[SL_LOR], Dv = c->Dv;
-        T *row = (T *)malloc(sizeof(T) * (size_t)(Dv > 0 ? Dv : 1));
-        if (!row) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
-        pn_status s = Dv > 0 ? pn_cuda_download(row, c->v + x * Dv, sizeof(T) * (size_t)Dv) : PN_OK;
         double n2 = 0;
-        for (int64_t d = 0; d < Dv; d++) n2 += (double)row[d] * row[d];
-        free(row);
-        if (s) return s;
+        PN_TRY(row_norm2(op, c->v + x * Dv, Dv, &n2));
         return pn_error(PN_ERR_ARG, "%s: v %s has a point outside the Klein ball of the einstein aggregation: "
                         "curvature·‖v‖² = %g must be < 1, at %s", op, vs,
                         g->st.hp[(x / Nk) % H].v[PN_P_curvature] * n2, row_str(nd, H, x, Nk));

@@ -44,57 +44,16 @@ template <typename T> struct gcall {
     const pn_score_params *hp; /* (H) */
 };
 
-/* G of q row qr against k row kr (over Dg coordinates): q·k, or −½‖q − k‖² for a distance score */
-template <typename T> __device__ T gdot(const gcall<T> &c, const T *qr, const T *kr) {
-    if (!c.gemm) return 0;
-    T acc = 0;
-    if (c.diff) {
-        for (int64_t d = 0; d < c.Dg; d++) {
-            const T t = qr[d] - kr[d];
-            acc += t * t;
-        }
-        acc *= (T)-0.5;
-    } else {
-        for (int64_t d = 0; d < c.Dg; d++) acc += qr[d] * kr[d];
-    }
-    return acc;
-}
-
-/* The per-(node, head) view of one destination: its head constants, row values and terms. */
-template <typename T, typename S> struct grow {
-    decltype(S::head((const pn_score_params *)0, T(0))) hd;
-    typename prec<T>::x4 rx;
-    T q0, q1;
-    int qb;
-    const T *qr;
-    int64_t x; /* i·H + h */
-};
-
-template <typename T, typename S> __device__ void row_init(const gcall<T> &c, int64_t i, int64_t h, grow<T, S> &r) {
-    r.x = i * c.H + h;
-    r.hd = S::head(&c.hp[h], T(0));
-    r.q0 = (S::terms & T_Q0) ? c.qt[0][r.x] : 0;
-    r.q1 = (S::terms & T_Q1) ? c.qt[1][r.x] : 0;
-    r.rx = S::row(&r.hd, r.q0, r.q1);
-    r.qb = c.qbad[r.x];
-    r.qr = c.q + r.x * c.D;
-}
 
 /* the score of the row's query against node j; also the key terms and G (for the VJP) */
 template <typename T, typename S>
-__device__ T score(const gcall<T> &c, const grow<T, S> &r, int64_t j, int64_t h, T *G, T *k0, T *k1,
+__device__ T score(const gcall<T> &c, const qrow<T, S> &r, int64_t j, int64_t h, T *G, T *k0, T *k1,
                    typename prec<T>::x4 *kx) {
     const int64_t y = j * c.H + h;
-    *G = gdot(c, r.qr, c.k + y * c.D);
-    *k0 = (S::terms & T_K0) ? c.kt[0][y] : 0;
-    *k1 = (S::terms & T_K1) ? c.kt[1][y] : 0;
-    *kx = S::key(&r.hd, *k0, *k1);
-    T s = S::pair(&r.hd, r.rx, *kx, *G, r.q0, r.q1, *k0, *k1);
+    T s = pair_score(c, r, y, G, k0, k1, kx);
     if (r.qb || c.kbad[y]) s = (T)NAN; /* NaN in, NaN out */
     return s;
 }
-
-template <typename T> __device__ T sigm(T s) { return 1 / (1 + pn_exp(-s)); }
 
 /* ---- forward ------------------------------------------------------------------------------------- */
 /* out (N, H, Dv) or NULL; stat (H, N); drop (E, H) scaled mask or NULL; wedge (E, H) or NULL */
@@ -102,8 +61,8 @@ template <typename T, typename S>
 __global__ void gfwd_kernel(gcall<T> c, const T *drop, T *out, T *stat, T *wedge) {
     PN_CU_LOOP(x, c.N * c.H) {
         const int64_t i = x / c.H, h = x - i * c.H, e0 = c.off[i], e1 = c.off[i + 1];
-        grow<T, S> r;
-        row_init<T, S>(c, i, h, r);
+        qrow<T, S> r;
+        qrow_init(c, h, x, r);
         T G, k0, k1;
         typename prec<T>::x4 kx;
         /* pass A: the statistic */
@@ -174,12 +133,6 @@ template <typename T> __global__ void drop_kernel(T *drop, int64_t n, double p) 
  * find_bad); 6 the first v row outside the Klein ball (h·N + j order, as lorentz) */
 enum { SL_QNF, SL_KNF, SL_QT0, SL_QT1, SL_KT0, SL_KT1, SL_LOR, SL_N };
 
-template <typename T> __device__ int nonfinite(const T *r, int64_t n) {
-    T z = 0;
-    for (int64_t d = 0; d < n; d++) z += r[d] * (T)0;
-    return z != 0 || z != z;
-}
-
 /* out = term `kind` of row xr (D), a: the head's PROJ vector */
 template <typename T> __device__ T term_of(int kind, const T *xr, int64_t D, int64_t Dg, const T *a) {
     T t = 0;
@@ -206,24 +159,14 @@ __global__ void prep_kernel(gcall<T> c, unsigned req, uint8_t *qbad, uint8_t *kb
                 if (!t[m]) continue;
                 const T v = term_of(kinds[m], xr, c.D, c.Dg, a ? a + h * c.D : (const T *)NULL);
                 t[m][x] = v;
-                unsigned rq = 0;
-                if (kinds[m] == PN_TERM_LAST && (req & PN_REQ_LAST_POS)) rq = PN_REQ_LAST_POS;
-                if (kinds[m] == PN_TERM_NORM2 && (req & PN_REQ_BALL)) rq = PN_REQ_BALL;
-                const double dv = v;
-                const bool bad = rq == PN_REQ_LAST_POS ? !(dv > 0 && dv < INFINITY) : rq ? !(kap * dv < 1) : false;
-                if (bad) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)hx);
+                if (term_bad(kinds[m], req, kap, v)) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)hx);
             }
             const int nf = nonfinite(xr, c.D);
             (side ? kbad : qbad)[x] = (uint8_t)nf;
             if (nf) atomicMin(&slot[SL_QNF + side], (unsigned long long)x);
         }
-        if (c.g) { /* γ(v) = 1/√(1 − κ‖v‖²) */
-            const T *vr = c.v + x * c.Dv;
-            double n2 = 0;
-            for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
-            if (!(kap * n2 < 1)) atomicMin(&slot[SL_LOR], (unsigned long long)hx);
-            else c.g[x] = (T)(1.0 / sqrt(1.0 - kap * n2));
-        }
+        if (c.g && !lorentz(c.v + x * c.Dv, c.Dv, kap, &c.g[x])) /* γ(v) = 1/√(1 − κ‖v‖²) */
+            atomicMin(&slot[SL_LOR], (unsigned long long)hx);
     }
 }
 
@@ -255,13 +198,11 @@ template <typename T> struct gbw {
 template <typename T, typename S> __global__ void gbw1_kernel(gcall<T> c, gbw<T> a) {
     PN_CU_LOOP(x, c.N * c.H) {
         const int64_t i = x / c.H, h = x - i * c.H, e0 = c.off[i], e1 = c.off[i + 1];
-        grow<T, S> r;
-        row_init<T, S>(c, i, h, r);
+        qrow<T, S> r;
+        qrow_init(c, h, x, r);
         T G, k0, k1;
         typename prec<T>::x4 kx;
-        const int want = (c.hp[h].learn & ((S::pid(0) >= 0 ? PN_PBIT(S::pid(0)) : 0u) |
-                                           (S::pid(1) >= 0 ? PN_PBIT(S::pid(1)) : 0u) |
-                                           (S::pid(2) >= 0 ? PN_PBIT(S::pid(2)) : 0u))) != 0;
+        const int want = wants<S>(&c.hp[h]);
         const T st = a.stat[h * c.N + i];
         const T *dO = a.weights ? NULL : a.dout + x * c.Dv, *O = a.weights ? NULL : a.out + x * c.Dv;
         /* the forward's weights from the statistic (and, for sigmoid, σ(s)) */
@@ -601,37 +542,19 @@ pn_status gsetup(const char *op, gstate *g, gcall<T> *c, const pn_tensor *q, con
     PN_TRY(pn_cuda_upload(pn_ptr(hp), g->st.hp, (size_t)H * sizeof(pn_score_params)));
 
     c->N = N, c->H = H, c->D = D, c->Dv = Dv, c->Dg = g->Dg, c->E = E;
-    c->gemm = pl->gemm != PN_GEMM_NONE, c->diff = pl->diff;
-    c->norm = g->st.normalize, c->normalized = g->st.normalized, c->einstein = g->st.einstein;
-    for (int m = 0; m < 2; m++) c->qk[m] = pl->qterm[m], c->kk[m] = pl->kterm[m];
+    c->einstein = g->st.einstein;
     c->q = (const T *)pn_ptr(qc), c->k = (const T *)pn_ptr(kc), c->v = (const T *)pn_ptr(vc);
     c->a_l = al ? (const T *)pn_ptr(al) : NULL, c->a_r = ar ? (const T *)pn_ptr(ar) : NULL;
     c->off = (const int64_t *)pn_ptr(off), c->src = (const int64_t *)pn_ptr(sr);
     c->hp = (const pn_score_params *)pn_ptr(hp);
-    const int dt = q->dt;
-    for (int m = 0; m < 2; m++) {
-        pn_tensor *t;
-        if (pl->qterm[m] != PN_TERM_NONE) {
-            if (!(t = pn_cu_scratch_new(g, N * H, dt, false))) return PN_ERR_OOM;
-            c->qt[m] = (T *)pn_ptr(t);
-        }
-        if (pl->kterm[m] != PN_TERM_NONE) {
-            if (!(t = pn_cu_scratch_new(g, N * H, dt, false))) return PN_ERR_OOM;
-            c->kt[m] = (T *)pn_ptr(t);
-        }
-    }
-    pn_tensor *qb = pn_cu_scratch_new(g, N * H, PN_U8, false), *kb = pn_cu_scratch_new(g, N * H, PN_U8, false),
-              *gt = NULL;
-    if (!qb || !kb || (g->st.einstein && !(gt = pn_cu_scratch_new(g, N * H, dt, false)))) return PN_ERR_OOM;
-    c->qbad = (const uint8_t *)pn_ptr(qb), c->kbad = (const uint8_t *)pn_ptr(kb);
-    c->g = gt ? (T *)pn_ptr(gt) : NULL;
+    PN_TRY(call_rows(g, &g->st, q->dt, N * H, N * H, c));
     if (N == 0) return PN_OK;
 
     /* terms, flags, Lorentz factors; then the checks in pn_attn_prepare's order */
     PN_TRY(pn_cu_check(op, cudaMemsetAsync(sl, 0xff, 8 * sizeof(unsigned long long), pn_cu_stream())));
     auto kp = prep_kernel<T>;
-    PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(N * H, GT), GT, 0, pn_cu_stream(), *c, pl->req, (uint8_t *)pn_ptr(qb),
-                                (uint8_t *)pn_ptr(kb), sl)));
+    PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(N * H, GT), GT, 0, pn_cu_stream(), *c, pl->req, (uint8_t *)c->qbad,
+                                (uint8_t *)c->kbad, sl)));
     int64_t bad[SL_N];
     PN_TRY(pn_cuda_download(bad, sl, sizeof bad));
     const char *qs = pn_shape_str(q), *ks = pn_shape_str(k), *vs = pn_shape_str(v);
@@ -664,13 +587,8 @@ pn_status gsetup(const char *op, gstate *g, gcall<T> *c, const pn_tensor *q, con
     }
     if (bad[SL_LOR] != -1) {
         const int64_t h = bad[SL_LOR] / N, x = (bad[SL_LOR] % N) * H + h;
-        T *row = (T *)malloc(sizeof(T) * (size_t)(Dv > 0 ? Dv : 1));
-        if (!row) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
-        pn_status s = Dv > 0 ? pn_cuda_download(row, c->v + x * Dv, sizeof(T) * (size_t)Dv) : PN_OK;
         double n2 = 0;
-        for (int64_t d = 0; d < Dv; d++) n2 += (double)row[d] * row[d];
-        free(row);
-        if (s) return s;
+        PN_TRY(row_norm2(op, c->v + x * Dv, Dv, &n2));
         return pn_error(PN_ERR_ARG, "%s: v %s has a point outside the Klein ball of the einstein aggregation: "
                         "curvature·‖v‖² = %g must be < 1, at %s", op, vsb, g->st.hp[h].v[PN_P_curvature] * n2,
                         row_str(x, H));

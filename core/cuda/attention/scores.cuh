@@ -157,6 +157,130 @@ inline pn_status resolve_params(const char *op, const pn_attn_opts *o, int64_t D
     return PN_OK;
 }
 
+/* ---- per-pair helpers of the kernels, over either call struct (graph.cu's gcall<T>, dense.cu's
+ * dcall<T>: both have q, k, D, Dg, gemm, diff, qt, kt, qbad, kbad, hp) ---------------------------- */
+
+/* G of q row qr against k row kr (over Dg coordinates): q·k, or −½‖q − k‖² for a distance score */
+template <typename C, typename T> __device__ T gdot(const C &c, const T *qr, const T *kr) {
+    if (!c.gemm) return 0;
+    T acc = 0;
+    if (c.diff) {
+        for (int64_t d = 0; d < c.Dg; d++) {
+            const T t = qr[d] - kr[d];
+            acc += t * t;
+        }
+        acc *= (T)-0.5;
+    } else {
+        for (int64_t d = 0; d < c.Dg; d++) acc += qr[d] * kr[d];
+    }
+    return acc;
+}
+
+/* One query row as the kernels see it: its head constants, row values and terms; x its flat row
+ * index in the per-row arrays (the drivers' row structs add their own indices). */
+template <typename T, typename S> struct qrow {
+    decltype(S::head((const pn_score_params *)0, T(0))) hd;
+    typename prec<T>::x4 rx;
+    T q0, q1;
+    int qb;
+    const T *qr;
+    int64_t x;
+};
+
+/* r's head constants (head h), row terms and values for the flat row x */
+template <typename C, typename T, typename S> __device__ void qrow_init(const C &c, int64_t h, int64_t x, qrow<T, S> &r) {
+    r.x = x;
+    r.hd = S::head(&c.hp[h], T(0));
+    r.q0 = (S::terms & T_Q0) ? c.qt[0][x] : 0;
+    r.q1 = (S::terms & T_Q1) ? c.qt[1][x] : 0;
+    r.rx = S::row(&r.hd, r.q0, r.q1);
+    r.qb = c.qbad[x];
+    r.qr = c.q + x * c.D;
+}
+
+/* the score's pair value of row r against the key of flat row y (no modifiers, no NaN rows);
+ * also G, the key terms and values (for the VJP) */
+template <typename C, typename T, typename S>
+__device__ T pair_score(const C &c, const qrow<T, S> &r, int64_t y, T *G, T *k0, T *k1, typename prec<T>::x4 *kx) {
+    *G = gdot(c, r.qr, c.k + y * c.D);
+    *k0 = (S::terms & T_K0) ? c.kt[0][y] : 0;
+    *k1 = (S::terms & T_K1) ? c.kt[1][y] : 0;
+    *kx = S::key(&r.hd, *k0, *k1);
+    return S::pair(&r.hd, r.rx, *kx, *G, r.q0, r.q1, *k0, *k1);
+}
+
+template <typename T> __device__ T sigm(T s) { return 1 / (1 + pn_exp(-s)); }
+
+/* the learn bits of the score's VJP parameters on head h */
+template <typename S> __device__ int wants(const pn_score_params *hp) {
+    return (hp->learn & ((S::pid(0) >= 0 ? PN_PBIT(S::pid(0)) : 0u) | (S::pid(1) >= 0 ? PN_PBIT(S::pid(1)) : 0u) |
+                         (S::pid(2) >= 0 ? PN_PBIT(S::pid(2)) : 0u))) != 0;
+}
+
+/* whether row r (n coordinates) has a non-finite coordinate */
+template <typename T> __device__ int nonfinite(const T *r, int64_t n) {
+    T z = 0;
+    for (int64_t d = 0; d < n; d++) z += r[d] * (T)0;
+    return z != 0 || z != z;
+}
+
+/* whether a row's term value v of kind breaks the manifold the score requires (req: PN_REQ_*
+ * bits; kap: the head's curvature) */
+__device__ inline bool term_bad(int kind, unsigned req, double kap, double v) {
+    unsigned rq = 0;
+    if (kind == PN_TERM_LAST && (req & PN_REQ_LAST_POS)) rq = PN_REQ_LAST_POS;
+    if (kind == PN_TERM_NORM2 && (req & PN_REQ_BALL)) rq = PN_REQ_BALL;
+    return rq == PN_REQ_LAST_POS ? !(v > 0 && v < INFINITY) : rq ? !(kap * v < 1) : false;
+}
+
+/* the Lorentz factor γ(v) = 1/√(1 − κ‖v‖²) of row vr (Dv) into *g; false (g untouched) when v is
+ * outside the Klein ball */
+template <typename T> __device__ bool lorentz(const T *vr, int64_t Dv, double kap, T *g) {
+    double n2 = 0;
+    for (int64_t d = 0; d < Dv; d++) n2 += (double)vr[d] * vr[d];
+    if (!(kap * n2 < 1)) return false;
+    *g = (T)(1.0 / sqrt(1.0 - kap * n2));
+    return true;
+}
+
+/* Host side: ‖r‖² of the device row r (n values), for a message */
+template <typename T> pn_status row_norm2(const char *op, const T *r, int64_t n, double *n2) {
+    T *row = (T *)malloc(sizeof(T) * (size_t)(n > 0 ? n : 1));
+    if (!row) return pn_error(PN_ERR_OOM, "%s: out of memory", op);
+    pn_status s = n > 0 ? pn_cuda_download(row, r, sizeof(T) * (size_t)n) : PN_OK;
+    *n2 = 0;
+    for (int64_t d = 0; d < n; d++) *n2 += (double)row[d] * row[d];
+    free(row);
+    return s;
+}
+
+/* Host side: a call struct's (gcall<T>, dcall<T>) fields from the resolved setup st — the plan
+ * (gemm, diff, the term kinds) and the normalization — and its per-row scratch in g: the terms of
+ * nq query / nk key rows, their NaN flags, the Lorentz factors of the nk keys (einstein). */
+template <template <typename> class C, typename T>
+pn_status call_rows(pn_cu_scratch *g, const pn_attn_setup *st, int dt, int64_t nq, int64_t nk, C<T> *c) {
+    const pn_score_plan *pl = &st->plan;
+    c->gemm = pl->gemm != PN_GEMM_NONE, c->diff = pl->diff;
+    c->norm = st->normalize, c->normalized = st->normalized;
+    for (int m = 0; m < 2; m++) c->qk[m] = pl->qterm[m], c->kk[m] = pl->kterm[m];
+    for (int m = 0; m < 2; m++) {
+        pn_tensor *t;
+        if (pl->qterm[m] != PN_TERM_NONE) {
+            if (!(t = pn_cu_scratch_new(g, nq, dt, false))) return PN_ERR_OOM;
+            c->qt[m] = (T *)pn_ptr(t);
+        }
+        if (pl->kterm[m] != PN_TERM_NONE) {
+            if (!(t = pn_cu_scratch_new(g, nk, dt, false))) return PN_ERR_OOM;
+            c->kt[m] = (T *)pn_ptr(t);
+        }
+    }
+    pn_tensor *qb = pn_cu_scratch_new(g, nq, PN_U8, false), *kb = pn_cu_scratch_new(g, nk, PN_U8, false), *gt = NULL;
+    if (!qb || !kb || (st->einstein && !(gt = pn_cu_scratch_new(g, nk, dt, false)))) return PN_ERR_OOM;
+    c->qbad = (uint8_t *)pn_ptr(qb), c->kbad = (uint8_t *)pn_ptr(kb);
+    c->g = gt ? (T *)pn_ptr(gt) : NULL;
+    return PN_OK;
+}
+
 /* a parameter's gradient (its shape: 0-dim, (1) or (H)) += the per-head sums g (H); one thread */
 __global__ void param_into_kernel(char *out, int dt, int per_head, int64_t stride, const double *g, int64_t H) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
