@@ -195,7 +195,9 @@ return function(nn, pn)
         self.o.max_positions), 3)
     end
     local e = self.embed(tokens)
-    if self.pe:dtype() ~= e:dtype() then self.pe = self.pe:to(e:dtype()) end -- after model:to('f64')
+    -- the position table follows the embeddings after model:to('f64') or model:to('cuda')
+    if self.pe:dtype() ~= e:dtype() then self.pe = self.pe:to(e:dtype()) end
+    if self.pe:device() ~= e:device() then self.pe = self.pe:to(e:device()) end
     local x = e * math.sqrt(self.d) + self.pe:narrow(1, first + 1, n)
     return pn.dropout(x, self.o.dropout, self.training)
   end

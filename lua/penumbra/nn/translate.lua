@@ -25,7 +25,7 @@ return function(nn, pn)
 
   local function src_lengths(src, pad)
     local s = src:shape()
-    local flat = src:to('i64'):contiguous()
+    local flat = src:to('i64'):to('cpu'):contiguous() -- read on the host
     local p = ffi.cast('int64_t *', flat:data_ptr())
     local lens = {}
     for b = 0, s[1] - 1 do
@@ -36,11 +36,12 @@ return function(nn, pn)
     return lens
   end
 
-  local function ids_tensor(list) return pn.tensor(list, { dtype = 'i64' }) end
+  -- token ids / row indices on the model's device (self.pe: the positions, on its device)
+  local function ids_tensor(self, list) return pn.tensor(list, { dtype = 'i64', device = self.pe:device() }) end
 
   -- log-probabilities (rows, V) f32 on the host: a pointer valid while the tensor lives
   local function host_logprobs(logits)
-    local lp = logits:log_softmax(-1):to('f32'):contiguous()
+    local lp = logits:log_softmax(-1):to('f32'):to('cpu'):contiguous()
     return lp, ffi.cast('float *', lp:data_ptr())
   end
 
@@ -52,7 +53,7 @@ return function(nn, pn)
     for i = 1, B do rows[i], out[i], scores[i], tokens[i] = i, {}, 0, c.bos end
     local V = c.vocab
     while #rows > 0 do
-      local lp, p = host_logprobs(self:decode_step(st, ids_tensor(tokens)))
+      local lp, p = host_logprobs(self:decode_step(st, ids_tensor(self, tokens)))
       local keep, next_rows, next_tokens = {}, {}, {}
       for r, i in ipairs(rows) do
         local base = (r - 1) * V
@@ -78,7 +79,7 @@ return function(nn, pn)
       end
       lp = nil
       if #keep == 0 then break end
-      if #keep < #rows then self:reorder(st, ids_tensor(keep)) end
+      if #keep < #rows then self:reorder(st, ids_tensor(self, keep)) end
       rows, tokens = next_rows, next_tokens
     end
     return out, scores
@@ -96,7 +97,7 @@ return function(nn, pn)
     while #live > 0 do
       local toks = {}
       for r, h in ipairs(live) do toks[r] = h.tokens[#h.tokens] or c.bos end
-      local lp, p = host_logprobs(self:decode_step(st, ids_tensor(toks)))
+      local lp, p = host_logprobs(self:decode_step(st, ids_tensor(self, toks)))
       local next_live, parents = {}, {}
       local r = 1
       while r <= #live do
@@ -158,7 +159,7 @@ return function(nn, pn)
         if next_live[j].sent ~= live[j].sent then same = false break end
       end
       live = next_live
-      if #live > 0 then self:reorder(st, ids_tensor(parents), same) end
+      if #live > 0 then self:reorder(st, ids_tensor(self, parents), same) end
     end
     local out, scores = {}, {}
     for i = 1, B do

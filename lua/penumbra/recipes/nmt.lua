@@ -71,12 +71,19 @@ local function say(cfg, fmt, ...)
   if not cfg.quiet then io.stderr:write(string.format(fmt, ...) .. '\n') end
 end
 
+-- a batch on the run's device (device=cuda: the model is there too)
+local function on_device(b, cfg)
+  if cfg.device == 'cpu' then return b end
+  return pn.to_device(b, cfg.device)
+end
+
 -- hypotheses of every sentence of an encoded split (in split order), detokenised
 local function translate_split(state, cfg, enc, beam)
   local model, tok = state.model, state.tok
   local hyps = {}
   local bs = tr.batches(enc, { max_tokens = cfg.eval_tokens, shuffle = false })
   for _, b in ipairs(bs) do
+    b = on_device(b, cfg)
     local out
     if beam == 1 then out = model:greedy(b.src, { src_mask = b.src_mask })
     else out = model:translate(b.src, { beam = beam, lenpen = cfg.lenpen, src_mask = b.src_mask }) end
@@ -101,6 +108,7 @@ local function eval_loss(state, cfg, enc)
   local sum, nll, n = 0, 0, 0
   pn.no_grad(function()
     for _, b in ipairs(tr.batches(enc, { max_tokens = cfg.eval_tokens, shuffle = false })) do
+      b = on_device(b, cfg)
       local logits = model(b.src, b.tgt_in, b.src_mask)
       local V = logits:shape()[3]
       local flat, y = logits:view(-1, V), b.tgt_out:view(-1)
@@ -187,6 +195,7 @@ local function experiment(o)
     self_attn = o.self_attn or 'softmax', prenorm = false, act_dropout = 0, label_smoothing = 0.1,
     weight_decay = 0.0001, clip = 1.0, max_len = 256, eval_tokens = 6000, beam = 5, val_beam = 1, lenpen = 1.0,
     average = 5, samples = 5, attention_maps = 3, train_limit = 0, eval_limit = 0, seed = 0, threads = 0, quiet = false, patience = 100,
+    device = 'cpu',
   }
   for k, v in pairs(preset) do config[k] = v end
   local count = { 'integer', min = 1 }
@@ -246,6 +255,7 @@ local function experiment(o)
       say(cfg, 'nmt: train: %d pairs with an empty side skipped', d.train.skipped.empty)
     end
     local model = R.model(cfg, { vocab = tok.vocab_size })
+    if cfg.device ~= 'cpu' then model:to(cfg.device) end -- before the optimiser takes its parameters
     state.model = model
     state.opt = pn.optim.Adam(model, { lr = cfg.lr, betas = { 0.9, 0.98 }, eps = 1e-8, weight_decay = cfg.weight_decay })
     state.lr_at = pn.optim.schedules.inverse_sqrt { warmup = cfg.warmup }
@@ -266,6 +276,7 @@ local function experiment(o)
     local t0, last = stats.now(), stats.now()
     local sum, ntok, nsrc = 0, 0, 0
     for i, b in ipairs(batches) do
+      b = on_device(b, cfg)
       local logits = model(b.src, b.tgt_in, b.src_mask)
       local V = logits:shape()[3]
       local loss = pn.cross_entropy(logits:view(-1, V), b.tgt_out:view(-1),

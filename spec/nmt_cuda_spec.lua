@@ -1,0 +1,35 @@
+-- nmt_cuda_spec.lua — the NMT recipe with device=cuda (the kernel interpreter here, a GPU where
+-- there is one): the Transformer, its batches and greedy decoding run on the device and give the
+-- CPU run's losses (the same dropout masks: one Philox stream). A tiny run: 32 training pairs,
+-- 4 evaluation pairs, one epoch, greedy test decoding.
+local pn = require 'penumbra'
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int setenv(const char *, const char *, int);')
+
+local it_cuda = pn.cuda.available() and it or pending
+local home = os.getenv('PENUMBRA_HOME') or '.'
+
+local function run(device)
+  local runs = os.tmpname()
+  os.remove(runs)
+  ffi.C.setenv('PENUMBRA_RUNS', runs, 1)
+  local saved = rawget(_G, 'args')
+  _G.args = { epochs = '1', preset = 'small', train_limit = '32', eval_limit = '4', beam = '1', attention_maps = '0',
+              threads = '1', device = device, _quiet = true }
+  local ok, r = pcall(dofile, home .. '/experiments/nmt_multi30k_umbral.lua')
+  _G.args = saved
+  assert.is_true(ok, tostring(r))
+  assert.equal('finished', r.status)
+  return r
+end
+
+describe('NMT recipe on cuda', function()
+  it_cuda('nmt_multi30k_umbral device=cuda: the CPU run\'s validation and test losses', function()
+    local c, g = run('cpu'), run('cuda')
+    for _, key in ipairs({ 'val_loss', 'test_loss', 'val_nll' }) do
+      assert.is_true(math.abs(c[key] - g[key]) <= 1e-4 * (1 + math.abs(c[key])),
+        string.format('%s: cpu %.7f, cuda %.7f', key, c[key], g[key]))
+    end
+    assert.truthy(g.test_bleu >= 0 and g.test_bleu <= 100)
+  end)
+end)
