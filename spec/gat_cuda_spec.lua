@@ -2,27 +2,17 @@
 -- the CUDA device (the kernel interpreter here, a GPU where there is one) and computes what the
 -- CPU computes — the same dropout masks (one Philox stream), so the same training losses.
 local pn = require 'penumbra'
-local ffi = require 'ffi'
-pcall(ffi.cdef, 'int setenv(const char *, const char *, int);')
+local cu = require 'spec.helpers.cuda'
 
 local it_cuda = pn.cuda.available() and it or pending
 local home = os.getenv('PENUMBRA_HOME') or '.'
 
 local function run(device)
-  local runs = os.tmpname()
-  os.remove(runs)
-  ffi.C.setenv('PENUMBRA_RUNS', runs, 1)
-  local saved = rawget(_G, 'args')
-  _G.args = { epochs = '2', device = device, _quiet = true }
-  local ok, r = pcall(dofile, home .. '/experiments/cora_umbral.lua')
-  _G.args = saved
-  assert.is_true(ok, tostring(r))
-  assert.equal('finished', r.status)
+  local r = cu.run_experiment('experiments/cora_umbral.lua', { epochs = '2', device = device })
   local f = pn.io.open(r.path, 'r')
   local loss = f:read('metrics/loss'):totable()
   local dev = f:attr('/', 'device')
   f:close()
-  os.execute("rm -rf '" .. runs .. "'")
   return loss, dev, r
 end
 

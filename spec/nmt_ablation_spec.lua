@@ -7,21 +7,8 @@ local pn = require 'penumbra'
 
 local ROOT = os.getenv('PENUMBRA_HOME') or '.'
 
-local function sh(cmd)
-  local p = io.popen('(' .. cmd .. ') 2>&1; echo "__status=$?"')
-  local out = p:read('*a')
-  p:close()
-  local code = tonumber(out:match('__status=(%d+)%s*$'))
-  return (out:gsub('__status=%d+%s*$', '')), code
-end
-
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local check = require 'spec.helpers.check'
+local sh, read_file = check.sh, check.read_file
 
 local HAVE_GNUPLOT = (sh('gnuplot -e "set terminal"')):find('Available terminal types') ~= nil
 local HAVE_DATA = pcall(pn.data.load, 'multi30k')

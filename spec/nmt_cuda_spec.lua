@@ -3,24 +3,13 @@
 -- CPU run's losses (the same dropout masks: one Philox stream). A tiny run: 32 training pairs,
 -- 4 evaluation pairs, one epoch, greedy test decoding.
 local pn = require 'penumbra'
-local ffi = require 'ffi'
-pcall(ffi.cdef, 'int setenv(const char *, const char *, int);')
+local cu = require 'spec.helpers.cuda'
 
 local it_cuda = pn.cuda.available() and it or pending
-local home = os.getenv('PENUMBRA_HOME') or '.'
 
 local function run(device)
-  local runs = os.tmpname()
-  os.remove(runs)
-  ffi.C.setenv('PENUMBRA_RUNS', runs, 1)
-  local saved = rawget(_G, 'args')
-  _G.args = { epochs = '1', preset = 'small', train_limit = '32', eval_limit = '4', beam = '1', attention_maps = '0',
-              threads = '1', device = device, _quiet = true }
-  local ok, r = pcall(dofile, home .. '/experiments/nmt_multi30k_umbral.lua')
-  _G.args = saved
-  assert.is_true(ok, tostring(r))
-  assert.equal('finished', r.status)
-  return r
+  return cu.run_experiment('experiments/nmt_multi30k_umbral.lua', { epochs = '1', preset = 'small',
+    train_limit = '32', eval_limit = '4', beam = '1', attention_maps = '0', threads = '1', device = device })
 end
 
 describe('NMT recipe on cuda', function()

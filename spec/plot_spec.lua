@@ -19,13 +19,7 @@ do
   os.execute("mkdir -p '" .. tmpdir .. "'")
 end
 
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read_file = require('spec.helpers.check').read_file
 
 local function exists(path)
   local f = io.open(path, 'rb')
@@ -34,13 +28,7 @@ local function exists(path)
 end
 
 -- output (stdout and stderr) and exit status of a shell command
-local function sh(cmd)
-  local p = io.popen('(' .. cmd .. ') 2>&1; echo "__status=$?"')
-  local out = p:read('*a')
-  p:close()
-  local code = tonumber(out:match('__status=(%d+)%s*$'))
-  return (out:gsub('__status=%d+%s*$', '')), code
-end
+local sh = require('spec.helpers.check').sh
 
 local HAVE_GNUPLOT = (sh('gnuplot -e "set terminal"')):find('Available terminal types') ~= nil
 

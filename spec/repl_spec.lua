@@ -16,13 +16,7 @@ do
   os.execute("mkdir -p '" .. tmpdir .. "'")
 end
 
-local function sh(cmd)
-  local p = io.popen('(' .. cmd .. ') 2>&1; echo "__status=$?"')
-  local out = p:read('*a')
-  p:close()
-  local code = tonumber(out:match('__status=(%d+)%s*$'))
-  return (out:gsub('__status=%d+%s*$', '')), code
-end
+local sh = require('spec.helpers.check').sh
 
 local function have(cmd) return (sh('command -v ' .. cmd)):match('%S') ~= nil end
 

@@ -9,9 +9,27 @@
 --   assert_error_matching(fn, ...)  fn raises, and its message contains every given string
 --   distinct(n, lo, hi, seed)       n deterministic values in [lo, hi], no ties (a flat list)
 --   nest(flat, shape)               a flat list as a nested table of the given shape
+--   sh(cmd)                         run a shell command: its stdout+stderr and exit status
+--   read_file(path)                 a file's bytes, or nil when it cannot be opened
 local assert = require 'luassert' -- busted's assert lives in each spec file's environment
 
 local M = {}
+
+function M.sh(cmd)
+  local p = io.popen('(' .. cmd .. ') 2>&1; echo "__status=$?"')
+  local out = p:read('*a')
+  p:close()
+  local code = tonumber(out:match('__status=(%d+)%s*$'))
+  return (out:gsub('__status=%d+%s*$', '')), code
+end
+
+function M.read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
 local inf = math.huge
 
 function M.flatten(v, out)

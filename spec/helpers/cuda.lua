@@ -21,6 +21,8 @@
 --                              the gradient of every input in grads (indices) under one random
 --                              cotangent, within tol
 --   cu.msg(e)                  an error message without the Lua position that pcall adds
+--   cu.run_experiment(script, args)   an experiment script run with the overrides args, its run
+--                              files in a fresh temporary folder; the finished run's result
 --   cu.forms(variants[, keep]) { name } per registry score of variants (pn.attention_variants)
 --                              that keep(name) accepts (default all), { 'hyperbolic', model } for
 --                              each of hyperbolic's three models
@@ -35,6 +37,8 @@ local check = require 'spec.helpers.check'
 local assert = require 'luassert' -- busted's assert lives in each spec file's environment
 
 local M = {}
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int setenv(const char *, const char *, int);')
 
 M.ORDERS = { 'fwd', 'rev', 'rand:3' }
 M.SCHEDULES = (pn.cuda.available() and pn.cuda.interpreted()) and M.ORDERS or { false }
@@ -145,6 +149,23 @@ function M.params_of(variants, name, model, D, try, aggregate)
     if not has then out[#out + 1] = { name = 'curvature', lo = 0.8, hi = 1.2 } end
   end
   return out
+end
+
+-- The experiment script (a path under the repository) run in this process with the overrides
+-- args (strings, as on the command line; quiet), its run files in a fresh temporary folder:
+-- the runner's result, which must have finished.
+function M.run_experiment(script, args)
+  local runs = os.tmpname()
+  os.remove(runs)
+  ffi.C.setenv('PENUMBRA_RUNS', runs, 1)
+  local saved = rawget(_G, 'args')
+  _G.args = { _quiet = true }
+  for k, v in pairs(args) do _G.args[k] = v end
+  local ok, r = pcall(dofile, (os.getenv('PENUMBRA_HOME') or '.') .. '/' .. script)
+  _G.args = saved
+  assert.is_true(ok, tostring(r))
+  assert.equal('finished', r.status)
+  return r
 end
 
 return M
