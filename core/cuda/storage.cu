@@ -10,6 +10,8 @@
  * One stream, so a block freed by the host can be reused by the next kernel queued on it. */
 #include "cuda.cuh"
 
+#include <stdio.h>
+
 #include <map>
 #include <mutex>
 #include <vector>
@@ -58,9 +60,11 @@ pn_status pn_cuda_mem_alloc(size_t nbytes, void **out) {
         }
         if (e != cudaSuccess) {
             *out = NULL;
-            pn_status st = pn_cu_check("cuda allocator", e);
-            return pn_error(st, "cuda: out of device memory allocating %zu bytes (%lld allocated, %lld reserved): %s",
-                            nbytes, (long long)g_stats.allocated, (long long)g_stats.reserved, pn_last_error());
+            pn_status st = pn_cu_check("cudaMalloc", e);
+            char why[512]; /* pn_last_error's buffer is the one pn_error writes next */
+            snprintf(why, sizeof why, "%s", pn_last_error());
+            return pn_error(st, "cuda: out of device memory allocating %zu bytes (%lld allocated, %lld reserved; %s)",
+                            nbytes, (long long)g_stats.allocated, (long long)g_stats.reserved, why);
         }
         g_stats.malloc_calls++;
         g_stats.reserved += (int64_t)c;
