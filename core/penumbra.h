@@ -111,6 +111,30 @@ pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n);
 int pn_kernel_count(void);
 const char *pn_kernel_name(int i);
 int pn_kernel_present(int dev, int i);
+/* ---- several processes (dist/dist.c over dist/mpi.c; README "Several processes (MPI)") ------
+ * Ranks count from 0. A process an MPI launcher started (`./bench -n N`, mpirun) joins MPI on
+ * the first call (MPI_Init_thread; MPI_Finalize runs at exit); any other process is rank 0 of 1
+ * and never touches MPI (all_reduce and broadcast leave t as it is). Collectives: every rank
+ * calls them in the same order with the same shape, dtype, op and root — they compare these
+ * first, and a mismatch, or an argument one rank refused, is an error on every rank naming the
+ * rank (not a hang). CPU tensors only (the NCCL path is not built yet); any strides; nothing is
+ * recorded by autograd. Without MPI in the build, a launched process gets an error naming the
+ * apt-get line. */
+int pn_dist_built(void);        /* 1 when this libpenumbra links MPI */
+int pn_dist_launched(void);     /* 1 when an MPI launcher started this process (its environment says so) */
+pn_status pn_dist_init(void);   /* idempotent; the calls below run it first */
+int pn_dist_active(void);       /* joined MPI with more than one rank (does not initialise) */
+int pn_dist_rank(void);         /* −1 on error */
+int pn_dist_size(void);         /* −1 on error */
+pn_status pn_dist_barrier(void);
+/* in place over every rank; op (pn_reduce_op) PN_SUM, PN_MEAN (f32/f64), PN_MAX, PN_MIN (NaN wins);
+ * integer sums are not checked for overflow */
+pn_status pn_dist_all_reduce(pn_tensor *t, int op);
+pn_status pn_dist_broadcast(pn_tensor *t, int root);   /* in place: root's values on every rank */
+pn_tensor *pn_dist_all_gather(pn_tensor *t);           /* (…) → (size, …): rank r's t at [r] */
+/* Prints "penumbra: rank R of N: msg" on stderr and ends every rank (MPI_Abort; exit status
+ * code, 1 when 0). Returns an error, and does nothing else, when not active. */
+pn_status pn_dist_abort(const char *msg, int code);
 
 /* ---- lifetime ---------------------------------------------------------------- */
 void pn_retain(pn_tensor *t);

@@ -1,5 +1,5 @@
 -- penumbra.cli — what ./bench runs: `./bench script.lua [key=value ...]`, `./bench test`,
--- `./bench --help`, compare, plot, runs, show, repl.
+-- `./bench --help`, compare, plot, runs, show, repl, and `./bench -n N script.lua` (penumbra/launch.lua).
 local HELP = [[
 usage: ./bench <command | script.lua> [args]
 
@@ -23,6 +23,9 @@ usage: ./bench <command | script.lua> [args]
                                        run.config, run.metrics, run.model, heatmap(), …)
   ./bench test [spec files or dirs]    run the busted specs (default: spec/); ends with
                                        "N passed, N failed, N skipped"
+  ./bench -n N [--oversubscribe] [--host a,b | --hostfile F] script.lua [key=value ...]
+                                       N ranks of the script through mpirun (Open MPI);
+                                       each asks pn.dist.rank() which one it is
   ./bench --help                       this text
 
 environment: PENUMBRA_DATA (dataset dir, searched first; then datasets/ and ../shared/datasets),
@@ -100,8 +103,26 @@ local function run_script(path, rest)
   _G.args = kv
   _G.arg = positional
   arg[0] = path
+  -- a rank `./bench -n N` started joins MPI before the script, so that every rank can be ended
+  -- from any one (below) whatever the script does; os.exit with a failure does so too (MPI_Finalize
+  -- at exit would otherwise wait for ranks that wait for this one)
+  if os.getenv('PENUMBRA_RANKS') then
+    local dist = require 'penumbra.dist'
+    dist.rank()
+    local exit = os.exit
+    os.exit = function(code, close)
+      if code ~= nil and code ~= true and code ~= 0 and dist.active() then
+        dist.abort('the script called os.exit(' .. tostring(code) .. ')', type(code) == 'number' and code or 1)
+      end
+      return exit(code, close)
+    end
+  end
   local ok, e = xpcall(f, report)
   if not ok then
+    -- one rank failing while the others wait for it in a collective: end them all (the message
+    -- goes out with this rank's number); a single process just exits
+    local dist = package.loaded['penumbra.dist']
+    if dist and dist.active() then dist.abort(tostring(e)) end
     io.stderr:write(tostring(e) .. '\n')
     os.exit(1)
   end
@@ -132,6 +153,13 @@ elseif cmd == 'plot' or cmd == 'runs' or cmd == 'show' or cmd == 'repl' then
 elseif cmd == 'bleu' then
   local ok, err = xpcall(function() require('penumbra.text.bleu').main(rest) end, report)
   if not ok then io.stderr:write(tostring(err) .. '\n'); os.exit(1) end
+elseif cmd:sub(1, 1) == '-' and require('penumbra.launch').is_launch(cmd) then
+  -- ./bench -n N script.lua …: N ranks through mpirun (penumbra/launch.lua); -n 1 runs here
+  local launch = require 'penumbra.launch'
+  local ok, o, script = pcall(launch.parse, arg)
+  if ok and o.n > 1 then ok, o = pcall(launch.exec, o, script) end -- returns only by raising
+  if not ok then io.stderr:write(tostring(o) .. '\n'); os.exit(1) end
+  run_script(script[1], { unpack(script, 2) })
 elseif cmd:match('%.lua$') then
   run_script(cmd, rest)
 else

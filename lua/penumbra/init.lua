@@ -43,7 +43,7 @@ function pn.to_device(value, device)
 end
 
 -- the layers above the tensors (a missing or renamed one is an error, not a silent nil)
-for _, name in ipairs({ 'cuda', 'io', 'nn', 'optim', 'data', 'experiment', 'plot', 'metrics', 'text' }) do
+for _, name in ipairs({ 'cuda', 'dist', 'io', 'nn', 'optim', 'data', 'experiment', 'plot', 'metrics', 'text' }) do
   pn[name] = require('penumbra.' .. name)
 end
 

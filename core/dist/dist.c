@@ -1,0 +1,198 @@
+/* dist.c — pn_dist_*: several processes (ranks) working on one job (penumbra.h, "several
+ * processes"). Argument checks, the single-process path and the agreement between ranks live
+ * here; the communication itself is an engine's (dist.h: mpi.c now, NCCL later).
+ *
+ * A collective must be entered by every rank, so no rank may return early on its own: each
+ * checks its arguments, then all exchange a signature (its verdict, dtype, shape, op or root)
+ * and every rank gives the same answer — the data moves only when all agree, and otherwise
+ * each rank returns an error naming the rank at fault instead of hanging in MPI. */
+#include "dist/dist.h"
+
+#include <stdio.h>
+
+enum { ST_NONE = 0, ST_SINGLE = 1, ST_MPI = 2 };
+static int state = ST_NONE;
+static int g_rank = 0, g_size = 1;
+static pn_status init_failed;  /* a failed MPI start is not retried: the same error again */
+static char init_msg[1024];
+
+int pn_dist_built(void) { return pn_mpi_built(); }
+
+/* Open MPI (OMPI_COMM_WORLD_SIZE; PMIX_RANK from its PMIx server) and MPICH-style launchers
+ * (PMI_RANK) announce themselves in the environment of the processes they start. */
+int pn_dist_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+pn_status pn_dist_init(void) {
+    if (state != ST_NONE) return PN_OK;
+    if (init_failed) return pn_error(init_failed, "%s", init_msg);
+    if (!pn_dist_launched()) {
+        state = ST_SINGLE;
+        g_rank = 0;
+        g_size = 1;
+        return PN_OK;
+    }
+    int rank = 0, size = 1;
+    pn_status st = pn_mpi_init(&rank, &size);
+    if (st) {
+        init_failed = st;
+        snprintf(init_msg, sizeof init_msg, "%s", pn_last_error());
+        return st;
+    }
+    state = ST_MPI;
+    g_rank = rank;
+    g_size = size;
+    return PN_OK;
+}
+
+int pn_dist_active(void) { return state == ST_MPI && g_size > 1; }
+int pn_dist_rank(void) { return pn_dist_init() ? -1 : g_rank; }
+int pn_dist_size(void) { return pn_dist_init() ? -1 : g_size; }
+
+pn_status pn_dist_barrier(void) {
+    PN_TRY(pn_dist_init());
+    return g_size > 1 ? pn_mpi_barrier("dist.barrier") : PN_OK;
+}
+
+/* ---- the agreement ------------------------------------------------------------------ */
+enum { SIG_STATUS, SIG_ARG, SIG_DT, SIG_ND, SIG_DIMS, SIG_N = SIG_DIMS + PN_MAX_DIMS };
+
+/* local: this rank's verdict on its own arguments (its message set when not PN_OK); arg: the
+ * op or root every rank must pass alike (argname NULL: none). Returns PN_OK on every rank, or
+ * an error on every rank: a rank that refused its arguments keeps its own message, the others
+ * name it. */
+static pn_status agree(const char *op, const char *argname, pn_status local, int64_t arg, const pn_tensor *t) {
+    if (g_size == 1) return local;
+    int64_t mine[SIG_N] = { 0 };
+    mine[SIG_STATUS] = local;
+    mine[SIG_ARG] = arg;
+    if (t && !local) {
+        mine[SIG_DT] = t->dt;
+        mine[SIG_ND] = t->nd;
+        for (int d = 0; d < t->nd; d++) mine[SIG_DIMS + d] = t->sizes[d];
+    }
+    int64_t *all = malloc((size_t)g_size * SIG_N * sizeof *all);
+    if (!all) return pn_error(PN_ERR_OOM, "%s: out of memory for %d ranks' signatures", op, g_size);
+    pn_status st = pn_mpi_all_gather(op, mine, all, SIG_N, PN_I64);
+    if (st || local) {
+        free(all);
+        return st ? st : local;
+    }
+    for (int r = 0; r < g_size && !st; r++) {
+        const int64_t *s = all + (size_t)r * SIG_N, *s0 = all;
+        if (s[SIG_STATUS] != PN_OK) {
+            st = pn_error((pn_status)s[SIG_STATUS],
+                          "%s: rank %d refused its arguments (its own message says why); no rank went on", op, r);
+        } else if (argname && s[SIG_ARG] != s0[SIG_ARG]) {
+            st = pn_error(PN_ERR_ARG, "%s: rank %d passed %s %lld but rank 0 passed %lld; every rank must pass the same",
+                          op, r, argname, (long long)s[SIG_ARG], (long long)s0[SIG_ARG]);
+        } else if (s[SIG_DT] != s0[SIG_DT] || s[SIG_ND] != s0[SIG_ND] ||
+                   memcmp(s + SIG_DIMS, s0 + SIG_DIMS, PN_MAX_DIMS * sizeof *s) != 0) {
+            st = pn_error(PN_ERR_SHAPE, "%s: rank %d passed t %s %s but rank 0 passed %s %s; every rank must pass "
+                          "the same shape and dtype", op, r, pn_dims_str((int)s[SIG_ND], s + SIG_DIMS),
+                          pn_dtype_name((int)s[SIG_DT]), pn_dims_str((int)s0[SIG_ND], s0 + SIG_DIMS),
+                          pn_dtype_name((int)s0[SIG_DT]));
+        }
+    }
+    free(all);
+    return st;
+}
+
+static pn_status check_tensor(const char *op, const pn_tensor *t) {
+    if (!t) return pn_error(PN_ERR_ARG, "%s: t is nil", op);
+    if (t->dev != PN_CPU)
+        return pn_error(PN_ERR_DEVICE, "%s: t %s is a cuda tensor; only CPU tensors are supported yet (the NCCL "
+                        "path for device tensors is not built): move it with t:to('cpu')", op, pn_shape_str(t));
+    return PN_OK;
+}
+
+/* ---- the collectives ----------------------------------------------------------------- */
+pn_status pn_dist_all_reduce(pn_tensor *t, int op) {
+    const char *name = "dist.all_reduce";
+    PN_TRY(pn_dist_init());
+    pn_status local = check_tensor(name, t);
+    if (!local && op != PN_SUM && op != PN_MEAN && op != PN_MAX && op != PN_MIN)
+        local = pn_error(PN_ERR_ARG, "%s: unknown op %d (sum, mean, max, min)", name, op);
+    if (!local && op == PN_MEAN && !pn_is_float(t->dt))
+        local = pn_error(PN_ERR_DTYPE, "%s: mean of a %s tensor: mean needs f32 or f64 (all_reduce 'sum' and divide)",
+                         name, pn_dtype_name(t->dt));
+    PN_TRY(agree(name, "op", local, op, t));
+    if (g_size == 1) return PN_OK;
+    /* a strided t: reduce a contiguous copy, then write it back */
+    pn_tensor *c = pn_contig(t);
+    if (!c) return PN_ERR_OOM;
+    int64_t n = pn_numel(c);
+    pn_status st = pn_mpi_all_reduce(name, pn_ptr(c), n, c->dt, op == PN_MEAN ? PN_SUM : op);
+    if (!st && op == PN_MEAN) {
+        if (c->dt == PN_F32) {
+            float *p = (float *)pn_ptr(c);
+            for (int64_t i = 0; i < n; i++) p[i] /= (float)g_size;
+        } else {
+            double *p = (double *)pn_ptr(c);
+            for (int64_t i = 0; i < n; i++) p[i] /= (double)g_size;
+        }
+    }
+    if (!st) {
+        if (c != t) st = pn_copy_(t, c);
+        else pn_bump_version(t);
+    }
+    pn_release(c);
+    return st;
+}
+
+pn_status pn_dist_broadcast(pn_tensor *t, int root) {
+    const char *name = "dist.broadcast";
+    PN_TRY(pn_dist_init());
+    pn_status local = check_tensor(name, t);
+    if (!local && (root < 0 || root >= g_size))
+        local = pn_error(PN_ERR_INDEX, "%s: root %d is out of range for %d rank%s (ranks count from 0: 0 … %d)", name,
+                         root, g_size, g_size == 1 ? "" : "s", g_size - 1);
+    PN_TRY(agree(name, "root", local, root, t));
+    if (g_size == 1) return PN_OK;
+    pn_tensor *c = pn_contig(t);
+    if (!c) return PN_ERR_OOM;
+    pn_status st = pn_mpi_broadcast(name, pn_ptr(c), pn_numel(c), c->dt, root);
+    if (!st && g_rank != root) {
+        if (c != t) st = pn_copy_(t, c);
+        else pn_bump_version(t);
+    }
+    pn_release(c);
+    return st;
+}
+
+pn_tensor *pn_dist_all_gather(pn_tensor *t) {
+    const char *name = "dist.all_gather";
+    if (pn_dist_init()) return NULL;
+    pn_status local = check_tensor(name, t);
+    int64_t shape[PN_MAX_DIMS] = { g_size };
+    if (!local && t->nd + 1 > PN_MAX_DIMS)
+        local = pn_error(PN_ERR_SHAPE, "%s: t %s has %d dims; the result's new first dim would make %d (at most %d)",
+                         name, pn_shape_str(t), t->nd, t->nd + 1, PN_MAX_DIMS);
+    if (!local) {
+        memcpy(shape + 1, t->sizes, (size_t)t->nd * sizeof *shape);
+        local = pn_check_shape(name, t->nd + 1, shape, t->dt);
+    }
+    if (agree(name, NULL, local, 0, t)) return NULL;
+    pn_tensor *c = pn_contig(t), *out = c ? pn_empty(t->nd + 1, shape, t->dt, PN_CPU) : NULL;
+    pn_status st = out ? PN_OK : PN_ERR_OOM;
+    int64_t n = c ? pn_numel(c) : 0;
+    if (!st && g_size == 1) memcpy(pn_ptr(out), pn_ptr(c), (size_t)n * pn_elsize(c->dt));
+    else if (!st) st = pn_mpi_all_gather(name, pn_ptr(c), pn_ptr(out), n, c->dt);
+    if (c) pn_release(c);
+    if (st && out) {
+        pn_release(out);
+        out = NULL;
+    }
+    return out;
+}
+
+pn_status pn_dist_abort(const char *msg, int code) {
+    if (!pn_dist_active())
+        return pn_error(PN_ERR_STATE, "dist.abort: not running over MPI with several ranks (a single process "
+                        "raises an error instead)");
+    fprintf(stderr, "penumbra: rank %d of %d: %s\n", g_rank, g_size, msg ? msg : "aborted");
+    fflush(stderr);
+    pn_mpi_abort(code ? code : 1);
+    return PN_ERR_STATE; /* not reached */
+}

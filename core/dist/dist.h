@@ -1,0 +1,27 @@
+/* dist.h — the engine seam under pn_dist_* (core/dist/dist.c): what one communication engine
+ * provides, on contiguous host buffers. mpi.c is the MPI engine (a stub naming the apt-get line
+ * when the build found no MPI); nccl.cu (device tensors, MPI only to exchange the NCCL id) is
+ * a later step. dist.c checks every argument and does the single-process path before calling
+ * here, so an engine sees valid buffers, dtypes and ranks only. Counts are elements (int64):
+ * an engine splits what its library cannot count in one call. */
+#ifndef PN_DIST_H
+#define PN_DIST_H
+
+#include "internal.h"
+
+/* what to run where MPI is missing (error messages, README) */
+#define PN_MPI_APT_LINE "apt-get update && apt-get install -y openmpi-bin libopenmpi-dev"
+
+int pn_mpi_built(void);                         /* 1 when this build links MPI */
+/* MPI_Init_thread (unless the process already did it), errors returned rather than fatal,
+ * MPI_Finalize registered with atexit; this process's rank and the number of ranks */
+pn_status pn_mpi_init(int *rank, int *size);
+pn_status pn_mpi_barrier(const char *op);
+/* in place over every rank; op PN_SUM, PN_MAX or PN_MIN (max/min of floats propagate NaN) */
+pn_status pn_mpi_all_reduce(const char *op, void *p, int64_t n, int dtype, int red);
+pn_status pn_mpi_broadcast(const char *op, void *p, int64_t n, int dtype, int root);
+/* out (size · n elements) gets rank r's n elements of in at r · n */
+pn_status pn_mpi_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype);
+void pn_mpi_abort(int code);                    /* does not return */
+
+#endif

@@ -1,0 +1,94 @@
+-- penumbra.dist — several processes (ranks) on one job over MPI (core/dist/; README "Several
+-- processes (MPI)"). `./bench -n N script.lua` starts N ranks running the same script; each asks
+-- pn.dist.rank() which one it is (0 … size()−1: ranks count from 0, as everywhere in MPI) and,
+-- usually, only rank 0 prints. A script started any other way is rank 0 of 1: the collectives
+-- leave tensors as they are and MPI is never touched.
+--
+-- Collectives are called by every rank, in the same order, with tensors of the same shape and
+-- dtype (and the same op or root): a mismatch is an error on every rank naming the rank at
+-- fault. CPU tensors only for now (NCCL for device tensors is a later step). all_reduce works in
+-- place, so one flat tensor holding many parameters goes in one call.
+local B = require 'penumbra_ffi'
+local C = B.C
+
+local M = {}
+
+local OPS = { sum = C.PN_SUM, mean = C.PN_MEAN, max = C.PN_MAX, min = C.PN_MIN }
+
+local function init()
+  B.check(C.pn_dist_init())
+end
+
+local function tensor_arg(fn, t)
+  if not B.is_tensor(t) then error('dist.' .. fn .. ': argument t must be a tensor, got ' .. type(t), 3) end
+end
+
+function M.rank()
+  init()
+  return C.pn_dist_rank()
+end
+
+function M.size()
+  init()
+  return C.pn_dist_size()
+end
+
+-- true when this process runs with other ranks (size() > 1)
+function M.is_distributed()
+  init()
+  return C.pn_dist_size() > 1
+end
+
+-- true when this libpenumbra was built with MPI
+function M.built() return C.pn_dist_built() ~= 0 end
+
+function M.barrier()
+  B.check(C.pn_dist_barrier())
+end
+
+-- t (in place) becomes the elementwise op over every rank's t: 'sum' (default), 'mean' (f32/f64),
+-- 'max', 'min' (NaN wins); returns t
+function M.all_reduce(t, op)
+  tensor_arg('all_reduce', t)
+  op = op == nil and 'sum' or op
+  local code = OPS[op]
+  if code == nil then
+    error("dist.all_reduce: unknown op '" .. tostring(op) .. "' (sum, mean, max, min)", 2)
+  end
+  B.check(C.pn_dist_all_reduce(t, code))
+  return t
+end
+
+-- t (in place) becomes rank root's t on every rank (root 0 by default); returns t
+function M.broadcast(t, root)
+  tensor_arg('broadcast', t)
+  root = root == nil and 0 or root
+  if type(root) ~= 'number' or root ~= math.floor(root) or root < -2 ^ 31 or root >= 2 ^ 31 then
+    error('dist.broadcast: root must be a whole number (a rank, counted from 0), got ' .. tostring(root), 2)
+  end
+  B.check(C.pn_dist_broadcast(t, root))
+  return t
+end
+
+-- a new tensor (size(), …t's shape): row r holds rank r's t (row r + 1 in Lua's count)
+function M.all_gather(t)
+  tensor_arg('all_gather', t)
+  return B.wrap(C.pn_dist_all_gather(t))
+end
+
+-- Ends every rank now with msg (printed with this rank's number) and exit status code (1 by
+-- default): what a rank does when it cannot go on while the others wait for it. In a single
+-- process it raises msg.
+function M.abort(msg, code)
+  msg = msg == nil and 'aborted' or tostring(msg)
+  if code ~= nil and (type(code) ~= 'number' or code ~= math.floor(code) or code < 1 or code > 255) then
+    error('dist.abort: code must be a whole number in 1 … 255, got ' .. tostring(code), 2)
+  end
+  if C.pn_dist_active() ~= 0 then C.pn_dist_abort(msg, code or 1) end
+  error(msg, 2)
+end
+
+-- (for the launcher) true when this process joined MPI with other ranks; never starts MPI
+function M.active() return C.pn_dist_active() ~= 0 end
+
+return M
