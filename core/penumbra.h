@@ -70,6 +70,12 @@ int64_t pn_live_nodes(void);         /* autograd nodes alive */
 int pn_num_threads(void);
 void pn_set_num_threads(int n);
 const char *pn_version(void);
+/* The CPU attention kernels' register-blocked f32 GEMM (core/attention/microkernel.h): "avx512",
+ * "avx2" or "portable" — the widest this CPU runs unless PENUMBRA_CPU_KERNEL or
+ * pn_set_cpu_kernel chose ("auto" = the widest); "" with the error set when the environment
+ * variable names an unknown kernel or one the CPU cannot run. */
+const char *pn_cpu_kernel(void);
+pn_status pn_set_cpu_kernel(const char *name);
 /* Stopping long runs: after pn_interrupt_install a first SIGINT, SIGTERM or SIGHUP only sets a
  * flag that the experiment loop polls (pn_interrupted returns the signal number, 0 when none);
  * a second one terminates as usual. */

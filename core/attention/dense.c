@@ -33,6 +33,7 @@
 #include "attention.h"
 #include "../backend.h"
 #include "fastmath.h"
+#include "microkernel.h"
 
 #include "../blas.h"
 #include <omp.h>
@@ -41,7 +42,10 @@
 /* the whole driver vectorizes its float selects (fastmath.h, ops/fast_math.h) */
 PN_NOTRAP_BEGIN
 
+#include "dense_mk.h"
+
 /* ---- the typed bodies ---------------------------------------------------------------------- */
+#define PN_DENSE_MK 1 /* f32: the products on the microkernel (dense_mk.h) */
 #define real float
 #define SFX(x) x##_f32
 #define GEMM cblas_sgemm
@@ -66,6 +70,8 @@ PN_NOTRAP_BEGIN
 #undef EPI_FWDS_T
 #undef EPI_VJPS_T
 
+#undef PN_DENSE_MK
+#define PN_DENSE_MK 0 /* f64 (the exact path of the gradchecks): BLAS */
 #define real double
 #define SFX(x) x##_f64
 #define GEMM cblas_dgemm

@@ -222,6 +222,16 @@ static inline void SFX(gemm_tn_acc)(int64_t m, int64_t n, int64_t k, const real 
          (blasint)ldb, 1, C, (blasint)ldc);
 }
 
+/* Y (m, n; row stride ldy) += X (m, n; row stride ldx) */
+static inline void SFX(add_rows)(int64_t m, int64_t n, const real *X, int64_t ldx, real *Y, int64_t ldy) {
+    for (int64_t i = 0; i < m; i++) {
+        const real *x = X + i * ldx;
+        real *y = Y + i * ldy;
+        #pragma omp simd
+        for (int64_t j = 0; j < n; j++) y[j] += x[j];
+    }
+}
+
 /* keys that query tile [i0, i0+tq) may see: [0, kend) */
 static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq) {
     if (!c->causal) return c->Nk;
@@ -230,17 +240,17 @@ static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq
 }
 
 /* ---- distance scores (plan.diff): G = −½‖q_g − k_g‖² ---------------------------------------- */
-/* G (tq, PN_TK) holds q_g·k_g from the GEMM; it becomes −½‖q_g − k_g‖²: the expansion with the
+/* G (tq, ldg) holds q_g·k_g from the GEMM; it becomes −½‖q_g − k_g‖²: the expansion with the
  * norms qn (tq), kn (tk) where it keeps its precision, the coordinates' differences where
  * ‖q−k‖² < PN_DIFF_NEAR·(‖q‖² + ‖k‖²) (attention.h). near (tq, PN_TK) or NULL: 1 for the pairs
  * computed from the differences (the backward treats them apart); returns how many. */
 PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
-                                 const real *qn, const real *kn, real *G, uint8_t *near) {
+                                 const real *qn, const real *kn, real *G, int64_t ldg, uint8_t *near) {
     const int64_t D = c->D, Dg = c->Dg;
     const real lim = (real)PN_DIFF_NEAR;
     int64_t count = 0;
     for (int64_t i = 0; i < tq; i++) {
-        real *g = G + i * PN_TK;
+        real *g = G + i * ldg;
         const real qi = qn[i];
         int64_t ni = 0;
         #pragma omp simd reduction(+ : ni)
@@ -307,6 +317,118 @@ PN_INLINE void SFX(diff_chain)(const pn_attn_call *c, int64_t tq, int64_t tk, co
 }
 
 /* ---- forward ----------------------------------------------------------------------------------- */
+/* The end of a query tile [i0, i0+tq) of head bh: out rows and their statistics from the
+ * accumulated acc (tq, ld), running max m and sum l. */
+static void SFX(fwd_finish)(const pn_attn_call *c, int64_t bh, int64_t i0, int64_t tq, const real *acc, int64_t ld,
+                            const real *m, const real *l, real *out, real *stat) {
+    const int64_t Dv = c->Dv, Nq = c->Nq;
+    const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
+    for (int64_t i = 0; i < tq; i++) {
+        real *o = out + (bh * Nq + i0 + i) * Dv;
+        const real *a = acc + i * ld;
+        const real li = l[i];
+        if (li != li) { /* a NaN row (not a fully masked one) */
+            for (int64_t d = 0; d < Dv; d++) o[d] = (real)NAN;
+        } else if (c->st.normalized) {
+            const real inv = li > 0 ? 1 / li : 0; /* a fully masked row gives 0 */
+            for (int64_t d = 0; d < Dv; d++) o[d] = a[d] * inv;
+        } else {
+            memcpy(o, a, sizeof(real) * (size_t)Dv);
+        }
+        if (li != li) stat[bh * Nq + i0 + i] = li;
+        else if (soft) stat[bh * Nq + i0 + i] = li > 0 ? m[i] + pn_log(li) : (real)-INFINITY;
+        else stat[bh * Nq + i0 + i] = li;
+    }
+}
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+#if PN_DENSE_MK
+/* f32: the register-blocked microkernel (dense_mk.h says how the work is blocked) */
+
+/* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. S (MR,
+ * PN_MK_TK), acc (PN_MK_TQ, Dvp), m and l (PN_MK_TQ): the item's scratch. */
+PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t i0, int64_t tq,
+                                 real *S, real *acc, real *m, real *l, real *out, real *stat) {
+    const pn_microkernel *mk = pk->mk;
+    const int64_t MR = mk->mr, NR = mk->nr, D = c->D, Dv = c->Dv, Dg = c->Dg, Dvp = pk->Dvp;
+    const int64_t Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
+    const pn_score_params *pp = &c->st.hp[h];
+    const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
+    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, soft = c->st.normalize == PN_NORM_SOFTMAX;
+    const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
+    const real *K = (const real *)c->k + bh * Nk * D;
+    const real *Kr = gemm ? pk->Kr + bh * pk->nkp * Dg : NULL, *Vc = pk->Vc + bh * Dvp * Nk;
+    const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
+    const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
+    const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
+    const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
+    const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
+
+    memset(acc, 0, sizeof(real) * (size_t)(tq * Dvp));
+    for (int64_t i = 0; i < tq; i++) m[i] = (real)-INFINITY, l[i] = 0;
+    const int64_t kend = SFX(key_end)(c, i0, tq);
+    for (int64_t j0 = 0; j0 < kend; j0 += PN_MK_TK) {
+        const int64_t tk = kend - j0 < PN_MK_TK ? kend - j0 : PN_MK_TK;
+        for (int64_t r0 = 0; r0 < tq; r0 += MR) {
+            const int64_t mr = tq - r0 < MR ? tq - r0 : MR;
+            const int64_t e = SFX(key_end)(c, i0 + r0, mr) - j0; /* the strip's last key + 1 */
+            if (e <= 0) continue;
+            const int64_t n = e < tk ? e : tk;
+            if (gemm) mk->gemm(mr, n, Dg, Q + r0 * D, D, 1, Kr + j0 * Dg, Dg * NR, S, PN_MK_TK, 0);
+            else memset(S, 0, sizeof(real) * (size_t)(MR * PN_MK_TK));
+            if (c->st.plan.diff) SFX(diff_tile)(c, mr, n, Q + r0 * D, K + j0 * D, qt0 + r0, kt0 + j0, S, PN_MK_TK, NULL);
+            fwd(pp, mr, n, PN_MK_TK, S, qt0 ? qt0 + r0 : NULL, qt1 ? qt1 + r0 : NULL, kt0 ? kt0 + j0 : NULL,
+                kt1 ? kt1 + j0 : NULL, S);
+            for (int64_t i = 0; i < mr; i++) {
+                real *s = S + i * PN_MK_TK;
+                SFX(row_mods)(c, b, h, i0 + r0 + i, j0, n, s);
+                if (soft) {
+                    const real alpha = SFX(row_softmax)(s, n, g ? g + j0 : NULL, &m[r0 + i], &l[r0 + i]);
+                    if (alpha != 1) {
+                        real *a = acc + (r0 + i) * Dvp;
+                        for (int64_t d = 0; d < Dv; d++) a[d] *= alpha;
+                    }
+                } else {
+                    SFX(row_sigmoid)(s, n, g ? g + j0 : NULL, &l[r0 + i]);
+                }
+            }
+            mk->gemm(mr, Dv, n, S, PN_MK_TK, 1, Vc + j0 * NR, Nk * NR, acc + r0 * Dvp, Dvp, 1); /* acc += P·V */
+        }
+    }
+    SFX(fwd_finish)(c, bh, i0, tq, acc, Dvp, m, l, out, stat);
+}
+
+/* out (BH, Nq, Dv), stat (BH, Nq): logsumexp of the scores (softmax; −inf for a fully masked
+ * row) or Σ_j σ(s_ij)·g_j (sigmoid). PN_OK, or an error (memory; PENUMBRA_CPU_KERNEL). */
+static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
+    const pn_microkernel *mk = pn_mk_get();
+    if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
+    mk_packed pk;
+    PN_TRY(mk_pack(c, mk, (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0) | MK_VC, &pk));
+    const int64_t nqt = (c->Nq + PN_MK_TQ - 1) / PN_MK_TQ, items = c->BH * nqt;
+    int oom = 0;
+    #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
+    {
+        real *S = malloc(sizeof(real) * (size_t)(mk->mr * PN_MK_TK + PN_MK_TQ * (pk.Dvp + 2)));
+        real *acc = S ? S + mk->mr * PN_MK_TK : NULL, *m = acc ? acc + PN_MK_TQ * pk.Dvp : NULL;
+        if (!S) {
+            #pragma omp atomic write
+            oom = 1;
+        }
+        /* dynamic: causal tiles differ in cost; each item writes only its own rows */
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!S) continue;
+            const int64_t bh = it / nqt, i0 = (it % nqt) * PN_MK_TQ;
+            const int64_t tq = c->Nq - i0 < PN_MK_TQ ? c->Nq - i0 : PN_MK_TQ;
+            SFX(fwd_tile)(c, &pk, bh, i0, tq, S, acc, m, m + PN_MK_TQ, out, stat);
+        }
+        free(S);
+    }
+    mk_free(&pk);
+    return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
+}
+#else
 typedef struct {
     real *G;     /* (PN_TQ, PN_TK) scores, then weights */
     real *acc;   /* (PN_TQ, Dv) */
@@ -341,7 +463,7 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, 
         const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
         if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
         else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
-        if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, NULL);
+        if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, PN_TK, NULL);
         fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->G);
         for (int64_t i = 0; i < tq; i++) {
             real *s = w->G + i * PN_TK;
@@ -358,22 +480,7 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, 
         }
         SFX(gemm_nn_acc)(tq, Dv, tk, w->G, PN_TK, V + j0 * Dv, Dv, w->acc, Dv);
     }
-    for (int64_t i = 0; i < tq; i++) {
-        real *o = out + (bh * Nq + i0 + i) * Dv;
-        const real *a = w->acc + i * Dv;
-        real l = w->l[i];
-        if (l != l) { /* a NaN row (not a fully masked one) */
-            for (int64_t d = 0; d < Dv; d++) o[d] = (real)NAN;
-        } else if (c->st.normalized) {
-            real inv = l > 0 ? 1 / l : 0; /* a fully masked row gives 0 */
-            for (int64_t d = 0; d < Dv; d++) o[d] = a[d] * inv;
-        } else {
-            memcpy(o, a, sizeof(real) * (size_t)Dv);
-        }
-        if (l != l) stat[bh * Nq + i0 + i] = l;
-        else if (soft) stat[bh * Nq + i0 + i] = l > 0 ? w->m[i] + pn_log(l) : (real)-INFINITY;
-        else stat[bh * Nq + i0 + i] = l;
-    }
+    SFX(fwd_finish)(c, bh, i0, tq, w->acc, Dv, w->m, w->l, out, stat);
 }
 
 /* out (BH, Nq, Dv), stat (BH, Nq): logsumexp of the scores (softmax; −inf for a fully masked
@@ -408,6 +515,8 @@ static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
 }
 
+#endif
+
 /* ---- weights ------------------------------------------------------------------------------------ */
 /* W (BH, Nq, Nk): the normalised weights α_ij (no Lorentz factors); stat (BH, Nq): the row
  * statistic the forward would save (logsumexp or Σσ), which the weights' backward reads. */
@@ -438,7 +547,7 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
                 const int64_t tk = Nk - j0 < PN_TK ? Nk - j0 : PN_TK;
                 if (c->st.plan.gemm != PN_GEMM_NONE) SFX(gemm_nt)(tq, tk, c->Dg, Q, c->D, K + j0 * c->D, c->D, 0, G, PN_TK);
                 else memset(G, 0, sizeof(real) * PN_TQ * PN_TK);
-                if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * c->D, qt0, kt0 + j0, G, NULL);
+                if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * c->D, qt0, kt0 + j0, G, PN_TK, NULL);
                 fwd(pp, tq, tk, PN_TK, G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, G);
                 for (int64_t i = 0; i < tq; i++) {
                     real *s = W + (bh * c->Nq + i0 + i) * Nk + j0;
@@ -484,6 +593,7 @@ typedef struct {
     int64_t gbs[4];                 /* its canonical strides */
     int64_t gbias_numel;
     bool gbias_per_thread;          /* one copy per thread (the bias is shared between items) */
+    const mk_packed *pk;            /* f32: K and V packed for the microkernel (else NULL: BLAS) */
 } SFX(bwd_args);
 
 typedef struct {
@@ -491,6 +601,9 @@ typedef struct {
     real *Drow;           /* (PN_TQ) */
     uint8_t *near;        /* (PN_TQ, PN_TK): distance scores' pairs computed from differences */
     real *save;           /* (PN_EPI_NSAVE, PN_TQ, PN_TK) for scores with fwd_save / vjp_saved */
+    /* microkernel (a->pk): the query tile's dO and Q_g in column panels (PN_TQ·Dvp, PN_TQ·Dgp),
+     * dQ's accumulator (PN_TQ, Dgp) and a key tile's dK or dV rows (PN_TK, max(Dgp, Dvp)) */
+    real *dOp, *Qp, *dQacc, *T;
 } SFX(bwd_scratch);
 
 /* Query tiles split, split+S, … of head bh. */
@@ -508,7 +621,9 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized;
     const real *K = (const real *)c->k + bh * Nk * D;
+#if !PN_DENSE_MK
     const real *V = c->v ? (const real *)c->v + bh * Nk * Dv : NULL;
+#endif
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
     const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
     const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
@@ -530,6 +645,16 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
         const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
         const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
         real *dQ = a->dq + (bh * Nq + i0) * D;
+#if PN_DENSE_MK
+        const mk_packed *pk = a->pk;
+        const pn_microkernel *mk = pk->mk;
+        const int64_t NR = mk->nr, Dgp = pk->Dgp, Dvp = pk->Dvp;
+        if (!a->weights) pn_mk_pack_cols(tq, Dv, dO, Dv, (int)NR, PN_TQ * NR, w->dOp);
+        if (gemm) {
+            pn_mk_pack_cols(tq, Dg, Q, D, (int)NR, PN_TQ * NR, w->Qp);
+            memset(w->dQacc, 0, sizeof(real) * (size_t)(tq * Dgp));
+        }
+#endif
         double dqt[PN_TQ][2];
         memset(dqt, 0, sizeof dqt);
         for (int64_t i = 0; i < tq; i++) {
@@ -543,9 +668,13 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
         const int64_t kend = SFX(key_end)(c, i0, tq);
         for (int64_t j0 = 0; j0 < kend; j0 += PN_TK) {
             const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
+#if PN_DENSE_MK
+            if (gemm) mk_prod(mk, tq, tk, Dg, Q, D, 1, pk->Kr + bh * pk->nkp * Dg + j0 * Dg, Dg * NR, w->G, PN_TK, 0);
+#else
             if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
+#endif
             else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
-            const int64_t nnear = diff ? SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, w->near) : 0;
+            const int64_t nnear = diff ? SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, PN_TK, w->near) : 0;
             /* weights P (the forward's, recomputed from the saved statistics) */
             if (fwds && vjps)
                 fwds(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S, w->save);
@@ -574,10 +703,18 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             }
             if (a->weights) {
                 for (int64_t i = 0; i < tq; i++) memcpy(w->dP + i * PN_TK, dO + i * Do + j0, sizeof(real) * (size_t)tk);
+            } else if (Dv == 0) {
+                memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
             } else {
+#if PN_DENSE_MK
+                mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, PN_TQ * NR, w->T, Dvp, 0); /* Pᵀ·dO */
+                SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * Dv, Dv);                       /* dV += */
+                mk_prod(mk, tq, tk, Dv, dO, Dv, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
+                        0); /* dP = dO·Vᵀ */
+#else
                 SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, Dv, dV + j0 * Dv, Dv); /* dV += Pᵀ·dO */
                 SFX(gemm_nt)(tq, tk, Dv, dO, Dv, V + j0 * Dv, Dv, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
-                if (Dv == 0) memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
+#endif
             }
             /* dS, then the score's VJP turns it into dG (in place) */
             for (int64_t i = 0; i < tq; i++) {
@@ -622,10 +759,20 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                     }
             }
             if (gemm) {
+#if PN_DENSE_MK
+                mk_prod(mk, tq, Dg, tk, w->dP, PN_TK, 1, pk->Kc + bh * Dgp * Nk + j0 * NR, Nk * NR, w->dQacc, Dgp,
+                        1);                                                               /* dQ += dG·K */
+                mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, PN_TQ * NR, w->T, Dgp, 0); /* dGᵀ·Q */
+                SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * D, D);                        /* dK += */
+#else
                 SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * D, D, dQ, D); /* dQ += dG·K */
                 SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, D, dK + j0 * D, D); /* dK += dGᵀ·Q */
+#endif
             }
         }
+#if PN_DENSE_MK
+        if (gemm) SFX(add_rows)(tq, Dg, w->dQacc, Dgp, dQ, D);
+#endif
         for (int m = 0; m < 2; m++)
             if (a->dqt[m])
                 for (int64_t i = 0; i < tq; i++) a->dqt[m][bh * Nq + i0 + i] = dqt[i][m];
@@ -635,6 +782,14 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
 static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
     const int64_t items = c->BH * a->S;
     int oom = 0;
+#if PN_DENSE_MK
+    const pn_microkernel *mk = pn_mk_get();
+    if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
+    mk_packed pk;
+    const unsigned which = (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR | MK_KC : 0) | (a->weights ? 0 : MK_VR);
+    PN_TRY(mk_pack(c, mk, which, &pk));
+    a->pk = &pk;
+#endif
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
     {
         SFX(bwd_scratch) w;
@@ -647,6 +802,21 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
         w.Drow = buf ? buf + 4 * PN_TQ * PN_TK : NULL;
         w.save = buf && nsave ? buf + 4 * PN_TQ * PN_TK + PN_TQ : NULL;
         w.near = buf ? malloc(PN_TQ * PN_TK) : NULL;
+        real *mkbuf = NULL;
+        w.dOp = w.Qp = w.dQacc = w.T = NULL;
+#if PN_DENSE_MK
+        {
+            const int64_t Dgp = a->pk->Dgp, Dvp = a->pk->Dvp, wide = Dgp > Dvp ? Dgp : Dvp;
+            mkbuf = malloc(sizeof(real) * (size_t)(PN_TQ * (Dvp + 2 * Dgp) + PN_TK * wide + 1));
+            if (mkbuf) {
+                w.dOp = mkbuf, w.Qp = w.dOp + PN_TQ * Dvp, w.dQacc = w.Qp + PN_TQ * Dgp;
+                w.T = w.dQacc + PN_TQ * Dgp;
+            } else {
+                free(buf); /* reported below as buf's failure */
+                buf = NULL;
+            }
+        }
+#endif
         real *gbias = a->gbias;
         if (gbias && a->gbias_per_thread) gbias += (int64_t)omp_get_thread_num() * a->gbias_numel;
         if (!buf || !w.near) {
@@ -660,7 +830,12 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
             if (buf && w.near) SFX(bwd_item)(c, a, it / a->S, it % a->S, &w, gbias);
         free(buf);
         free(w.near);
+        free(mkbuf);
     }
+#if PN_DENSE_MK
+    mk_free(&pk);
+    a->pk = NULL;
+#endif
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
 }
 

@@ -14,6 +14,22 @@ function pn.num_threads() return B.C.pn_num_threads() end
 function pn.set_num_threads(n) B.C.pn_set_num_threads(n) end
 function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end -- = pn.cuda.available()
 
+-- The CPU attention kernels' register-blocked GEMM (core/attention/microkernel.h): 'avx512',
+-- 'avx2' or 'portable'. pn.cpu_kernel() says which runs (the widest this CPU has, unless
+-- PENUMBRA_CPU_KERNEL or pn.set_cpu_kernel chose); pn.set_cpu_kernel(name) switches
+-- ('auto' = the widest), an error for an unknown name or one this CPU cannot run.
+function pn.cpu_kernel()
+  local name = ffi.string(B.C.pn_cpu_kernel())
+  if name == '' then error(ffi.string(B.C.pn_last_error()), 2) end
+  return name
+end
+function pn.set_cpu_kernel(name)
+  if type(name) ~= 'string' then
+    error('set_cpu_kernel: name must be a string (auto, avx512, avx2, portable), got ' .. type(name), 2)
+  end
+  B.check(B.C.pn_set_cpu_kernel(name))
+end
+
 -- pn.kernels(device) -> list of kernel names (core/kernels.def order), and list[name] = true when
 -- the device's backend has that kernel, false when it is missing; an error when the device is
 -- unknown or not built in. What a backend still lacks: the names whose entry is false.

@@ -1,0 +1,74 @@
+/* dense_mk.h — what the f32 dense driver needs for the register-blocked microkernel
+ * (microkernel.h): the packed K and V of every head and the product over row strips. Included
+ * by dense.c once, before the typed bodies; dense_impl.h's f32 body (PN_DENSE_MK) uses it in
+ * its forward and backward. No include guard.
+ *
+ * Forward blocking (dense_impl.h, PN_DENSE_MK). K (its first Dg columns) and V are packed once
+ * per call for every head (O(N·D) copies against O(N²·D) work). A work item is PN_MK_TQ query
+ * rows of one head; it walks the keys in tiles of PN_MK_TK and, within a tile, its rows in
+ * strips of MR (the register block): the strip's scores S (MR, PN_MK_TK) come from one
+ * microkernel call with Q read in place, the score's epilogue, the row modifiers and the
+ * online softmax run on S while it is in L1, and acc (PN_MK_TQ, Dv) += P·V is the next call.
+ * The K and V tiles (PN_MK_TK × D each) stay in L1/L2 across the strips. The causal limit is
+ * applied per strip, so the diagonal tile skips the strips' masked keys.
+ * Backward: the tile loop of dense_impl.h (PN_TQ × PN_TK) with its five products on the
+ * microkernel — K and V packed per head, the query tile's Q and dO packed per tile. */
+
+#define PN_MK_TQ 48   /* forward: query rows per item, a multiple of every kernel's MR (4, 6, 8) */
+#define PN_MK_TK 256  /* forward: keys per tile, a multiple of every kernel's NR (8, 16, 32) */
+
+/* every head's K and V in the microkernel's panels; NULL where the pass does not need one */
+typedef struct {
+    const pn_microkernel *mk;
+    float *Kr, *Vr;   /* row panels (pn_mk_pack_rows): K's first Dg columns, V — B of Q·Kᵀ, dO·Vᵀ */
+    float *Kc, *Vc;   /* column panels (pn_mk_pack_cols), panel stride Nk·NR: B of dG·K, P·V */
+    int64_t nkp, Dgp, Dvp; /* Nk, Dg, Dv rounded up to NR */
+} mk_packed;
+
+enum { MK_KR = 1, MK_VR = 2, MK_KC = 4, MK_VC = 8 };
+
+static void mk_free(mk_packed *pk) {
+    free(pk->Kr);
+    free(pk->Vr);
+    free(pk->Kc);
+    free(pk->Vc);
+}
+
+/* Pack the panels `which` (MK_*) of every head of c (f32). */
+static pn_status mk_pack(const pn_attn_call *c, const pn_microkernel *mk, unsigned which, mk_packed *pk) {
+    const int64_t NR = mk->nr, BH = c->BH, Nk = c->Nk, D = c->D, Dv = c->Dv, Dg = c->Dg;
+    memset(pk, 0, sizeof *pk);
+    pk->mk = mk;
+    pk->nkp = pn_mk_round(Nk, NR), pk->Dgp = pn_mk_round(Dg, NR), pk->Dvp = pn_mk_round(Dv, NR);
+    /* sizes: BH·Nk·D and BH·Nk·Dv exist as tensors; rounding adds less than NR to one factor */
+    const int64_t nkr = pk->nkp * Dg, nvr = pk->nkp * Dv, nkc = pk->Dgp * Nk, nvc = pk->Dvp * Nk;
+    bool oom = false;
+    if (which & MK_KR) oom |= !(pk->Kr = malloc(sizeof(float) * (size_t)(BH * nkr + 1)));
+    if (which & MK_VR) oom |= !(pk->Vr = malloc(sizeof(float) * (size_t)(BH * nvr + 1)));
+    if (which & MK_KC) oom |= !(pk->Kc = malloc(sizeof(float) * (size_t)(BH * nkc + 1)));
+    if (which & MK_VC) oom |= !(pk->Vc = malloc(sizeof(float) * (size_t)(BH * nvc + 1)));
+    if (oom) {
+        mk_free(pk);
+        return pn_error(PN_ERR_OOM, "%s: out of memory packing k and v (%lld heads × %lld keys)", c->op,
+                        (long long)BH, (long long)Nk);
+    }
+    #pragma omp parallel for if (BH * Nk * (D + Dv) > PN_PAR_MIN) schedule(static)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const float *K = (const float *)c->k + bh * Nk * D, *V = c->v ? (const float *)c->v + bh * Nk * Dv : NULL;
+        if (pk->Kr) pn_mk_pack_rows(Nk, Dg, K, D, (int)NR, pk->Kr + bh * nkr);
+        if (pk->Vr && V) pn_mk_pack_rows(Nk, Dv, V, Dv, (int)NR, pk->Vr + bh * nvr);
+        if (pk->Kc) pn_mk_pack_cols(Nk, Dg, K, D, (int)NR, Nk * NR, pk->Kc + bh * nkc);
+        if (pk->Vc && V) pn_mk_pack_cols(Nk, Dv, V, Dv, (int)NR, Nk * NR, pk->Vc + bh * nvc);
+    }
+    return PN_OK;
+}
+
+/* C (m, ncols) (+)= A (m, K; strides rs, cs) · B (packed, microkernel.h), any m: strips of MR */
+static inline void mk_prod(const pn_microkernel *mk, int64_t m, int64_t ncols, int64_t K, const float *A,
+                           int64_t rs, int64_t cs, const float *Bp, int64_t bstride, float *C, int64_t ldc,
+                           int accumulate) {
+    if (ncols <= 0) return;
+    for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
+        mk->gemm(m - r0 < mk->mr ? m - r0 : mk->mr, ncols, K, A + r0 * rs, rs, cs, Bp, bstride, C + r0 * ldc, ldc,
+                 accumulate);
+}

@@ -1,0 +1,182 @@
+/* microkernel.c — the f32 GEMM block (microkernel.h) for each instruction set, the choice
+ * between them, and the packing of its B operand.
+ *
+ * One body (microkernel_impl.h) is compiled three times: under `#pragma GCC target` for
+ * AVX-512F and for AVX2 + FMA (so the rest of the library keeps the baseline ISA and runs on
+ * any x86-64), and once with GCC's generic vector type for everything else. Which one runs is
+ * decided once, at the first attention call: PENUMBRA_CPU_KERNEL when set, else the widest
+ * the CPU reports (__builtin_cpu_supports), changeable later with pn_set_cpu_kernel. */
+#include "microkernel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define PN_MK_X86 1
+#include <immintrin.h>
+#endif
+
+/* ---- portable: GCC/Clang's generic vector of 4 floats (SSE on x86-64, NEON on ARM) ----------- */
+typedef float pn_v4 __attribute__((vector_size(16)));
+static inline pn_v4 pn_v4_load(const float *p) {
+    pn_v4 x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+static inline void pn_v4_store(float *p, pn_v4 x) { memcpy(p, &x, sizeof x); }
+static inline pn_v4 pn_v4_set1(float a) {
+    pn_v4 x = {a, a, a, a};
+    return x;
+}
+#define MK(name) pn_mk_##name##_portable
+#define MR 4
+#define VW 4
+#define vec pn_v4
+#define V_ZERO() pn_v4_set1(0)
+#define V_LOAD(p) pn_v4_load(p)
+#define V_STORE(p, x) pn_v4_store(p, x)
+#define V_SET1(x) pn_v4_set1(x)
+#define V_FMA(a, b, c) ((a) * (b) + (c))
+#include "microkernel_impl.h"
+#undef MK
+#undef MR
+#undef VW
+#undef vec
+#undef V_ZERO
+#undef V_LOAD
+#undef V_STORE
+#undef V_SET1
+#undef V_FMA
+
+#ifdef PN_MK_X86
+/* ---- AVX2 + FMA ---------------------------------------------------------------------------- */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define MK(name) pn_mk_##name##_avx2
+#define MR 6
+#define VW 8
+#define vec __m256
+#define V_ZERO() _mm256_setzero_ps()
+#define V_LOAD(p) _mm256_loadu_ps(p)
+#define V_STORE(p, x) _mm256_storeu_ps(p, x)
+#define V_SET1(x) _mm256_set1_ps(x)
+#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#include "microkernel_impl.h"
+#undef MK
+#undef MR
+#undef VW
+#undef vec
+#undef V_ZERO
+#undef V_LOAD
+#undef V_STORE
+#undef V_SET1
+#undef V_FMA
+#pragma GCC pop_options
+
+/* ---- AVX-512F ------------------------------------------------------------------------------ */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#define MK(name) pn_mk_##name##_avx512
+#define MR 8
+#define VW 16
+#define vec __m512
+#define V_ZERO() _mm512_setzero_ps()
+#define V_LOAD(p) _mm512_loadu_ps(p)
+#define V_STORE(p, x) _mm512_storeu_ps(p, x)
+#define V_SET1(x) _mm512_set1_ps(x)
+#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#include "microkernel_impl.h"
+#undef MK
+#undef MR
+#undef VW
+#undef vec
+#undef V_ZERO
+#undef V_LOAD
+#undef V_STORE
+#undef V_SET1
+#undef V_FMA
+#pragma GCC pop_options
+#endif
+
+/* ---- the table and the choice -------------------------------------------------------------- */
+static const pn_microkernel pn_mk_table[] = {
+#ifdef PN_MK_X86
+    {"avx512", 8, 32, pn_mk_gemm_avx512},
+    {"avx2", 6, 16, pn_mk_gemm_avx2},
+#endif
+    {"portable", 4, 8, pn_mk_gemm_portable},
+};
+enum { PN_MK_COUNT = sizeof pn_mk_table / sizeof pn_mk_table[0] };
+#define PN_MK_VALID "auto, avx512, avx2, portable"
+
+static int pn_mk_runs(const pn_microkernel *k) {
+#ifdef PN_MK_X86
+    if (!strcmp(k->name, "avx512")) return __builtin_cpu_supports("avx512f");
+    if (!strcmp(k->name, "avx2")) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return 1;
+}
+
+/* *out = the kernel `name` names; an error naming `what` (where the name came from) when it is
+ * unknown or the CPU cannot run it */
+static pn_status pn_mk_find(const char *what, const char *name, const pn_microkernel **out) {
+    for (int i = 0; i < PN_MK_COUNT; i++) {
+        const pn_microkernel *k = &pn_mk_table[i];
+        if (!strcmp(name, "auto") ? !pn_mk_runs(k) : strcmp(k->name, name)) continue;
+        if (!pn_mk_runs(k))
+            return pn_error(PN_ERR_ARG, "%s: this CPU cannot run the %s kernel (/proc/cpuinfo lacks its "
+                            "instructions); use auto or portable", what, name);
+        *out = k;
+        return PN_OK;
+    }
+    if (!strcmp(name, "avx512") || !strcmp(name, "avx2"))
+        return pn_error(PN_ERR_ARG, "%s: the %s kernel exists on x86-64 only; use auto or portable", what, name);
+    return pn_error(PN_ERR_ARG, "%s: unknown CPU kernel '%s'; valid: " PN_MK_VALID, what, name);
+}
+
+static const pn_microkernel *_Atomic pn_mk_current;
+
+const pn_microkernel *pn_mk_get(void) {
+    const pn_microkernel *k = pn_mk_current;
+    if (k) return k;
+    const char *env = getenv("PENUMBRA_CPU_KERNEL");
+    if (pn_mk_find("PENUMBRA_CPU_KERNEL", env && *env ? env : "auto", &k) != PN_OK) return NULL;
+    pn_mk_current = k;
+    return k;
+}
+
+const char *pn_cpu_kernel(void) {
+    const pn_microkernel *k = pn_mk_get();
+    return k ? k->name : "";
+}
+
+pn_status pn_set_cpu_kernel(const char *name) {
+    const pn_microkernel *k = NULL;
+    if (!name) return pn_error(PN_ERR_ARG, "set_cpu_kernel: name is NULL; valid: " PN_MK_VALID);
+    pn_status st = pn_mk_find("set_cpu_kernel", name, &k);
+    if (st == PN_OK) pn_mk_current = k;
+    return st;
+}
+
+/* ---- packing B ------------------------------------------------------------------------------ */
+void pn_mk_pack_rows(int64_t n, int64_t K, const float *X, int64_t ldx, int nr, float *Bp) {
+    for (int64_t j0 = 0; j0 < n; j0 += nr) {
+        float *p = Bp + (j0 / nr) * K * nr;
+        const int64_t w = n - j0 < nr ? n - j0 : nr;
+        for (int64_t k = 0; k < K; k++) {
+            for (int64_t j = 0; j < w; j++) p[k * nr + j] = X[(j0 + j) * ldx + k];
+            for (int64_t j = w; j < nr; j++) p[k * nr + j] = 0;
+        }
+    }
+}
+
+void pn_mk_pack_cols(int64_t K, int64_t ncols, const float *X, int64_t ldx, int nr, int64_t bstride, float *Bp) {
+    for (int64_t c0 = 0; c0 < ncols; c0 += nr) {
+        float *p = Bp + (c0 / nr) * bstride;
+        const int64_t w = ncols - c0 < nr ? ncols - c0 : nr;
+        for (int64_t k = 0; k < K; k++) {
+            memcpy(p + k * nr, X + k * ldx + c0, sizeof(float) * (size_t)w);
+            for (int64_t c = w; c < nr; c++) p[k * nr + c] = 0;
+        }
+    }
+}
