@@ -38,6 +38,9 @@ local function inputs_of(c)
   local x = { cu.rnd({ c.B, c.H, c.Nq, c.D }, 'f64', c.seed + 1, 0.05 * sc, 0.45 * sc),
               cu.rnd({ c.B, c.H, c.Nk, c.D }, 'f64', c.seed + 2, 0.05 * sc, 0.45 * sc),
               cu.rnd({ c.B, c.H, c.Nk, c.Dv }, 'f64', c.seed + 3, -1, 1) }
+  if c.near then -- every key 1e-4 from its query: the distance scores' expansion cancels (diff_fix)
+    x[2] = x[1] + cu.rnd({ c.B, c.H, c.Nk, c.D }, 'f64', c.seed + 6, -1e-4, 1e-4)
+  end
   if c.model == 'hyperboloid' then x[1], x[2] = pn.maps.pseudopolar(x[1] * 3), pn.maps.pseudopolar(x[2] * 3) end
   local names = {}
   if c.bias then
@@ -100,12 +103,13 @@ local SIZES = {
   { B = 1, H = 1, Nq = 11, Nk = 70, D = 128, Dv = 33, normalize = 'sigmoid_normalized' },
   { B = 1, H = 1, Nq = 66, Nk = 19, D = 17, Dv = 8, normalize = 'sigmoid', causal = true },
   { B = 1, H = 1, Nq = 50, Nk = 260, D = 7, weights = true, causal = true },
+  { B = 1, H = 1, Nq = 70, Nk = 70, D = 16, Dv = 8, near = true },
 }
 
 local function label(c)
-  return string.format('%s%s %s%s%s%s%s Nq=%d Nk=%d D=%d Dv=%d', c.score, c.model and ('/' .. c.model) or '',
+  return string.format('%s%s %s%s%s%s%s%s Nq=%d Nk=%d D=%d Dv=%d', c.score, c.model and ('/' .. c.model) or '',
     c.normalize or 'softmax', c.causal and ' causal' or '', c.mask and ' mask' or '', c.bias and ' bias' or '',
-    c.weights and ' weights' or '', c.Nq, c.Nk, c.D, c.Dv or 0)
+    c.weights and ' weights' or '', c.near and ' near' or '', c.Nq, c.Nk, c.D, c.Dv or 0)
 end
 
 describe('CPU attention microkernel', function()
@@ -151,6 +155,8 @@ print(pcall(pn.attention, q, q, q, { score = 'dot' }))
     local cases = 0
     for _, form in ipairs(FORMS) do
       for n, size in ipairs(SIZES) do
+        -- (the hyperbolic distance at coincident points, arcosh near 1, has no f32 digits to compare)
+        if size.near and form[1] == 'hyperbolic' then goto next end
         local c = { score = form[1], model = form[2], seed = 40 + n }
         for key, v in pairs(size) do c[key] = v end
         local x, names, mask = inputs_of(c)
@@ -166,8 +172,9 @@ print(pcall(pn.attention, q, q, q, { score = 'dot' }))
           same(run(c, 'f32', x, names, mask), ref, tol, what .. ' ' .. k .. ' vs portable')
         end
         cases = cases + 1
+        ::next::
       end
     end
-    assert.is_true(cases >= 8 * 7, 'cases run: ' .. cases)
+    assert.is_true(cases >= 9 * 7 - 3, 'cases run: ' .. cases)
   end)
 end)

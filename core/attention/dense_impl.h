@@ -240,33 +240,21 @@ static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq
 }
 
 /* ---- distance scores (plan.diff): G = −½‖q_g − k_g‖² ---------------------------------------- */
-/* G (tq, ldg) holds q_g·k_g from the GEMM; it becomes −½‖q_g − k_g‖²: the expansion with the
- * norms qn (tq), kn (tk) where it keeps its precision, the coordinates' differences where
- * ‖q−k‖² < PN_DIFF_NEAR·(‖q‖² + ‖k‖²) (attention.h). near (tq, PN_TK) or NULL: 1 for the pairs
- * computed from the differences (the backward treats them apart); returns how many. */
-PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
-                                 const real *qn, const real *kn, real *G, int64_t ldg, uint8_t *near) {
+/* G (tq, ldg) = −½‖q_g − k_g‖² from the expansion with the norms qn (tq), kn (tk): recompute
+ * from the coordinates' differences the pairs where ‖q−k‖² < PN_DIFF_NEAR·(‖q‖² + ‖k‖²)
+ * (attention.h; the expansion cancelled there). near (tq, PN_TK) or NULL: 1 for those pairs,
+ * 0 elsewhere (the backward treats them apart); returns how many. */
+PN_INLINE int64_t SFX(diff_fix)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
+                                const real *qn, const real *kn, real *G, int64_t ldg, uint8_t *near) {
     const int64_t D = c->D, Dg = c->Dg;
     const real lim = (real)PN_DIFF_NEAR;
     int64_t count = 0;
     for (int64_t i = 0; i < tq; i++) {
         real *g = G + i * ldg;
-        const real qi = qn[i];
-        int64_t ni = 0;
-        #pragma omp simd reduction(+ : ni)
-        for (int64_t j = 0; j < tk; j++) {
-            const real n2 = qi + kn[j], d2 = n2 - 2 * g[j];
-            const int cl = d2 < lim * n2; /* false for NaN: it stays NaN */
-            g[j] = (real)-0.5 * d2;
-            ni += cl;
-        }
-        if (near) memset(near + i * PN_TK, 0, (size_t)tk);
-        if (!ni) continue;
-        count += ni;
         const real *q = Q + i * D;
+        if (near) memset(near + i * PN_TK, 0, (size_t)tk);
         for (int64_t j = 0; j < tk; j++) {
-            const real n2 = qi + kn[j];
-            if (!(-2 * g[j] < lim * n2)) continue;
+            if (!(-2 * g[j] < lim * (qn[i] + kn[j]))) continue;
             const real *kr = K + j * D;
             real s = 0;
             for (int64_t d = 0; d < Dg; d++) {
@@ -275,9 +263,65 @@ PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, 
             }
             g[j] = (real)-0.5 * s;
             if (near) near[i * PN_TK + j] = 1;
+            count++;
         }
     }
     return count;
+}
+
+#if !PN_DENSE_MK /* the microkernel forms the expansion in its registers (pn_microkernel.dist) */
+/* G (tq, ldg) holds q_g·k_g from the GEMM; it becomes −½‖q_g − k_g‖² (diff_fix); near: as there.
+ * Returns how many pairs were recomputed from the differences. */
+PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
+                                 const real *qn, const real *kn, real *G, int64_t ldg, uint8_t *near) {
+    const real lim = (real)PN_DIFF_NEAR;
+    int64_t ni = 0;
+    for (int64_t i = 0; i < tq; i++) {
+        real *g = G + i * ldg;
+        const real qi = qn[i];
+        #pragma omp simd reduction(+ : ni)
+        for (int64_t j = 0; j < tk; j++) {
+            const real n2 = qi + kn[j], d2 = n2 - 2 * g[j];
+            ni += d2 < lim * n2; /* false for NaN: it stays NaN */
+            g[j] = (real)-0.5 * d2;
+        }
+    }
+    return ni ? SFX(diff_fix)(c, tq, tk, Q, K, qn, kn, G, ldg, near) : 0;
+}
+#endif
+
+/* G (m, ldg) = the scores' product of rows [0, m) of Q (qn: their norms) with keys [j0, j0+n) of
+ * head bh: q_g·k_g, or −½‖q_g − k_g‖² for a distance score (diff_fix where the expansion
+ * cancelled: near as there), or 0 without a product. On the microkernel (f32; pk: the packed
+ * keys) the expansion happens in its registers; else BLAS and diff_tile. Returns how many
+ * pairs diff_fix recomputed. */
+static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t m, int64_t j0,
+                                int64_t n, const real *Q, const real *qn, real *G, int64_t ldg, uint8_t *near) {
+    const int64_t D = c->D, Dg = c->Dg;
+    if (c->st.plan.gemm == PN_GEMM_NONE) {
+        for (int64_t i = 0; i < m; i++) memset(G + i * ldg, 0, sizeof(real) * (size_t)n);
+        return 0;
+    }
+    const real *K = (const real *)c->k + (bh * c->Nk + j0) * D;
+    const real *kn = c->st.plan.diff ? (const real *)c->kt[0] + bh * c->Nk + j0 : NULL;
+#if PN_DENSE_MK
+    const pn_microkernel *mk = pk->mk;
+    const int64_t NR = mk->nr;
+    const real *Kr = pk->Kr + bh * pk->nkp * Dg + j0 * Dg;
+    if (!kn) {
+        mk_prod(mk, m, n, Dg, Q, D, 1, Kr, Dg * NR, G, ldg, 0);
+        return 0;
+    }
+    int64_t cnt = 0;
+    for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
+        cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n, Dg, Q + r0 * D, D, Kr, Dg * NR, qn + r0,
+                        pk->kn + bh * pk->nkp + j0, (real)PN_DIFF_NEAR, G + r0 * ldg, ldg);
+    return cnt ? SFX(diff_fix)(c, m, n, Q, K, qn, kn, G, ldg, near) : 0;
+#else
+    (void)pk;
+    SFX(gemm_nt)(m, n, Dg, Q, D, K, D, 0, G, ldg);
+    return kn ? SFX(diff_tile)(c, m, n, Q, K, qn, kn, G, ldg, near) : 0;
+#endif
 }
 
 /* The chain of dG (tq, PN_TK) = ∂L/∂G into q and k for a distance score, ∂G/∂q_i = k_j − q_i:
@@ -350,14 +394,13 @@ static void SFX(fwd_finish)(const pn_attn_call *c, int64_t bh, int64_t i0, int64
 PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t i0, int64_t tq,
                                  real *S, real *acc, real *m, real *l, real *out, real *stat) {
     const pn_microkernel *mk = pk->mk;
-    const int64_t MR = mk->mr, NR = mk->nr, D = c->D, Dv = c->Dv, Dg = c->Dg, Dvp = pk->Dvp;
+    const int64_t MR = mk->mr, NR = mk->nr, D = c->D, Dv = c->Dv, Dvp = pk->Dvp;
     const int64_t Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
-    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, soft = c->st.normalize == PN_NORM_SOFTMAX;
+    const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
     const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
-    const real *K = (const real *)c->k + bh * Nk * D;
-    const real *Kr = gemm ? pk->Kr + bh * pk->nkp * Dg : NULL, *Vc = pk->Vc + bh * Dvp * Nk;
+    const real *Vc = pk->Vc + bh * Dvp * Nk;
     const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
     const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
@@ -374,9 +417,7 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int
             const int64_t e = SFX(key_end)(c, i0 + r0, mr) - j0; /* the strip's last key + 1 */
             if (e <= 0) continue;
             const int64_t n = e < tk ? e : tk;
-            if (gemm) mk->gemm(mr, n, Dg, Q + r0 * D, D, 1, Kr + j0 * Dg, Dg * NR, S, PN_MK_TK, 0);
-            else memset(S, 0, sizeof(real) * (size_t)(MR * PN_MK_TK));
-            if (c->st.plan.diff) SFX(diff_tile)(c, mr, n, Q + r0 * D, K + j0 * D, qt0 + r0, kt0 + j0, S, PN_MK_TK, NULL);
+            SFX(tile_scores)(c, pk, bh, mr, j0, n, Q + r0 * D, qt0 ? qt0 + r0 : NULL, S, PN_MK_TK, NULL);
             fwd(pp, mr, n, PN_MK_TK, S, qt0 ? qt0 + r0 : NULL, qt1 ? qt1 + r0 : NULL, kt0 ? kt0 + j0 : NULL,
                 kt1 ? kt1 + j0 : NULL, S);
             for (int64_t i = 0; i < mr; i++) {
@@ -438,14 +479,12 @@ typedef struct {
 /* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. */
 PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, int64_t tq, SFX(fwd_scratch) *w,
                           real *out, real *stat) {
-    const int64_t D = c->D, Dv = c->Dv, Dg = c->Dg, Nq = c->Nq, Nk = c->Nk, H = c->H;
+    const int64_t D = c->D, Dv = c->Dv, Nq = c->Nq, Nk = c->Nk, H = c->H;
     const int64_t b = bh / H, h = bh % H;
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
-    const bool gemm = c->st.plan.gemm != PN_GEMM_NONE;
     const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
     const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
-    const real *K = (const real *)c->k + bh * Nk * D;
     const real *V = (const real *)c->v + bh * Nk * Dv;
     const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
     const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
@@ -461,9 +500,7 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, 
     const int64_t kend = SFX(key_end)(c, i0, tq);
     for (int64_t j0 = 0; j0 < kend; j0 += PN_TK) {
         const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
-        if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
-        else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
-        if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, PN_TK, NULL);
+        SFX(tile_scores)(c, NULL, bh, tq, j0, tk, Q, qt0, w->G, PN_TK, NULL);
         fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->G);
         for (int64_t i = 0; i < tq; i++) {
             real *s = w->G + i * PN_TK;
@@ -523,6 +560,14 @@ static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
 static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
     const int64_t nqt = (c->Nq + PN_TQ - 1) / PN_TQ, items = c->BH * nqt, Nk = c->Nk;
     int oom = 0;
+    mk_packed *pk = NULL;
+#if PN_DENSE_MK
+    const pn_microkernel *mk = pn_mk_get();
+    if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
+    mk_packed pkd;
+    PN_TRY(mk_pack(c, mk, c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0, &pkd));
+    pk = &pkd;
+#endif
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * c->D > PN_PAR_MIN)
     {
         real *G = malloc(sizeof(real) * PN_TQ * PN_TK);
@@ -538,16 +583,13 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
             const pn_score_params *pp = &c->st.hp[h];
             const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
             const real *Q = (const real *)c->q + (bh * c->Nq + i0) * c->D;
-            const real *K = (const real *)c->k + bh * Nk * c->D;
             const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * c->Nq + i0 : NULL;
             const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * c->Nq + i0 : NULL;
             const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
             const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
             for (int64_t j0 = 0; j0 < Nk; j0 += PN_TK) {
                 const int64_t tk = Nk - j0 < PN_TK ? Nk - j0 : PN_TK;
-                if (c->st.plan.gemm != PN_GEMM_NONE) SFX(gemm_nt)(tq, tk, c->Dg, Q, c->D, K + j0 * c->D, c->D, 0, G, PN_TK);
-                else memset(G, 0, sizeof(real) * PN_TQ * PN_TK);
-                if (c->st.plan.diff) SFX(diff_tile)(c, tq, tk, Q, K + j0 * c->D, qt0, kt0 + j0, G, PN_TK, NULL);
+                SFX(tile_scores)(c, pk, bh, tq, j0, tk, Q, qt0, G, PN_TK, NULL);
                 fwd(pp, tq, tk, PN_TK, G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, G);
                 for (int64_t i = 0; i < tq; i++) {
                     real *s = W + (bh * c->Nq + i0 + i) * Nk + j0;
@@ -576,6 +618,7 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
         }
         free(G);
     }
+    if (pk) mk_free(pk);
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
 }
 
@@ -668,13 +711,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
         const int64_t kend = SFX(key_end)(c, i0, tq);
         for (int64_t j0 = 0; j0 < kend; j0 += PN_TK) {
             const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
-#if PN_DENSE_MK
-            if (gemm) mk_prod(mk, tq, tk, Dg, Q, D, 1, pk->Kr + bh * pk->nkp * Dg + j0 * Dg, Dg * NR, w->G, PN_TK, 0);
-#else
-            if (gemm) SFX(gemm_nt)(tq, tk, Dg, Q, D, K + j0 * D, D, 0, w->G, PN_TK);
-#endif
-            else memset(w->G, 0, sizeof(real) * PN_TQ * PN_TK);
-            const int64_t nnear = diff ? SFX(diff_tile)(c, tq, tk, Q, K + j0 * D, qt0, kt0 + j0, w->G, PN_TK, w->near) : 0;
+            const int64_t nnear = SFX(tile_scores)(c, a->pk, bh, tq, j0, tk, Q, qt0, w->G, PN_TK, w->near);
             /* weights P (the forward's, recomputed from the saved statistics) */
             if (fwds && vjps)
                 fwds(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->S, w->save);

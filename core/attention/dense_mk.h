@@ -22,16 +22,18 @@ typedef struct {
     const pn_microkernel *mk;
     float *Kr, *Vr;   /* row panels (pn_mk_pack_rows): K's first Dg columns, V — B of Q·Kᵀ, dO·Vᵀ */
     float *Kc, *Vc;   /* column panels (pn_mk_pack_cols), panel stride Nk·NR: B of dG·K, P·V */
+    float *kn;        /* distance scores: ‖k_g‖² (the key term of slot 0), nkp per head, 0 beyond Nk */
     int64_t nkp, Dgp, Dvp; /* Nk, Dg, Dv rounded up to NR */
 } mk_packed;
 
-enum { MK_KR = 1, MK_VR = 2, MK_KC = 4, MK_VC = 8 };
+enum { MK_KR = 1, MK_VR = 2, MK_KC = 4, MK_VC = 8 }; /* MK_KR brings the key norms of a distance score */
 
 static void mk_free(mk_packed *pk) {
     free(pk->Kr);
     free(pk->Vr);
     free(pk->Kc);
     free(pk->Vc);
+    free(pk->kn);
 }
 
 /* Pack the panels `which` (MK_*) of every head of c (f32). */
@@ -47,6 +49,8 @@ static pn_status mk_pack(const pn_attn_call *c, const pn_microkernel *mk, unsign
     if (which & MK_VR) oom |= !(pk->Vr = malloc(sizeof(float) * (size_t)(BH * nvr + 1)));
     if (which & MK_KC) oom |= !(pk->Kc = malloc(sizeof(float) * (size_t)(BH * nkc + 1)));
     if (which & MK_VC) oom |= !(pk->Vc = malloc(sizeof(float) * (size_t)(BH * nvc + 1)));
+    const bool kn = (which & MK_KR) && c->st.plan.diff;
+    if (kn) oom |= !(pk->kn = malloc(sizeof(float) * (size_t)(BH * pk->nkp + 1)));
     if (oom) {
         mk_free(pk);
         return pn_error(PN_ERR_OOM, "%s: out of memory packing k and v (%lld heads × %lld keys)", c->op,
@@ -59,6 +63,11 @@ static pn_status mk_pack(const pn_attn_call *c, const pn_microkernel *mk, unsign
         if (pk->Vr && V) pn_mk_pack_rows(Nk, Dv, V, Dv, (int)NR, pk->Vr + bh * nvr);
         if (pk->Kc) pn_mk_pack_cols(Nk, Dg, K, D, (int)NR, Nk * NR, pk->Kc + bh * nkc);
         if (pk->Vc && V) pn_mk_pack_cols(Nk, Dv, V, Dv, (int)NR, Nk * NR, pk->Vc + bh * nvc);
+        if (kn) {
+            float *dst = pk->kn + bh * pk->nkp;
+            memcpy(dst, (const float *)c->kt[0] + bh * Nk, sizeof(float) * (size_t)Nk);
+            for (int64_t j = Nk; j < pk->nkp; j++) dst[j] = 0;
+        }
     }
     return PN_OK;
 }

@@ -24,6 +24,8 @@ static inline pn_v4 pn_v4_load(const float *p) {
     return x;
 }
 static inline void pn_v4_store(float *p, pn_v4 x) { memcpy(p, &x, sizeof x); }
+typedef int32_t pn_v4i __attribute__((vector_size(16)));
+static inline int64_t pn_v4_count(pn_v4i m) { return -(int64_t)(m[0] + m[1] + m[2] + m[3]); } /* lanes are 0 / −1 */
 static inline pn_v4 pn_v4_set1(float a) {
     pn_v4 x = {a, a, a, a};
     return x;
@@ -37,6 +39,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_STORE(p, x) pn_v4_store(p, x)
 #define V_SET1(x) pn_v4_set1(x)
 #define V_FMA(a, b, c) ((a) * (b) + (c))
+#define V_COUNT_LT(a, b) pn_v4_count((a) < (b))
 #include "microkernel_impl.h"
 #undef MK
 #undef MR
@@ -47,6 +50,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #undef V_STORE
 #undef V_SET1
 #undef V_FMA
+#undef V_COUNT_LT
 
 #ifdef PN_MK_X86
 /* ---- AVX2 + FMA ---------------------------------------------------------------------------- */
@@ -61,6 +65,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_STORE(p, x) _mm256_storeu_ps(p, x)
 #define V_SET1(x) _mm256_set1_ps(x)
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_COUNT_LT(a, b) __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ)))
 #include "microkernel_impl.h"
 #undef MK
 #undef MR
@@ -71,6 +76,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #undef V_STORE
 #undef V_SET1
 #undef V_FMA
+#undef V_COUNT_LT
 #pragma GCC pop_options
 
 /* ---- AVX-512F ------------------------------------------------------------------------------ */
@@ -85,6 +91,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_STORE(p, x) _mm512_storeu_ps(p, x)
 #define V_SET1(x) _mm512_set1_ps(x)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_COUNT_LT(a, b) __builtin_popcount((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ))
 #include "microkernel_impl.h"
 #undef MK
 #undef MR
@@ -95,16 +102,17 @@ static inline pn_v4 pn_v4_set1(float a) {
 #undef V_STORE
 #undef V_SET1
 #undef V_FMA
+#undef V_COUNT_LT
 #pragma GCC pop_options
 #endif
 
 /* ---- the table and the choice -------------------------------------------------------------- */
 static const pn_microkernel pn_mk_table[] = {
 #ifdef PN_MK_X86
-    {"avx512", 8, 32, pn_mk_gemm_avx512},
-    {"avx2", 6, 16, pn_mk_gemm_avx2},
+    {"avx512", 8, 32, pn_mk_gemm_avx512, pn_mk_dist_avx512},
+    {"avx2", 6, 16, pn_mk_gemm_avx2, pn_mk_dist_avx2},
 #endif
-    {"portable", 4, 8, pn_mk_gemm_portable},
+    {"portable", 4, 8, pn_mk_gemm_portable, pn_mk_dist_portable},
 };
 enum { PN_MK_COUNT = sizeof pn_mk_table / sizeof pn_mk_table[0] };
 #define PN_MK_VALID "auto, avx512, avx2, portable"

@@ -2,29 +2,38 @@
  * instruction set by microkernel.c, which defines before including it:
  *   MK(name)     the function's name for this set (name##_avx2 …)
  *   MR, VW       rows of the register block, floats per vector (NR = 2·VW columns)
- *   vec, V_ZERO(), V_LOAD(p), V_STORE(p, x), V_SET1(x), V_FMA(a, b, c) (= a·b + c)
+ *   vec, V_ZERO(), V_LOAD(p), V_STORE(p, x), V_SET1(x), V_FMA(a, b, c) (= a·b + c),
+ *   V_COUNT_LT(a, b) (how many lanes have a < b)
  * No include guard on purpose. */
 #define NR (2 * VW)
+
+/* the register block: acc (MR × NR, as acc0 | acc1) = Σ_k a[i][k·cs] · b[k·NR …] */
+static inline __attribute__((always_inline)) void MK(block)(const float *const a[MR], const float *b, int64_t K,
+                                                            int64_t cs, vec acc0[MR], vec acc1[MR]) {
+    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) acc0[i] = V_ZERO(), acc1[i] = V_ZERO();
+    int64_t ko = 0;
+    for (int64_t k = 0; k < K; k++, b += NR, ko += cs) {
+        const vec b0 = V_LOAD(b), b1 = V_LOAD(b + VW);
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {
+            const vec x = V_SET1(a[i][ko]);
+            acc0[i] = V_FMA(x, b0, acc0[i]);
+            acc1[i] = V_FMA(x, b1, acc1[i]);
+        }
+    }
+}
+
+/* A's row pointers; rows ≥ mr read row 0 again (their results are dropped): the block stays full */
+#define MK_ROWS(a, A, mr, rs)                                                                  \
+    const float *a[MR];                                                                        \
+    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) a[i] = (A) + (i < (mr) ? i : 0) * (rs)
 
 /* C (mr, ncols) (+)= A (mr, K; strides rs, cs) · B (K, ncols; panels of NR, stride bstride) */
 static void MK(gemm)(int64_t mr, int64_t ncols, int64_t K, const float *A, int64_t rs, int64_t cs,
                      const float *Bp, int64_t bstride, float *C, int64_t ldc, int accumulate) {
-    /* rows ≥ mr read row 0 again (their results are dropped): the block stays full */
-    const float *a[MR];
-    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) a[i] = A + (i < mr ? i : 0) * rs;
+    MK_ROWS(a, A, mr, rs);
     for (int64_t c0 = 0; c0 < ncols; c0 += NR) {
-        const float *b = Bp + (c0 / NR) * bstride;
         vec acc0[MR], acc1[MR];
-        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) acc0[i] = V_ZERO(), acc1[i] = V_ZERO();
-        int64_t ko = 0;
-        for (int64_t k = 0; k < K; k++, b += NR, ko += cs) {
-            const vec b0 = V_LOAD(b), b1 = V_LOAD(b + VW);
-            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {
-                const vec x = V_SET1(a[i][ko]);
-                acc0[i] = V_FMA(x, b0, acc0[i]);
-                acc1[i] = V_FMA(x, b1, acc1[i]);
-            }
-        }
+        MK(block)(a, Bp + (c0 / NR) * bstride, K, cs, acc0, acc1);
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {
             if (i >= mr) break;
             float *c = C + i * ldc + c0;
@@ -39,4 +48,31 @@ static void MK(gemm)(int64_t mr, int64_t ncols, int64_t K, const float *A, int64
     }
 }
 
+/* C (mr, ncols) = −½‖a_i − b_c‖² = a_i·b_c − ½rn[i] − ½cn[c] from the product and the squared
+ * norms rn (mr), cn (ncols rounded up to NR; 0 beyond the real columns); returns how many pairs
+ * (with the padding columns, which never qualify) have ‖a − b‖² < lim·(rn + cn) — there the
+ * expansion lost its digits and the caller recomputes them from the differences */
+static int64_t MK(dist)(int64_t mr, int64_t ncols, int64_t K, const float *A, int64_t rs, const float *Bp,
+                        int64_t bstride, const float *rn, const float *cn, float lim, float *C, int64_t ldc) {
+    MK_ROWS(a, A, mr, rs);
+    int64_t near = 0;
+    const vec half = V_SET1(-0.5f), vlim = V_SET1(lim);
+    for (int64_t c0 = 0; c0 < ncols; c0 += NR) {
+        vec acc0[MR], acc1[MR];
+        MK(block)(a, Bp + (c0 / NR) * bstride, K, 1, acc0, acc1);
+        const vec k0 = V_LOAD(cn + c0), k1 = V_LOAD(cn + c0 + VW);
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {
+            if (i >= mr) break;
+            float *c = C + i * ldc + c0;
+            const vec r = V_SET1(rn[i]), n0 = r + k0, n1 = r + k1;
+            const vec d0 = V_FMA(V_SET1(-2.0f), acc0[i], n0), d1 = V_FMA(V_SET1(-2.0f), acc1[i], n1);
+            near += V_COUNT_LT(d0, vlim * n0) + V_COUNT_LT(d1, vlim * n1);
+            V_STORE(c, half * d0);
+            V_STORE(c + VW, half * d1);
+        }
+    }
+    return near;
+}
+
+#undef MK_ROWS
 #undef NR
