@@ -1,181 +1,352 @@
 -- experiments/perf/attention_cpu.lua — fused distance-family attention on the CPU against
--- the straightforward PyTorch implementation (full score matrix, softmax, @ v) (DESIGN §7).
+-- PyTorch 2's fused scaled_dot_product_attention (SDPA, its flash-attention CPU kernel) and
+-- against OpenBLAS sgemm's GFLOP/s on the same machine in the same run (DESIGN §7, issue 16).
 --
---   ./bench experiments/perf/attention_cpu.lua [n=1024,2048] [reps=5] [rounds=1] [threads=2]
---                                              [peak=16384] [torch=1] [torch_peak=2048,4096]
+--   ./bench experiments/perf/attention_cpu.lua [n=1024,2048] [d=64] [causal=0,1]
+--       [scores=dot,laplacian,umbral,penumbral,hyperbolic] [passes=fwd,fwd+bwd] [reps=3] [rounds=3]
+--       [threads=2] [torch=1] [naive=0] [sgemm=2048] [kernels=…] [peak=0] [torch_peak=2048,4096]
+--   the issue's grid: n=1024,2048,4096,8192 d=64,128
 --
--- B = 1, H = 8, D = 64, f32; scores dot, laplacian, umbral, penumbral, hyperbolic (the
--- hyperboloid model); passes fwd and fwd+bwd (backward of sum(out·1)). Each figure: warm-up,
--- then the median over `rounds` rounds of `reps` timed calls (ours: every score and pass in
--- turn, call by call), ours and PyTorch taking turns round by round (PyTorch runs in the peer Python (bk.python), experiments/perf/attention_cpu_torch.py,
--- with the same thread count). GFLOP/s with the FlashAttention convention: forward
--- 4·B·N²·H·D, backward 2.5× that. Targets: dot ≤ 0.5× PyTorch, cones ≤ 1.3× our dot,
--- hyperbolic ≤ 1.5× our dot.
--- Peak memory: the growth of the process's resident high-water mark (/proc/self/status,
--- reset through /proc/self/clear_refs) over the inputs during one call, each measured in a
--- fresh child process. PyTorch's N² score matrices do not fit this machine at N = 16384
--- (8.6 GB each), so its peak is measured at the smaller torch_peak sizes and extrapolated ∝ N².
+-- B = 1, H = 8, f32; passes fwd and fwd+bwd (backward of sum(out·1), gradients of q, k, v).
+-- Inputs as a researcher feeds them: q, k = randn·0.3, v = randn; the cones and hyperbolic get
+-- q and k through their score's default map (pn.attention_variant(score).map, as the nn layers
+-- apply it: umbral ψ, penumbral ξ with h = r, hyperbolic the pseudo-polar map onto the
+-- hyperboloid), computed once, outside the timed calls. The peer
+-- (experiments/perf/attention_cpu_torch.py, run by bk.python's interpreter with the same thread
+-- count) uses the same recipes.
+-- Timing: a warm-up call of everything, then `rounds` rounds; in each, per (N, D): `reps` calls
+-- of every (score, causal, pass) of ours in turn (a burst of load hits all scores alike: the
+-- targets are ratios between them), `reps` sgemm calls, then one peer process timing `reps`
+-- calls of SDPA's dot (and of the naive scores with naive=1). Figures: the median over every
+-- timed call of all rounds.
+-- GFLOP/s, FlashAttention's convention for every score: forward 4·B·N²·H·D, halved when causal;
+-- forward+backward 3.5× the forward. sgemm: pn.matmul (OpenBLAS sgemm, split over our OpenMP
+-- threads; experiments/perf/core.lua holds it against cblas_sgemm called directly) on square
+-- f32 matrices of side `sgemm` (2n³ flops; a large square product is sgemm at its best).
+-- Targets (issue 16): our dot ≤ 0.9× SDPA; laplacian and umbral ≤ 1.15×, penumbral ≤ 1.25×,
+-- hyperbolic ≤ 1.3× our dot (same D, N, causal, pass); our dot forward ≥ 60 % of sgemm's
+-- GFLOP/s at N ≥ 2048. For the cones the SDPA columns hold SDPA's dot.
+-- naive=1 adds the attention the papers' reference code writes (full score matrix, softmax,
+-- @ v) for each score as a second peer (the earlier comparison), with its ms and ours/naive.
+-- kernels=a,b: the CPU attention microkernel (PENUMBRA_CPU_KERNEL=auto|avx512|avx2|portable
+-- at start-up): with pn.set_cpu_kernel our side runs once per kernel in every round, rows
+-- labelled by kernel; without it the key is ignored (said so).
+-- peak=N (off by default: each call at N = 16384 takes seconds): the growth of the process's
+-- resident high-water mark (/proc/self/status, reset through /proc/self/clear_refs) over the
+-- inputs during one call, each in a fresh child process: ours dot and penumbral, SDPA's dot at
+-- the same N; with naive=1 the naive dot at the torch_peak sizes, extrapolated ∝ N² (its N²
+-- score matrices do not fit this machine at N = 16384).
 local pn = require 'penumbra'
+local B = require 'penumbra_ffi'
+local ffi = require 'ffi'
 local bk = require 'penumbra.benchkit'
+local options = require 'penumbra.options'
 
 args = args or {}
-local list, now, median = bk.list, bk.now, bk.median
+local KEYS = {}
+for _, k in ipairs({ 'n', 'd', 'causal', 'scores', 'passes', 'reps', 'rounds', 'threads', 'torch', 'naive', 'sgemm',
+                     'kernels', 'peak', 'torch_peak', 'mode', 'score', 'pass' }) do KEYS[k] = 'any' end
+options.check('attention_cpu.lua', args, KEYS)
 
-local B_, H, D = 1, 8, 64
-local SCORES = { 'dot', 'laplacian', 'umbral', 'penumbral', 'hyperbolic' }
-local PASSES = { 'fwd', 'fwd+bwd' }
+local list, now, median = bk.list, bk.now, bk.median
+local B_, H = 1, 8
 local here = (arg and arg[0] or 'experiments/perf/attention_cpu.lua'):match('^(.*)/[^/]*$') or '.'
 
--- same recipes as attention_cpu_torch.py
-local function inputs(score, N)
+-- q, k = randn·0.3 through the score's default map (the nn layers' map_qk), v = randn
+local function inputs(score, N, D)
   pn.manual_seed(1)
   local q = pn.randn({ B_, H, N, D }) * 0.3
   local k = pn.randn({ B_, H, N, D }) * 0.3
   local v = pn.randn({ B_, H, N, D })
-  if score == 'umbral' or score == 'penumbral' or score == 'hyperbolic' then
-    q, k = q:abs() + 0.1, k:abs() + 0.1
-  end
-  if score == 'hyperbolic' then -- on the hyperboloid, time-like coordinate last
-    local function lift(x)
-      local head = x:narrow(-1, 1, D - 1)
-      return pn.cat({ head, ((head * head):sum(-1, true) + 1):sqrt() }, -1):contiguous()
-    end
-    q, k = lift(q), lift(k)
-  end
-  return q:detach(), k:detach(), v:detach()
+  local desc = pn.attention_variant(score)
+  local map = desc.map
+  if map == 'psi' then q, k = pn.maps.psi(q), pn.maps.psi(k)
+  elseif map == 'xi' then
+    local h = desc.params.r.default
+    q, k = pn.maps.xi(q, { h = h }), pn.maps.xi(k, { h = h })
+  elseif map == 'pseudopolar' then q, k = pn.maps.pseudopolar(q), pn.maps.pseudopolar(k)
+  elseif map ~= 'none' then error("attention_cpu.lua: score '" .. score .. "' has map '" .. tostring(map) ..
+    "', which this benchmark does not apply yet") end
+  return q:contiguous():detach(), k:contiguous():detach(), v:detach()
 end
 
-local function one(score, pas, q, k, v)
-  local opts = { score = score }
+local function one(score, pas, causal, q, k, v)
+  local opts = { score = score, causal = causal }
   if pas == 'fwd' then
     pn.no_grad(function() return pn.attention(q, k, v, opts) end)
   else
     local o = pn.attention(q, k, v, opts)
     o:backward(pn.ones(o:shape()))
-    q:zero_grad(); k:zero_grad(); v:zero_grad()
   end
 end
 
-local rss = bk.rss
+local function flops(N, D, causal, pas)
+  local f = 4 * B_ * N * N * H * D * (causal and 0.5 or 1)
+  return pas == 'fwd' and f or 3.5 * f
+end
 
 -- ---- child mode: the peak memory of one call in a fresh process --------------------------------
 if args.mode == 'peak' then
-  local score, pas, N = args.score, args.pass, tonumber(args.n)
-  local q, k, v = inputs(score, N)
+  local score, pas, N, D = args.score, args.pass, tonumber(args.n), tonumber(args.d)
+  local q, k, v = inputs(score, N, D)
   if pas == 'fwd+bwd' then q:requires_grad_(); k:requires_grad_(); v:requires_grad_() end
-  local base = rss().VmRSS
-  local f = io.open('/proc/self/clear_refs', 'w')
-  f:write('5')
-  f:close()
-  local opts = { score = score }
-  if pas == 'fwd' then
-    pn.no_grad(function() return pn.attention(q, k, v, opts) end)
-  else
-    local o = pn.attention(q, k, v, opts)
-    o:backward(pn.ones(o:shape()))
-  end
-  print(string.format('peak %d', rss().VmHWM - base))
+  local base = bk.rss().VmRSS
+  bk.reset_peak()
+  one(score, pas, false, q, k, v)
+  print(string.format('peak %d', bk.rss().VmHWM - base))
   os.exit(0)
 end
 
--- ---- header ----------------------------------------------------------------------------------------
+-- ---- settings --------------------------------------------------------------------------------------
 local threads = tonumber(args.threads) or 2
 pn.set_num_threads(threads)
-local Ns = list(args.n, '1024,2048')
-local reps, rounds = tonumber(args.reps) or 5, tonumber(args.rounds) or 1
-local py, pyinfo = bk.python('torch')
+local Ns, Ds = list(args.n, '1024,2048'), list(args.d, '64')
+local SCORES = list(args.scores, 'dot,laplacian,umbral,penumbral,hyperbolic')
+local PASSES = list(args.passes, 'fwd,fwd+bwd')
+local CAUSALS = {}
+for _, c in ipairs(list(args.causal, '0,1')) do CAUSALS[#CAUSALS + 1] = (c == 1) end
+local reps, rounds = tonumber(args.reps) or 3, tonumber(args.rounds) or 3
+local sgemm_n = tonumber(args.sgemm) or 2048
+local naive = args.naive == '1'
+for _, s in ipairs(SCORES) do pn.attention_variant(s) end -- an unknown score fails here, before any timing
+for _, p in ipairs(PASSES) do
+  if p ~= 'fwd' and p ~= 'fwd+bwd' then error("attention_cpu.lua: passes: '" .. p .. "' is not fwd or fwd+bwd", 0) end
+end
+
+-- the CPU attention microkernel: what PENUMBRA_CPU_KERNEL asked for, what pn.cpu_kernel says ran
+local cpu_kernel, set_cpu_kernel = rawget(pn, 'cpu_kernel'), rawget(pn, 'set_cpu_kernel')
+local function kernel_now()
+  if type(cpu_kernel) ~= 'function' then return nil end
+  local ok, r = pcall(cpu_kernel)
+  return ok and tostring(r) or ('(pn.cpu_kernel failed: ' .. tostring(r) .. ')')
+end
+local env_kernel = os.getenv('PENUMBRA_CPU_KERNEL') or 'auto'
+local kernel_lines = { string.format('CPU attention kernel: PENUMBRA_CPU_KERNEL=%s%s', env_kernel,
+  os.getenv('PENUMBRA_CPU_KERNEL') and '' or ' (unset)') ..
+  (cpu_kernel and ('   pn.cpu_kernel() = ' .. kernel_now()) or '   (no pn.cpu_kernel in this build)') }
+local KERNELS = { kernel_now() or env_kernel }   -- one pass of ours, labelled with what runs
+local switch = false                              -- set the kernel before each pass of ours
+if args.kernels then
+  if type(set_cpu_kernel) == 'function' then
+    -- try each once: a kernel this CPU or build lacks is dropped here, not in the rounds
+    local ok_list, resolved = {}, {}
+    for _, name in ipairs(list(args.kernels)) do
+      local ok, err = pcall(set_cpu_kernel, name)
+      if ok then
+        ok_list[#ok_list + 1] = name
+        resolved[#resolved + 1] = name .. ' → ' .. (kernel_now() or '?')
+      else
+        kernel_lines[#kernel_lines + 1] = 'kernels: ' .. name .. ' dropped: ' .. tostring(err)
+      end
+    end
+    if #ok_list == 0 then error('attention_cpu.lua: kernels=' .. args.kernels .. ': pn.set_cpu_kernel took none of them', 0) end
+    KERNELS, switch = ok_list, true
+    kernel_lines[#kernel_lines + 1] = 'kernels (pn.set_cpu_kernel before each of our passes; rows labelled by the name asked): ' ..
+      table.concat(resolved, ', ')
+  else
+    kernel_lines[#kernel_lines + 1] = 'kernels=' .. tostring(args.kernels) ..
+      ' ignored: this build has no pn.set_cpu_kernel (the kernel is chosen at start-up by PENUMBRA_CPU_KERNEL)'
+  end
+end
+local function use_kernel(name) if switch then set_cpu_kernel(name) end end
+
+-- the peer: its interpreter, torch's version, CPU capability and the SDPA backend it picks
+local py, pyinfo
+if args.torch ~= '0' then py, pyinfo = bk.python('torch') end
 local use_torch = args.torch ~= '0' and py ~= nil
-if args.torch ~= '0' and not py then print('peer: ' .. pyinfo) end
-bk.header('penumbra fused attention vs PyTorch naive (CPU)', {
-  string.format('threads: %d for both (ours OpenMP, torch.set_num_threads)', threads),
-  string.format('B=%d H=%d D=%d f32; median of %d rounds × %d calls after warm-up; GFLOP/s: fwd 4·B·N²·H·D, bwd 2.5×',
-    B_, H, D, rounds, reps) })
+local peer_lines = {}
+if args.torch == '0' then
+  peer_lines[1] = 'peer: off (torch=0): no SDPA or naive columns; the dot target against SDPA is not checked'
+elseif not py then
+  peer_lines[1] = 'peer: PyTorch not found, so no SDPA or naive columns — ' .. pyinfo
+else
+  peer_lines[1] = string.format('peer: %s (%s)', py, pyinfo)
+  local p = io.popen(string.format('%s %s/attention_cpu_torch.py --info --threads %d --n %d --d %s --causal %s 2>&1',
+    py, here, threads, Ns[1], table.concat(Ds, ','), args.causal or '0,1'))
+  local info = {}
+  for line in p:lines() do
+    local key, val = line:match('^info (%S+) (.*)$')
+    if key == 'sdpa_backend' then
+      info.backends = (info.backends and info.backends .. '; ' or '') .. val
+      for b in val:gmatch('=(%u[%u_]+)') do -- one backend everywhere: say it once
+        info.one = (info.one == nil or info.one == b) and b or false
+      end
+    elseif key then info[key] = val
+    elseif not line:match('^%s*$') then io.stderr:write('torch: ' .. line .. '\n') end
+  end
+  p:close()
+  peer_lines[2] = string.format('torch %s, CPU capability %s, %s threads; SDPA backend at N=%d: %s',
+    info.torch or '?', info.cpu_capability or '?', info.threads or '?', Ns[1],
+    info.one and (info.one .. ' for every D, causal and pass') or info.backends or '?')
+end
+
+-- sgemm: pn.matmul on sgemm_n² f32 matrices, the result released at once (experiments/perf/core.lua)
+local ga, gb
+local sgemm_times = {}
+local function sgemm_call()
+  local t0 = now()
+  B.C.pn_release(ffi.gc(pn.matmul(ga, gb), nil))
+  return now() - t0
+end
+if sgemm_n > 0 then
+  pn.manual_seed(2)
+  ga, gb = pn.randn({ sgemm_n, sgemm_n }), pn.randn({ sgemm_n, sgemm_n })
+  sgemm_call()
+end
+local function sgemm_gflops(t) return 2 * sgemm_n ^ 3 / t / 1e9 end
+
+local header = {
+  string.format('threads: %d for both (ours OpenMP + OpenBLAS, torch.set_num_threads)', threads),
+  string.format('B=%d H=%d f32; D=%s N=%s; median over %d rounds × %d calls after a warm-up, ours and the peer taking turns',
+    B_, H, table.concat(Ds, ','), table.concat(Ns, ','), rounds, reps),
+  'inputs: q, k = randn·0.3 (umbral ψ, penumbral ξ, hyperbolic pseudo-polar: mapped), v = randn',
+  'GFLOP/s: fwd 4·B·N²·H·D (halved when causal), fwd+bwd 3.5× fwd; for the cones the SDPA columns are SDPA\'s dot',
+}
+for _, l in ipairs(kernel_lines) do header[#header + 1] = l end
+for _, l in ipairs(peer_lines) do header[#header + 1] = l end
+if sgemm_n > 0 then
+  local t = {}
+  for _ = 1, 3 do t[#t + 1] = sgemm_call() end
+  header[#header + 1] = string.format('sgemm: pn.matmul (OpenBLAS sgemm) %d×%d · %d×%d f32 before the rounds: ' ..
+    '%.1f GFLOP/s (median of 3); timed again in every round, the %% sgemm column uses that median',
+    sgemm_n, sgemm_n, sgemm_n, sgemm_n, sgemm_gflops(median(t)))
+else
+  header[#header + 1] = 'sgemm: off (sgemm=0)'
+end
+bk.header('penumbra fused attention vs PyTorch SDPA (CPU)', header)
 
 -- ---- timings --------------------------------------------------------------------------------------
-local function torch_round(N)
-  local cmd = string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --reps %d --warmup 1 2>&1',
-    py, here, threads, N, reps)
+local function peer_round(N, D)
+  local naive_scores = naive and table.concat(SCORES, ',') or ''
+  local cs = {}
+  for _, c in ipairs(CAUSALS) do cs[#cs + 1] = c and '1' or '0' end
+  local cmd = string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --d %d --reps %d --warmup 1 ' ..
+    '--causal %s --passes %s --sdpa %d --naive "%s" 2>&1', py, here, threads, N, D, reps, table.concat(cs, ','),
+    table.concat(PASSES, ','), 1, naive_scores)
   local p = io.popen(cmd)
   local res = {}
   for line in p:lines() do
-    local sc, n, pas, med = line:match('^time (%S+) (%d+) (%S+) ([%d%.]+)')
-    if sc then res[sc .. ' ' .. pas] = tonumber(med) / 1e3
+    local impl, sc, n, d, c, pas, all = line:match('^time (%S+) (%S+) (%d+) (%d+) (%d) (%S+) %S+ %S+ (%S+)')
+    if impl then
+      local key = table.concat({ impl, sc, n, d, c, pas }, ' ')
+      res[key] = {}
+      for ms in all:gmatch('[^,]+') do table.insert(res[key], tonumber(ms) / 1e3) end
     elseif not line:match('^%s*$') then io.stderr:write('torch: ' .. line .. '\n') end
   end
   p:close()
   return res
 end
+local function ckey(c) return c and '1' or '0' end
+local function okey(kernel, score, N, D, c, pas) return table.concat({ kernel, score, N, D, ckey(c), pas }, ' ') end
+local function pkey(impl, score, N, D, c, pas) return table.concat({ impl, score, N, D, ckey(c), pas }, ' ') end
 
-local rows = {}
+local ours, theirs = {}, {}
+local function push(t, key, x) t[key] = t[key] or {}; table.insert(t[key], x) end
 for _, N in ipairs(Ns) do
-  local ours, theirs = {}, {}
-  local data = {}
-  for _, score in ipairs(SCORES) do data[score] = { inputs(score, N) } end
-  -- one call of every (score, pass) in turn, so a burst of load on the machine hits all of
-  -- them alike (the ratios between our scores are what the targets are about)
-  local function call(score, pas)
-    local q, k, v = unpack(data[score])
-    if pas == 'fwd+bwd' then q:requires_grad_(); k:requires_grad_(); v:requires_grad_() end
-    local t0 = now()
-    one(score, pas, q, k, v)
-    local dt = now() - t0
-    q:requires_grad_(false); k:requires_grad_(false); v:requires_grad_(false)
-    return dt
-  end
-  for _, score in ipairs(SCORES) do for _, pas in ipairs(PASSES) do call(score, pas) end end -- warm-up
-  for round = 1, rounds do
-    for _ = 1, reps do
+  for _, D in ipairs(Ds) do
+    io.stdout:flush() -- progress on stderr, after what stdout already holds
+    io.stderr:write(string.format('attention_cpu.lua: N=%d D=%d …\n', N, D))
+    local data = {}
+    for _, score in ipairs(SCORES) do data[score] = { inputs(score, N, D) } end
+    local function call(score, c, pas)
+      local q, k, v = unpack(data[score])
+      if pas == 'fwd+bwd' then q:requires_grad_(); k:requires_grad_(); v:requires_grad_() end
+      local t0 = now()
+      one(score, pas, c, q, k, v)
+      local dt = now() - t0
+      if pas == 'fwd+bwd' then
+        q:zero_grad(); k:zero_grad(); v:zero_grad()
+        q:requires_grad_(false); k:requires_grad_(false); v:requires_grad_(false)
+      end
+      return dt
+    end
+    local function each(fn)
       for _, score in ipairs(SCORES) do
-        for _, pas in ipairs(PASSES) do
-          local key = score .. ' ' .. pas
-          ours[key] = ours[key] or {}
-          table.insert(ours[key], call(score, pas))
+        for _, c in ipairs(CAUSALS) do for _, pas in ipairs(PASSES) do fn(score, c, pas) end end
+      end
+    end
+    for _, kern in ipairs(KERNELS) do use_kernel(kern); each(call) end -- warm-up
+    for _ = 1, rounds do
+      for _, kern in ipairs(KERNELS) do
+        use_kernel(kern)
+        for _ = 1, reps do
+          each(function(score, c, pas) push(ours, okey(kern, score, N, D, c, pas), call(score, c, pas)) end)
+          collectgarbage('collect')
         end
       end
-      collectgarbage('collect')
+      if sgemm_n > 0 then for _ = 1, reps do table.insert(sgemm_times, sgemm_call()) end end
+      if use_torch then
+        for key, ts in pairs(peer_round(N, D)) do for _, t in ipairs(ts) do push(theirs, key, t) end end
+      end
     end
-    if use_torch then
-      for key, t in pairs(torch_round(N)) do
-        theirs[key] = theirs[key] or {}
-        table.insert(theirs[key], t)
+    data = nil
+    collectgarbage('collect')
+  end
+end
+
+-- ---- the table --------------------------------------------------------------------------------------
+local sgemm_gf = #sgemm_times > 0 and sgemm_gflops(median(sgemm_times)) or nil
+if sgemm_gf then
+  print(string.format('sgemm %d³ f32 in the rounds: %.1f GFLOP/s (median of %d calls)', sgemm_n, sgemm_gf, #sgemm_times))
+end
+local TARGET_VS_DOT = { laplacian = 1.15, umbral = 1.15, penumbral = 1.25, hyperbolic = 1.3 }
+local met, missed = 0, 0
+local function mark(ok) if ok then met = met + 1 else missed = missed + 1 end return ok and 'ok' or 'MISSED' end
+local function f(x, fmt) return x and string.format(fmt, x) or '-' end
+
+local head = string.format('%-8s %-10s %4s %5s %3s %-7s %9s %9s %7s %7s %7s %6s %6s', 'kernel', 'score', 'D', 'N',
+  'cau', 'pass', 'ours ms', 'SDPA ms', 'o/SDPA', 'GF/s', 'SDPA GF', '%sgemm', 'vs dot')
+if naive then head = head .. string.format(' %9s %7s', 'naive ms', 'o/naive') end
+print(head .. '  target')
+for _, kern in ipairs(KERNELS) do
+  for _, N in ipairs(Ns) do
+    for _, D in ipairs(Ds) do
+      for _, c in ipairs(CAUSALS) do
+        for _, pas in ipairs(PASSES) do
+          local dot = ours[okey(kern, 'dot', N, D, c, pas)]
+          dot = dot and median(dot)
+          local sd = theirs[pkey('sdpa', 'dot', N, D, c, pas)]
+          sd = sd and median(sd)
+          for _, score in ipairs(SCORES) do
+            local o = ours[okey(kern, score, N, D, c, pas)]
+            if o then
+              o = median(o)
+              local fl = flops(N, D, c, pas)
+              local gf = fl / o / 1e9
+              local vs = dot and o / dot
+              local targets = {}
+              if score == 'dot' then
+                if sd then targets[#targets + 1] = '≤0.9×SDPA ' .. mark(o / sd <= 0.9) end
+                if pas == 'fwd' and N >= 2048 and sgemm_gf then
+                  targets[#targets + 1] = '≥60%sgemm ' .. mark(gf / sgemm_gf >= 0.6)
+                end
+              elseif TARGET_VS_DOT[score] and vs then
+                targets[#targets + 1] = string.format('≤%.2f×dot %s', TARGET_VS_DOT[score], mark(vs <= TARGET_VS_DOT[score]))
+              end
+              local line = string.format('%-8s %-10s %4d %5d %3s %-7s %9.2f %9s %7s %7.1f %7s %6s %6s', kern, score, D, N,
+                c and 'yes' or 'no', pas, o * 1e3, f(sd and sd * 1e3, '%.2f'), f(sd and o / sd, '%.3f'), gf,
+                f(sd and fl / sd / 1e9, '%.1f'), f(sgemm_gf and 100 * gf / sgemm_gf, '%.0f%%'), f(vs, '%.2f'))
+              if naive then
+                local nv = theirs[pkey('naive', score, N, D, c, pas)]
+                nv = nv and median(nv)
+                line = line .. string.format(' %9s %7s', f(nv and nv * 1e3, '%.2f'), f(nv and o / nv, '%.3f'))
+              end
+              print(line .. '  ' .. table.concat(targets, '; '))
+            end
+          end
+        end
       end
     end
   end
-  for _, score in ipairs(SCORES) do
-    for _, pas in ipairs(PASSES) do
-      local key = score .. ' ' .. pas
-      rows[#rows + 1] = { score = score, N = N, pass = pas, ours = median(ours[key]),
-                          torch = theirs[key] and median(theirs[key]) or nil }
-    end
-  end
 end
-
-local function flops(N, pas)
-  local f = 4 * B_ * N * N * H * D
-  return pas == 'fwd' and f or 3.5 * f
-end
-local dot_time = {}
-for _, r in ipairs(rows) do if r.score == 'dot' then dot_time[r.N .. r.pass] = r.ours end end
-
-print(string.format('%-11s %6s %-8s %10s %10s %8s %9s %9s %10s %s', 'score', 'N', 'pass', 'ours ms', 'torch ms',
-  'ours/pt', 'GFLOP/s', 'pt GF/s', 'vs our dot', 'target'))
-for _, r in ipairs(rows) do
-  local vs = r.ours / dot_time[r.N .. r.pass]
-  local target, ok = '', true
-  if r.score == 'dot' and r.torch then target, ok = '≤ 0.5× torch', r.ours / r.torch <= 0.5
-  elseif r.score == 'umbral' or r.score == 'penumbral' then target, ok = '≤ 1.3× dot', vs <= 1.3
-  elseif r.score == 'hyperbolic' then target, ok = '≤ 1.5× dot', vs <= 1.5 end
-  if target ~= '' then target = target .. (ok and '  ok' or '  MISSED') end
-  print(string.format('%-11s %6d %-8s %10.2f %10s %8s %9.1f %9s %10.2f %s', r.score, r.N, r.pass, r.ours * 1e3,
-    r.torch and string.format('%.2f', r.torch * 1e3) or '-', r.torch and string.format('%.3f', r.ours / r.torch) or '-',
-    flops(r.N, r.pass) / r.ours / 1e9, r.torch and string.format('%.1f', flops(r.N, r.pass) / r.torch / 1e9) or '-',
-    vs, target))
-end
+print(string.format('targets: %d met, %d missed%s', met, missed,
+  use_torch and '' or ' (no peer: the SDPA targets were not checked)'))
 print()
 
 -- ---- peak memory ------------------------------------------------------------------------------------
-local peakN = tonumber(args.peak or 16384)
-if peakN and peakN > 0 then
+local peakN = tonumber(args.peak) or 0
+if peakN > 0 then
+  local D = Ds[1]
   local function child(cmd)
     local p = io.popen(cmd .. ' 2>&1')
     local out = p:read('*a')
@@ -183,34 +354,39 @@ if peakN and peakN > 0 then
     return tonumber(out:match('peak (%-?%d+)')), out
   end
   local bench = os.getenv('PENUMBRA_HOME') and (os.getenv('PENUMBRA_HOME') .. '/bench') or './bench'
-  print(string.format('peak memory over the inputs during one call (q, k, v: %.1f MB each at N = %d)',
-    B_ * H * peakN * D * 4 / 2 ^ 20, peakN))
+  print(string.format('peak memory over the inputs during one call, not causal (q, k, v: %.1f MB each at N = %d, D = %d)',
+    B_ * H * peakN * D * 4 / 2 ^ 20, peakN, D))
   for _, pas in ipairs(PASSES) do
     for _, score in ipairs({ 'dot', 'penumbral' }) do
       local t0 = now()
-      local bytes, out = child(string.format('%s %s/attention_cpu.lua mode=peak score=%s pass=%s n=%d threads=%d',
-        bench, here, score, pas, peakN, threads))
+      local bytes, out = child(string.format('%s %s/attention_cpu.lua mode=peak score=%s pass=%s n=%d d=%d threads=%d',
+        bench, here, score, pas, peakN, D, threads))
       if bytes then
         print(string.format('  ours  %-10s %-8s N=%-6d %9.1f MB   (%.1f s)', score, pas, peakN, bytes / 2 ^ 20, now() - t0))
       else
         print('  ours ' .. score .. ' ' .. pas .. ': failed: ' .. out)
       end
     end
+    if use_torch then
+      local bytes, out = child(string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --d %d --peak sdpa:dot:%s:0',
+        py, here, threads, peakN, D, pas))
+      print(bytes and string.format('  SDPA  %-10s %-8s N=%-6d %9.1f MB', 'dot', pas, peakN, bytes / 2 ^ 20)
+        or ('  SDPA dot ' .. pas .. ': failed: ' .. out))
+    end
   end
-  if use_torch then
-    local tN = list(args.torch_peak, '2048,4096')
-    local last
+  if use_torch and naive then
     for _, pas in ipairs(PASSES) do
-      for _, N in ipairs(tN) do
-        local bytes = child(string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --peak dot:%s',
-          py, here, threads, N, pas))
+      local last
+      for _, N in ipairs(list(args.torch_peak, '2048,4096')) do
+        local bytes = child(string.format('%s %s/attention_cpu_torch.py --threads %d --n %d --d %d --peak naive:dot:%s:0',
+          py, here, threads, N, D, pas))
         if bytes then
-          print(string.format('  torch %-10s %-8s N=%-6d %9.1f MB', 'dot', pas, N, bytes / 2 ^ 20))
+          print(string.format('  naive %-10s %-8s N=%-6d %9.1f MB', 'dot', pas, N, bytes / 2 ^ 20))
           last = { N = N, bytes = bytes }
         end
       end
       if last then
-        print(string.format('  torch %-10s %-8s N=%-6d %9.1f MB   (extrapolated ∝ N² from N=%d; one N² f32 matrix is %.1f MB)',
+        print(string.format('  naive %-10s %-8s N=%-6d %9.1f MB   (extrapolated ∝ N² from N=%d; one N² f32 matrix is %.1f MB)',
           'dot', pas, peakN, last.bytes * (peakN / last.N) ^ 2 / 2 ^ 20, last.N, B_ * H * peakN * peakN * 4 / 2 ^ 20))
       end
     end

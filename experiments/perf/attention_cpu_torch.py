@@ -1,18 +1,29 @@
 #!/usr/bin/python3
 """attention_cpu_torch.py — the PyTorch (CPU) peer for experiments/perf/attention_cpu.lua.
 
-The straightforward attention every paper's reference code writes: the full (B, H, N, N)
-score matrix, softmax over it, then @ v; the distance scores from the same formulas as
-penumbra's (core/attention/*.c) written with torch ops. Same shapes, dtype f32, same
-input recipes (the cone scores and the half-space need positive heights, the hyperboloid
-points on the sheet).
+Two implementations, both f32, B = 1, H = 8 by default, the Lua side's input recipes:
+  sdpa   PyTorch 2's fused torch.nn.functional.scaled_dot_product_attention (on the CPU its
+         flash-attention kernel): dot only, causal or not — what a researcher with a CPU uses
+  naive  the attention every paper's reference code writes: the full (B, H, N, N) score matrix,
+         softmax over it, then @ v; the distance scores from the same formulas as penumbra's
+         (core/attention/*.h), their parameters at the registry's defaults, written with torch
+         ops; causal masks the scores with −inf
+Inputs: q, k = randn·0.3 and v = randn; the cones and hyperbolic get q and k through the score's
+default map as penumbra's nn layers apply it (umbral ψ, penumbral ξ with h = r = 1, hyperbolic
+the pseudo-polar map onto the hyperboloid, time-like coordinate last; core/attention/maps.c).
 
-  time mode:  prints `time <score> <N> <pass> <median_ms> <min_ms>` per score and pass
-  peak mode:  one (score, N, pass) in this fresh process; prints `peak <bytes>` — the growth
-              of the resident set's high-water mark over the inputs (/proc/self/status)
+  info mode:  --info prints `info <key> <value>` lines: torch's version, the CPU capability
+              its kernels dispatch to, the thread count, the SDPA backend it picks per (D, causal,
+              grad)
+  time mode:  prints `time <impl> <score> <N> <D> <causal> <pass> <median_ms> <min_ms> <ms,ms,…>`
+              (every timed call, so the caller can pool them over its rounds)
+  peak mode:  --peak impl:score:pass:causal — one call in this fresh process; prints
+              `peak <bytes>`, the growth of the resident high-water mark over the inputs
 
-    /usr/bin/python3 experiments/perf/attention_cpu_torch.py --threads 2 --n 1024 --reps 5
-    /usr/bin/python3 experiments/perf/attention_cpu_torch.py --threads 2 --n 4096 --peak dot:fwd
+    python experiments/perf/attention_cpu_torch.py --info --d 64,128
+    python experiments/perf/attention_cpu_torch.py --threads 2 --n 1024 --d 64 --reps 5
+    python experiments/perf/attention_cpu_torch.py --n 1024 --naive umbral,penumbral --causal 0
+    python experiments/perf/attention_cpu_torch.py --n 4096 --peak sdpa:dot:fwd:0
 """
 import argparse
 import math
@@ -20,6 +31,27 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+def psi(x):  # Coneheads Eq. 10: (x₋·e^{x_d}, e^{x_d})
+    h = x[..., -1:].exp()
+    return torch.cat([x[..., :-1] * h, h], -1)
+
+
+def xi(x, h=1.0):  # Coneheads Eq. 11: (x₋·hσ(x_d), hσ(x_d))
+    s = h * torch.sigmoid(x[..., -1:])
+    return torch.cat([x[..., :-1] * s, s], -1)
+
+
+def pseudopolar(x):  # Gulcehre §4.1: (sinh(x_d)·x₋/‖x₋‖, cosh(x_d)); ‖x₋‖ floored at 1e-6 (f32)
+    head, t = x[..., :-1], x[..., -1:]
+    n = head.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    return torch.cat([torch.sinh(t) * head / n, torch.cosh(t)], -1)
+
+
+MAPS = {"umbral": psi, "penumbral": xi, "hyperbolic": pseudopolar}
 
 
 def inputs(score, B, H, N, D):
@@ -27,14 +59,12 @@ def inputs(score, B, H, N, D):
     q = torch.randn(B, H, N, D, generator=g) * 0.3
     k = torch.randn(B, H, N, D, generator=g) * 0.3
     v = torch.randn(B, H, N, D, generator=g)
-    if score in ("umbral", "penumbral", "hyperbolic"):
-        q, k = q.abs() + 0.1, k.abs() + 0.1
-    if score == "hyperbolic":  # on the hyperboloid, time-like coordinate last
-        q = torch.cat([q[..., :-1], (1 + (q[..., :-1] ** 2).sum(-1, keepdim=True)).sqrt()], -1)
-        k = torch.cat([k[..., :-1], (1 + (k[..., :-1] ** 2).sum(-1, keepdim=True)).sqrt()], -1)
-    return q, k, v
+    if score in MAPS:
+        q, k = MAPS[score](q), MAPS[score](k)
+    return q.contiguous(), k.contiguous(), v
 
 
+# ---- the naive scores (registry defaults: umbral r = 0.1, penumbral r = 1, γ = β = 1, c = 0) ----
 def scores(score, q, k):
     D = q.shape[-1]
     if score == "dot":
@@ -42,6 +72,9 @@ def scores(score, q, k):
     if score == "laplacian":
         return -torch.cdist(q, k)
     qd, kd = q[..., -1:], k[..., -1:].transpose(-1, -2)   # (…, N, 1), (…, 1, N)
+    if score == "hyperbolic":  # hyperboloid: arcosh(−⟨q,k⟩_M)
+        mink = q[..., :-1] @ k[..., :-1].transpose(-1, -2) - qd * kd
+        return -torch.acosh((-mink).clamp_min(1 + 1e-7))
     dist = torch.cdist(q[..., :-1], k[..., :-1])
     if score == "umbral":
         r = 0.1
@@ -58,14 +91,18 @@ def scores(score, q, k):
         x = (dist * dist + qd * qd - kd * kd) / (2 * safe)
         h_out = (x * x + kd * kd).sqrt()
         return -torch.where(inside, h_in, h_out)
-    if score == "hyperbolic":  # hyperboloid: arcosh(−⟨q,k⟩_M), β = 1, c = 0
-        mink = q[..., :-1] @ k[..., :-1].transpose(-1, -2) - qd * kd
-        return -torch.acosh((-mink).clamp_min(1 + 1e-7))
     raise ValueError(score)
 
 
-def attention(score, q, k, v):
-    return torch.softmax(scores(score, q, k), -1) @ v
+def attention(impl, score, q, k, v, causal):
+    if impl == "sdpa":
+        assert score == "dot", "sdpa times the dot score only"
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    s = scores(score, q, k)
+    if causal:
+        N = s.shape[-1]
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v
 
 
 def rss():
@@ -78,55 +115,95 @@ def rss():
     return vals
 
 
+def sdpa_backend(B, H, N, D, causal, grad):
+    """The backend SDPA dispatches these inputs to (torch._fused_sdp_choice; '?' if absent)."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "?"
+    q = torch.zeros(B, H, N, D, requires_grad=grad)
+    c = choose(q, q, q, is_causal=causal)
+    try:
+        from torch.nn.attention import SDPBackend
+        return SDPBackend(c).name
+    except Exception:  # older torch: the enum's integer
+        return str(c)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n", type=int, default=1024)
     p.add_argument("--b", type=int, default=1)
     p.add_argument("--h", type=int, default=8)
-    p.add_argument("--d", type=int, default=64)
+    p.add_argument("--d", default="64", help="head dims, comma-separated (each times a group)")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--scores", default="dot,laplacian,umbral,penumbral,hyperbolic")
-    p.add_argument("--peak", default=None, help="score:pass — measure the peak memory of one call")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--causal", default="0,1")
+    p.add_argument("--passes", default="fwd,fwd+bwd")
+    p.add_argument("--sdpa", type=int, default=1, help="time SDPA's dot")
+    p.add_argument("--naive", default="", help="scores to time the naive way, comma-separated")
+    p.add_argument("--info", action="store_true")
+    p.add_argument("--peak", default=None, help="impl:score:pass:causal — the peak memory of one call")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    Ds = [int(d) for d in a.d.split(",") if d]
+    causals = [c == "1" for c in a.causal.split(",") if c]
+    passes = [s for s in a.passes.split(",") if s]
+
+    if a.info:
+        print("info torch %s" % torch.__version__)
+        cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+        print("info cpu_capability %s" % (cap() if cap else "?"))
+        print("info threads %d" % torch.get_num_threads())
+        for D in Ds:
+            for c in causals:
+                print("info sdpa_backend D=%d causal=%d fwd=%s fwd+bwd=%s" % (
+                    D, c, sdpa_backend(a.b, a.h, a.n, D, c, False), sdpa_backend(a.b, a.h, a.n, D, c, True)))
+        return
 
     if a.peak:
-        score, pas = a.peak.split(":")
-        q, k, v = inputs(score, a.b, a.h, a.n, a.d)
+        impl, score, pas, causal = a.peak.split(":")
+        q, k, v = inputs(score, a.b, a.h, a.n, Ds[0])
         if pas == "fwd+bwd":
             q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
         base = rss()["VmRSS"]
         with open("/proc/self/clear_refs", "w") as f:  # reset the high-water mark
             f.write("5")
-        o = attention(score, q, k, v)
-        if pas == "fwd+bwd":
+        if pas == "fwd":
+            with torch.no_grad():
+                o = attention(impl, score, q, k, v, causal == "1")
+        else:
+            o = attention(impl, score, q, k, v, causal == "1")
             o.backward(torch.ones_like(o))
         print("peak %d" % (rss()["VmHWM"] - base))
         return
 
-    for score in a.scores.split(","):
-        q, k, v = inputs(score, a.b, a.h, a.n, a.d)
-        for pas in ("fwd", "fwd+bwd"):
-            qq, kk, vv = q, k, v
-            if pas == "fwd+bwd":
-                qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
-            ts = []
-            for r in range(a.warmup + a.reps):
-                t0 = time.perf_counter()
-                if pas == "fwd":
-                    with torch.no_grad():
-                        o = attention(score, qq, kk, vv)
-                else:
-                    o = attention(score, qq, kk, vv)
-                    o.backward(torch.ones_like(o))
-                    qq.grad = kk.grad = vv.grad = None
-                dt = time.perf_counter() - t0
-                if r >= a.warmup:
-                    ts.append(dt)
-                del o
-            print("time %s %d %s %.3f %.3f" % (score, a.n, pas, statistics.median(ts) * 1e3, min(ts) * 1e3), flush=True)
+    runs = ([("sdpa", "dot")] if a.sdpa else []) + [("naive", s) for s in a.naive.split(",") if s]
+    for D in Ds:
+        for impl, score in runs:
+            q, k, v = inputs(score, a.b, a.h, a.n, D)
+            for causal in causals:
+                for pas in passes:
+                    qq, kk, vv = q, k, v
+                    if pas == "fwd+bwd":
+                        qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+                    ts = []
+                    for r in range(a.warmup + a.reps):
+                        t0 = time.perf_counter()
+                        if pas == "fwd":
+                            with torch.no_grad():
+                                o = attention(impl, score, qq, kk, vv, causal)
+                        else:
+                            o = attention(impl, score, qq, kk, vv, causal)
+                            o.backward(torch.ones_like(o))
+                            qq.grad = kk.grad = vv.grad = None
+                        dt = time.perf_counter() - t0
+                        if r >= a.warmup:
+                            ts.append(dt)
+                        del o
+                    print("time %s %s %d %d %d %s %.3f %.3f %s" % (impl, score, a.n, D, causal, pas,
+                          statistics.median(ts) * 1e3, min(ts) * 1e3, ",".join("%.3f" % (t * 1e3) for t in ts)),
+                          flush=True)
 
 
 if __name__ == "__main__":
