@@ -30,6 +30,7 @@ usage: ./bench <command | script.lua> [args]
 
 environment: PENUMBRA_DATA (dataset dir, searched first; then datasets/ and ../shared/datasets),
              PENUMBRA_RUNS (where run files go, default runs/), PENUMBRA_BUILD (build dir),
+             PENUMBRA_CPU_KERNEL (auto, avx512, avx2, portable: the CPU attention GEMM),
              PN_TRACEBACK=1 (add the Lua traceback to error messages),
              OMP_NUM_THREADS / OPENBLAS_NUM_THREADS (threads)
 ]]
