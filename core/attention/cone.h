@@ -35,26 +35,30 @@ PN_HD static inline EPI(umbral_h) EPI(umbral_head)(const pn_score_params *p) {
 PN_EPI_NO_KEY(umbral)
 PN_EPI_NO_ROW(umbral)
 
-/* s = −γ·max(q_d, k_d, z), z = Δ/(2 sinh r) + (q_d + k_d)/2; Δ² = −2G, x_d (q1, k1) */
+/* s = −γ·max(q_d, k_d, z), z = Δ/(2 sinh r) + (q_d + k_d)/2; Δ² = −2G, x_d (q1, k1);
+ * sv0 = 1/Δ (0 at the kink): the dense backward keeps it for the VJP (fwd_save / vjp_saved),
+ * which then skips its own square root — the same number either way */
 PN_HD static inline EPI(spair) EPI(umbral_pair)(const EPI(umbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                           real q0, real q1, real k0, real k1) {
     real d2 = -2 * G;
-    real d = d2 * pn_rsqrt(d2); /* 0 at the kink */
+    real rd = pn_rsqrt(d2);
+    real d = d2 * rd; /* 0 at the kink */
     real z = d * h->inv + (q1 + k1) * (real)0.5;
     real hh = z >= q1 ? z : q1;
     hh = hh >= k1 ? hh : k1;
-    EPI(spair) o = {-h->gamma * hh, 0, 0};
+    EPI(spair) o = {-h->gamma * hh, rd, 0};
     return o;
 }
 
-/* ties go to z, then q_d, then k_d (a subgradient); f = ∂L/∂(Δ²) = ∂L/∂Δ / (2Δ) */
+/* ties go to z, then q_d, then k_d (a subgradient); f = ∂L/∂(Δ²) = ∂L/∂Δ / (2Δ); keep: sv0 is
+ * umbral_pair's 1/Δ (else recomputed) */
 PN_HD static inline EPI(dpair) EPI(umbral_pair_vjp)(const EPI(umbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                               real q0, real q1, real k0, real k1, real ds, real sv0, real sv1,
                                               int keep, int want) {
     EPI(dpair) d = {0, 0, 0, 0, 0, 0, 0, 0};
     real g = ds;
     real d2 = -2 * G;
-    real rd = pn_rsqrt(d2); /* 1/Δ, or 0 at the kink */
+    real rd = keep ? sv0 : pn_rsqrt(d2); /* 1/Δ, or 0 at the kink */
     real dd = d2 * rd;
     real qh = q1, kh = k1;
     real z = dd * h->inv + (qh + kh) * (real)0.5;
@@ -204,7 +208,9 @@ static const pn_score_plan umbral_tmpl = {
     .params = PN_PBIT(PN_P_gamma) | PN_PBIT(PN_P_r),
     .prepare = umbral_prepare,
     .fwd32 = pn_epi_umbral_fwd_f32, .vjp32 = pn_epi_umbral_vjp_f32,
-    .fwd64 = pn_epi_umbral_fwd_f64, .vjp64 = pn_epi_umbral_vjp_f64};
+    .fwd64 = pn_epi_umbral_fwd_f64, .vjp64 = pn_epi_umbral_vjp_f64,
+    .fwds32 = pn_epi_umbral_fwd_save_f32, .vjps32 = pn_epi_umbral_vjp_saved_f32,
+    .fwds64 = pn_epi_umbral_fwd_save_f64, .vjps64 = pn_epi_umbral_vjp_saved_f64};
 static const pn_score_plan penumbral_tmpl = {
     .gemm = PN_GEMM_HEAD,
     .diff = 1,
