@@ -111,26 +111,24 @@ PN_HD static inline float pn_acoshf_fast(float x) {
 }
 
 /* acosh(1 + t) for t >= 0 (t < 0 → 0, NaN stays NaN), accurate for small t, where 1 + t
- * would round away the digits of t (points close together, the distance scores): below
- * t = 1/32 the series √(2t)·(1 − t/12 + 3t²/160 − 5t³/896) (next term < 2e-9 relative),
- * above it log(1 + t + √(t(t + 2))) (log(1 + t) + ln 2 past 4096). Both are computed and one
- * is selected, with no call and no branch, so the callers' loops stay vectorized. */
+ * would round away the digits of t (points close together, the distance scores). One square
+ * root serves both branches: s = √(t(t + 2)); below t = 1/32 the series
+ * acosh(1 + t) = s·(1 − t/3 + 2t²/15 − 2t³/35) (next term 8t⁴/315 < 3e-8 relative), above it
+ * log(1 + t + s) (log(1 + t) + ln 2 past 4096). Both are computed and one is selected, with no
+ * call and no branch, so the callers' loops stay vectorized. */
 PN_HD static inline float pn_acosh1pf_fast(float t) {
     float tt = t > 0.0f ? t : 0.0f;
     tt = tt < 3.0e38f ? tt : 3.0e38f;
-    /* selects on one comparison each (a select on a && of two does not vectorize) */
-    float x2 = 2.0f * tt;
-    float s2 = x2 * pn_rsqrtf_core(x2 > 1.0e-30f ? x2 : 1.0f);
-    s2 = x2 > 1.0e-30f ? s2 : 0.0f;
-    float small = s2 * (1.0f + tt * (-1.0f / 12 + tt * (3.0f / 160 - tt * (5.0f / 896))));
     float a = 1.0f + tt;
     int big = a > 4096.0f;
-    float w = tt * (tt + 2.0f); /* only read below 4096, so never overflowing */
+    /* selects on one comparison each (a select on a && of two does not vectorize) */
+    float w = tt * (tt + 2.0f); /* read below 4096 only, where it cannot overflow */
     float wc = w > 1.0e-30f ? w : 1.0f;
     wc = wc < 3.0e38f ? wc : 1.0f;
-    float r = w * pn_rsqrtf_core(wc);
-    r = w > 1.0e-30f ? r : 0.0f;
-    float lg = pn_logf_core(big ? a : a + r) + (big ? 0.69314718f : 0.0f);
+    float sq = w * pn_rsqrtf_core(wc);
+    sq = w > 1.0e-30f ? sq : 0.0f;
+    float small = sq * (1.0f + tt * (-1.0f / 3 + tt * (2.0f / 15 - tt * (2.0f / 35))));
+    float lg = pn_logf_core(big ? a : a + sq) + (big ? 0.69314718f : 0.0f);
     float res = tt < 0.03125f ? small : lg;
     return t == t ? res : t;
 }
