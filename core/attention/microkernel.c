@@ -41,16 +41,6 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_FMA(a, b, c) ((a) * (b) + (c))
 #define V_COUNT_LT(a, b) pn_v4_count((a) < (b))
 #include "microkernel_impl.h"
-#undef MK
-#undef MR
-#undef VW
-#undef vec
-#undef V_ZERO
-#undef V_LOAD
-#undef V_STORE
-#undef V_SET1
-#undef V_FMA
-#undef V_COUNT_LT
 
 #ifdef PN_MK_X86
 /* ---- AVX2 + FMA ---------------------------------------------------------------------------- */
@@ -67,16 +57,6 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define V_COUNT_LT(a, b) __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ)))
 #include "microkernel_impl.h"
-#undef MK
-#undef MR
-#undef VW
-#undef vec
-#undef V_ZERO
-#undef V_LOAD
-#undef V_STORE
-#undef V_SET1
-#undef V_FMA
-#undef V_COUNT_LT
 #pragma GCC pop_options
 
 /* ---- AVX-512F ------------------------------------------------------------------------------ */
@@ -93,16 +73,6 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_COUNT_LT(a, b) __builtin_popcount((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ))
 #include "microkernel_impl.h"
-#undef MK
-#undef MR
-#undef VW
-#undef vec
-#undef V_ZERO
-#undef V_LOAD
-#undef V_STORE
-#undef V_SET1
-#undef V_FMA
-#undef V_COUNT_LT
 #pragma GCC pop_options
 #endif
 

@@ -4,6 +4,7 @@
  *   MR, VW       rows of the register block, floats per vector (NR = 2·VW columns)
  *   vec, V_ZERO(), V_LOAD(p), V_STORE(p, x), V_SET1(x), V_FMA(a, b, c) (= a·b + c),
  *   V_COUNT_LT(a, b) (how many lanes have a < b)
+ * and gets them #undef'd again at the end, ready for the next set.
  * No include guard on purpose. */
 #define NR (2 * VW)
 
@@ -76,3 +77,13 @@ static int64_t MK(dist)(int64_t mr, int64_t ncols, int64_t K, const float *A, in
 
 #undef MK_ROWS
 #undef NR
+#undef MK
+#undef MR
+#undef VW
+#undef vec
+#undef V_ZERO
+#undef V_LOAD
+#undef V_STORE
+#undef V_SET1
+#undef V_FMA
+#undef V_COUNT_LT
