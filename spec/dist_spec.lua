@@ -9,12 +9,8 @@ local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
 local sh = check.sh
 
-local ROOT = os.getenv('PENUMBRA_HOME') or '.'
-local HAVE_MPIRUN = (sh('command -v mpirun')):match('%S') ~= nil
-local MPI = HAVE_MPIRUN and pn.dist.built()
-local it_mpi = MPI and it or function(name)
-  pending(name .. ' — needs Open MPI (apt-get install -y openmpi-bin libopenmpi-dev) and a build linking it')
-end
+local mpi = require 'spec.helpers.mpi'
+local ROOT, MPI, it_mpi = mpi.ROOT, mpi.MPI, mpi.it_mpi
 
 local function write(text)
   local path = os.tmpname() .. '.lua'

@@ -31,6 +31,11 @@
 --     finish = function(state, cfg, run) end,              -- optional: log radii, attention maps;
 --                                                          -- a returned {name = number} joins the
 --                                                          -- summary (and the returned result)
+--     shard = 'graphs',                                    -- optional: the training batches come
+--                                                          -- from shard-aware iterators, so
+--                                                          -- `./bench -n N` can split them
+--                                                          -- (penumbra/ddp.lua; without it -n > 1
+--                                                          -- is an error)
 --   }
 --
 -- Unknown definition keys are errors. Patience counts evaluations without progress. Overrides
@@ -336,7 +341,7 @@ end
 
 local DEF_KEYS = { name = true, config = true, setup = true, train = true, evaluate = true, model = true,
                    monitor = true, mode = true, also = true, track = true, finish = true, batch = true,
-                   on_eval = true, eval_every = true, unit = true, recipe = true, limits = true }
+                   on_eval = true, eval_every = true, unit = true, recipe = true, limits = true, shard = true }
 
 local function check_def(def)
   if type(def) ~= 'table' then error('experiment: expected a definition table, got ' .. type(def), 0) end
@@ -517,21 +522,47 @@ function M.run(def, overrides)
   pn.manual_seed(seed)
   math.randomseed(seed)
   local quiet = cfg.quiet or internal._quiet
-  local run = open_run(def, cfg, seed, unit)
+  -- across ranks (`./bench -n N`): one model trained by all, rank 0 (the lead) alone writes the
+  -- run file, evaluates and prints (penumbra/ddp.lua); in one process dd is nil and lead true
+  local dd = require('penumbra.dist').is_distributed() and require('penumbra.ddp').start(def, cfg,
+    { signal_name = signal_name }) or nil
+  local lead = not dd or dd.context().rank == 0
+  local run, unsilence
+  if lead then
+    run = open_run(def, cfg, seed, unit)
+    if dd then
+      local c = dd.context()
+      run:set('ranks', c.size)
+      run:set('hosts', c.hosts)
+      run:set('shard', c.shard)
+      run.f:flush()
+    end
+  else
+    run = dd.null_run(cfg, M.variant_name(def.name, def.config, cfg))
+    unsilence = dd.silence()
+  end
   local path = run.path
-  local print_progress, tty = progress_printer(quiet)
+  local print_progress, tty = progress_printer(quiet or not lead)
   local status, err_msg, steps_run = 'running', nil, 0
   local t0 = now()
   local result = {}
 
   local ok, err = xpcall(function()
-    local state = def.setup(cfg, run)
-    local model = def.model and def.model(state)
+    local state, model
+    if dd then
+      state, model = dd.setup(def, cfg, run) -- rank 0's first, then the others'; parameters from rank 0
+    else
+      state = def.setup(cfg, run)
+      model = def.model and def.model(state)
+    end
     for step = 1, max_steps do
-      if C.pn_interrupted() ~= 0 then error('interrupted (' .. signal_name(C.pn_interrupted()) .. ') before ' .. unit .. ' ' .. step, 0) end
+      -- (across ranks an interrupt is agreed at the end of each step: dd.agree_stop)
+      if not dd and C.pn_interrupted() ~= 0 then error('interrupted (' .. signal_name(C.pn_interrupted()) .. ') before ' .. unit .. ' ' .. step, 0) end
+      if dd then dd.begin_step() end
       -- online data: a fresh batch (or graph) per step
       local batch = def.batch and def.batch(state, cfg, step)
       local m = def.train(state, cfg, step, batch) or {}
+      if dd then dd.end_step(m, step) end -- the metrics over every rank
       if m.loss and m.loss ~= m.loss then
         status = 'failed'
         err_msg = string.format('loss became NaN at %s %d; the last good checkpoint (%s %d) is kept', unit, step, unit,
@@ -540,25 +571,31 @@ function M.run(def, overrides)
       end
       steps_run = step
       local evaluated = step % eval_every == 0 or step == max_steps
-      if evaluated and def.evaluate then
-        for kk, vv in pairs(def.evaluate(state, cfg, 'val', step) or {}) do m['val_' .. kk] = vv end
-      end
-      run:log(m, step)
-      run:flush() -- the step is on disk before the checkpoint and the artefacts are written
-      if evaluated then
-        if judge:evaluate(m, step) and model then
-          run:checkpoint(model, { [unit] = step, step = step, [judge.monitor] = m[judge.monitor] })
+      if lead then
+        if evaluated and def.evaluate then
+          for kk, vv in pairs(def.evaluate(state, cfg, 'val', step) or {}) do m['val_' .. kk] = vv end
         end
-        -- artefacts of this evaluation (translations, attention maps, radii)
-        if def.on_eval then def.on_eval(state, cfg, run, step, m) end
-        run:flush() -- what the evaluation added (the checkpoint's name, artefacts)
+        run:log(m, step)
+        run:flush() -- the step is on disk before the checkpoint and the artefacts are written
+        if evaluated then
+          if judge:evaluate(m, step) and model then
+            run:checkpoint(model, { [unit] = step, step = step, [judge.monitor] = m[judge.monitor] })
+          end
+          -- artefacts of this evaluation (translations, attention maps, radii)
+          if def.on_eval then def.on_eval(state, cfg, run, step, m) end
+          run:flush() -- what the evaluation added (the checkpoint's name, artefacts)
+        end
+        local elapsed = now() - t0
+        local per = elapsed / step
+        local eta = { per * math.min(max_steps - step, (judge.patience - judge.bad) * eval_every), per * (max_steps - step) }
+        print_progress(summarise_line(def.name, unit, step, m, judge.best, elapsed, eta, judge.monitor), elapsed, step == 1)
       end
-      local elapsed = now() - t0
-      local per = elapsed / step
-      local eta = { per * math.min(max_steps - step, (judge.patience - judge.bad) * eval_every), per * (max_steps - step) }
-      print_progress(summarise_line(def.name, unit, step, m, judge.best, elapsed, eta, judge.monitor), elapsed, step == 1)
-      if evaluated and judge:stop() then break end
+      local stop = lead and evaluated and judge:stop()
+      if dd then stop = dd.agree_stop(stop) end -- rank 0's decision (and any failure, interrupt) to all
+      if stop then break end
     end
+    if dd then dd.finish_training() end
+    if not lead then status = 'finished'; return end -- the rest is rank 0's: test, finish, summary
     if C.pn_interrupted() ~= 0 then
       error('interrupted (' .. signal_name(C.pn_interrupted()) .. ') after ' .. unit .. ' ' .. steps_run, 0)
     end
@@ -582,6 +619,8 @@ function M.run(def, overrides)
     return debug.traceback(msg, 2)
   end)
 
+  -- across ranks: a failure here tells the others (at their next collective), unless they told us
+  if dd and not ok then dd.fail(err_msg) end
   C.pn_interrupt_clear()
   local elapsed = now() - t0
   result.seconds = elapsed
@@ -591,7 +630,7 @@ function M.run(def, overrides)
   result.variant = run.variant
   -- the end of the run file: status, summary, close — unless a write to it failed already
   -- (then it stays exactly as at its last flush, readable; `./bench runs` sees its writer gone)
-  if not run.broken then
+  if lead and not run.broken then
     local okc, ec = pcall(function()
       run:summary(result)
       run:set('status', status)
@@ -606,9 +645,14 @@ function M.run(def, overrides)
       ok = false
     end
   end
-  if not run.broken then pcall(run.f.close, run.f) end
+  if lead and not run.broken then pcall(run.f.close, run.f) end
+  if dd then
+    dd.closed() -- after a failure: every rank waits until rank 0's run file is closed
+    dd.stop()
+  end
+  if unsilence then unsilence() end
   if tty then io.stderr:write('\n') end
-  if not quiet then
+  if not quiet and lead then
     local keys = {}
     for kk in pairs(result) do keys[#keys + 1] = kk end
     table.sort(keys)
@@ -622,8 +666,9 @@ function M.run(def, overrides)
     -- one message (the traceback of the failure only with PN_TRACEBACK=1); the run file keeps it
     local trace = os.getenv('PN_TRACEBACK') and ('\n' .. tostring(err)) or ''
     if status == 'interrupted' then
-      error('experiment ' .. def.name .. ' ' .. tostring(err_msg) .. '; run file kept: ' .. path .. trace, 0)
+      error('experiment ' .. def.name .. ' ' .. tostring(err_msg) .. (path and ('; run file kept: ' .. path) or '') .. trace, 0)
     end
+    if not path then error('experiment ' .. def.name .. ' failed: ' .. tostring(err_msg) .. trace, 0) end
     error('experiment ' .. def.name .. ' failed: ' .. tostring(err_msg) .. ' (run file: ' .. path .. ')' .. trace, 0)
   end
   return result, run

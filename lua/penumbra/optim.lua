@@ -22,6 +22,12 @@ local function param_list(params)
   return r
 end
 
+-- Data parallelism (penumbra/ddp.lua) sets optim.grad_hook while the runner trains one model
+-- across ranks: hook('read', params) before clip_grad_norm or a step reads the gradients (they
+-- are combined over the ranks there, once per step) and hook('stepped', params) after a step.
+-- nil in one process, where nothing calls it.
+optim.grad_hook = nil
+
 local Optimizer = {}
 Optimizer.__index = Optimizer
 function Optimizer:zero_grad()
@@ -36,6 +42,8 @@ function optim.SGD(params, o)
     dampening = o.dampening or 0, weight_decay = o.weight_decay or 0, nesterov = o.nesterov or false,
     bufs = {}, steps = 0 }, Optimizer)
   self.step = function(s)
+    local hook = optim.grad_hook
+    if hook then hook('read', s.params) end
     s.steps = s.steps + 1
     for i, p in ipairs(s.params) do
       local g = p.grad
@@ -49,6 +57,7 @@ function optim.SGD(params, o)
           first and 1 or 0))
       end
     end
+    if hook then hook('stepped', s.params) end
   end
   return self
 end
@@ -67,6 +76,8 @@ local function adam(name, decoupled, default_wd)
       eps = o.eps or 1e-8, weight_decay = o.weight_decay or default_wd, m = {}, v = {}, t = {}, steps = 0,
       name = name }, Optimizer)
     self.step = function(s)
+      local hook = optim.grad_hook
+      if hook then hook('read', s.params) end
       s.steps = s.steps + 1
       for i, p in ipairs(s.params) do
         local g = p.grad
@@ -81,6 +92,7 @@ local function adam(name, decoupled, default_wd)
             decoupled and 1 or 0, s.t[i]))
         end
       end
+      if hook then hook('stepped', s.params) end
     end
     return self
   end
@@ -92,6 +104,7 @@ optim.AdamW = adam('AdamW', true, 1e-2)
 -- before clipping.
 function optim.clip_grad_norm(params, max_norm)
   params = param_list(params)
+  if optim.grad_hook then optim.grad_hook('read', params) end
   local total = 0
   local grads = {}
   for _, p in ipairs(params) do

@@ -17,7 +17,9 @@
 --   d:union(list)                   one batch of whole graphs: x, y, graph (pn.graph CSR with
 --                                   self-loops unless self_loops = false), edges, num_nodes, sizes
 --   d:batches(split, size [, seed]) the split's graphs in batches of `size` (shuffled by seed
---                                   when given — a new order per epoch, GAT's 2 graphs per batch)
+--                                   when given — a new order per epoch, GAT's 2 graphs per batch);
+--                                   across ranks, in a training step, each rank gets its share of
+--                                   every batch's graphs (penumbra/ddp.lua)
 --   d.num_features, d.num_classes, d.num_graphs, d.layout ('dgl' | 'graphsage'), d.synthetic,
 --   d.path (the HDF5 cache), d.source (the folder), d:describe()
 --
@@ -410,10 +412,13 @@ return function(data)
         order[i], order[j] = order[j], order[i]
       end
     end
+    -- across ranks (penumbra/ddp.lua), during a training step: this rank's graphs of each batch
+    local share = split == 'train' and require('penumbra.ddp').sharer() or nil
     local out = {}
     for i = 1, #order, size do
       local l = {}
       for k = i, math.min(i + size - 1, #order) do l[#l + 1] = gs[order[k]] end
+      if share then l = share(l, function(g) return g.num_nodes end, 'graphs') end
       out[#out + 1] = self:union(l)
     end
     return out

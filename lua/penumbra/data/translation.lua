@@ -81,6 +81,10 @@
 --    Eval mode: no randomness; sorted by length (ties by position) when sort_eval, else in order;
 --    shuffle defaults to false. shuffle=false in train mode sorts with ties by position and keeps
 --    the batches in length order.
+--  - Across ranks (`./bench -n N`, penumbra/ddp.lua), the batches of a train encoding made during
+--    the runner's training step are cut after the above (the same global batches on every rank):
+--    each rank gets every N-th sentence of each batch (strided: even lengths) and the tensors of
+--    its share; the share's weight is its fraction of the batch's target tokens.
 --  - pad/bos/eos default to the tokenizer's (kept in enc), else 0/2/3. src_eos=true appends eos
 --    to every source (fairseq's convention); the default adds none.
 local ffi = require 'ffi'
@@ -567,8 +571,12 @@ function M.batches(enc, o)
   -- tensors (one scratch buffer, grown when needed; pn.from_buffer copies)
   local cap, buf, mbuf = 0, nil, nil
   local out = {}
+  -- across ranks (penumbra/ddp.lua), during a training step: this rank's sentences of each
+  -- batch, weighed by their target tokens (the loss's normaliser, ntokens)
+  local share = train and require('penumbra.ddp').sharer() or nil
   for g = 1, #groups do
     local rows = groups[g]
+    if share then rows = share(rows, function(i) return tlen[i] end, 'sentences') end
     local B = #rows
     S, T = 0, 0
     for r = 1, B do

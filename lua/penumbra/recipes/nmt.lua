@@ -218,6 +218,8 @@ local function experiment(o)
                attention_maps = { 'integer', min = 0 }, train_limit = { 'integer', min = 0 },
                eval_limit = { 'integer', min = 0 } },
     monitor = 'val_bleu', mode = 'max', also = { val_loss = 'min' },
+    -- ./bench -n N: each rank takes its share of every token batch's sentences (tr.batches)
+    shard = 'sentences',
     model = function(state) return state.model end,
   }
 

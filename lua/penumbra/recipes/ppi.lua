@@ -105,6 +105,8 @@ local function experiment(o)
                weight_decay = { 'number', min = 0 }, hidden = count, qk_dim = { 'integer', min = 0 },
                gamma = { 'number', above = 0 }, r = { 'number', min = 0 } },
     monitor = 'val_f1', mode = 'max', also = { val_loss = 'min' },
+    -- ./bench -n N: each rank takes its share of every batch's graphs (d:batches('train', …))
+    shard = 'graphs',
     setup = function(cfg, run)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = R.data(cfg)

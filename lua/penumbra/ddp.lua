@@ -1,0 +1,412 @@
+-- penumbra.ddp — the runner's data parallelism (issue 18): `./bench -n N experiment.lua` trains
+-- ONE model on N ranks and gives the losses one process gives (to rounding). The runner
+-- (penumbra/experiment.lua) calls this module only when pn.dist.size() > 1; in one process
+-- nothing here runs and nothing changes.
+--
+-- What happens across ranks, in order:
+--  1. Start: a recipe says it can be split with `shard = '<unit>'` in its definition (PPI:
+--     'graphs', NMT: 'sentences'): its training step takes its batches from a shard-aware
+--     iterator (pn.data.ppi's d:batches('train', …), penumbra.data.translation.batches on a
+--     'train' encoding). Without it, -n > 1 is the error "recipe X cannot be split across ranks:
+--     …" before anything runs (never a silent single-rank run). cfg.device = 'cuda' is refused
+--     too (device tensors need NCCL: a later step). The hosts are gathered for the run file.
+--  2. Setup runs on rank 0 first, then on the others (so caches it fills — the BPE model, a
+--     converted or generated dataset — are written once and read by the rest). Then every
+--     parameter of def.model(state) is broadcast from rank 0 (through the gradients' buckets,
+--     below), so ranks start identical whatever their RNG did. Ranks 1 … N−1 then reseed the
+--     tensor RNG (seed + 7919·rank): dropout masks differ between ranks, as they differ between
+--     the rows of one batch. The global batches must not depend on that RNG: PPI and NMT
+--     shuffle with penumbra.rng from the config seed; a check at every step (below) catches
+--     ranks that disagree on them.
+--  3. Sharding: while def.batch/def.train run, a shard-aware iterator cuts every GLOBAL batch
+--     it makes (the same on every rank) into the ranks' shares — rank r takes items r+1,
+--     r+1+N, … (strided, so token batches sorted by length get even shares) — and notes the
+--     share's weight w = (its count) / (the global batch's count), counted in the unit the
+--     recipe's loss averages over (PPI: nodes, NMT: target tokens). A global batch with fewer
+--     items than ranks is a named error (a rank would have nothing to run).
+--  4. Gradients: a recipe's loss on its share is a mean over the share, and the single-process
+--     loss is the mean over the global batch = Σ_r w_r · (rank r's mean). So before the first
+--     read of the gradients after a backward — optim.clip_grad_norm or an optimiser's step,
+--     through optim.grad_hook — every rank scales its gradients by its w and they are SUMMED
+--     (all_reduce 'sum'): exactly the gradient of the global mean, so clipping and Adam see
+--     what one process sees. They travel in flat buffers of one dtype and at most 25 MB each
+--     (M.BUCKET_BYTES, DDP's default), filled in reverse parameter order — a fixed order, so
+--     the result is deterministic for a given N, and bucketing does not change it (each
+--     element is the same sum whatever bucket it is in). The weights are used in the order the
+--     batches were made: one optimiser step per batch, as PPI and NMT do (gradient
+--     accumulation over several batches before a step is not split correctly yet). A parameter
+--     without a gradient on a rank counts as zeros; one without a gradient on every rank stays
+--     without. Synchronous: the buckets go one after the other once the backward is over;
+--     sending each as the backward fills it (overlap, as DDP does) is a later step.
+--  5. Metrics: each numeric metric of a training step is combined as Σ_r m_r·n_r / Σ_r n_r, n_r
+--     = the rank's count over the step — exact for losses averaged over that unit (PPI loss,
+--     NMT loss); a value every rank has alike (lr, updates) stays as it is; a `*_per_s` rate is
+--     summed; any other (PPI's train_f1) is that weighted mean, which is near but not equal to
+--     the single-process value. Evaluation, checkpoints, on_eval and finish run on rank 0 only
+--     (the others wait in the next collective); rank 0's early-stopping decision reaches every
+--     rank at the end of the step.
+--  6. Files and output: rank 0 alone writes the run file (with attributes ranks = N, hosts =
+--     each rank's host, comma-separated, and shard) and checkpoints; the other ranks get a run
+--     object that writes nothing and print nothing (io.stdout, io.stderr and print are silenced
+--     while the runner runs there); errors still reach the terminal (cli.lua's abort).
+--  7. Failure: without this, a rank that raises ends the job through cli.lua's MPI_Abort at
+--     once, and rank 0 — blocked in a collective — is killed with its run file still 'running'.
+--     So every collective this module makes starts with a small header all_reduce that carries
+--     "a rank failed", "a rank was interrupted" and "rank 0 says stop". A rank whose runner
+--     catches an error joins the next header with its flag and sends its message; the others
+--     raise "rank R of N failed: message" there; rank 0 writes status failed (or interrupted)
+--     and the message and closes its run file, and only then (a barrier) do the ranks go on to
+--     cli.lua's MPI_Abort. Remaining window, where mpirun ends the job and rank 0's file may
+--     stay 'running' (its pid attribute lets `./bench runs` see the writer gone): a rank that
+--     dies without raising (SIGKILL, a crash in C) or hangs, and a failure inside one of the
+--     collectives themselves. After the training loop nothing is exchanged: only rank 0 works
+--     there (test evaluation, finish) and records its own failures. A timeout on the
+--     collectives is a later step.
+local pn = require 'penumbra.tensor'
+local dist = require 'penumbra.dist'
+local optim = require 'penumbra.optim'
+local B = require 'penumbra_ffi'
+local ffi = require 'ffi'
+local C = B.C
+
+local M = {}
+
+M.MSG_BYTES = 2048   -- a failing rank's message, as sent to the others (longer ones are cut)
+M.SEED_STRIDE = 7919 -- rank r > 0 reseeds the tensor RNG with seed + SEED_STRIDE · r after setup
+M.BUCKET_BYTES = 25 * 2 ^ 20 -- the gradients go to all_reduce in buckets of at most this (DDP's 25 MB)
+
+local ctx = nil -- the run being trained across ranks (one at a time), or nil
+
+local function cannot_split(name, why)
+  return string.format('recipe %s cannot be split across ranks: %s', name, why)
+end
+
+local function addr(t) return tonumber(ffi.cast('intptr_t', ffi.cast('void *', t))) end
+
+-- ---- the header: every collective of this module starts with it ------------------------------
+-- h = {failing rank key, interrupt signal, stop} reduced by max; a failing rank r sends
+-- size − r, so the lowest failing rank wins and sends its message (a u8 broadcast).
+local function header(c, stop)
+  local h = pn.tensor({ c.failing and (c.size - c.rank) or 0, C.pn_interrupted(), stop and 1 or 0 }, { dtype = 'f64' })
+  local ok, e = pcall(dist.all_reduce, h, 'max')
+  if not ok then c.broken = true; error(e, 0) end
+  local v = h:totable()
+  if v[1] > 0 then
+    local from = c.size - v[1]
+    local buf = pn.zeros({ M.MSG_BYTES }, { dtype = 'u8' })
+    if c.rank == from then
+      local msg = c.failing:sub(1, M.MSG_BYTES - 1)
+      ffi.copy(buf:data_ptr(), msg, #msg)
+    end
+    local okb, eb = pcall(dist.broadcast, buf, from)
+    if not okb then c.broken = true; error(eb, 0) end
+    c.agreed = true
+    if c.failing then return false end -- a failing rank's own call: it raises its own error
+    local text = ffi.string(buf:data_ptr())
+    error(string.format('rank %d of %d failed: %s', from, c.size, text), 0)
+  end
+  if v[2] > 0 then
+    c.agreed = true
+    error('interrupted (' .. c.signal_name(v[2]) .. ' on a rank)', 0)
+  end
+  return v[3] > 0
+end
+
+-- ---- gradients ---------------------------------------------------------------------------
+local BYTES = { f32 = 4, f64 = 8, i32 = 4, i64 = 8, u8 = 1 }
+
+-- The parameters in buckets of one dtype and at most cap bytes (a larger parameter alone), in
+-- reverse parameter order: the order a backward finishes their gradients, the order an
+-- overlapped all-reduce will send them (a later step). Each bucket keeps its flat buffer; the
+-- first one has a slot more per parameter (how many ranks hold its gradient).
+local function make_buckets(params, cap)
+  local buckets, open = {}, {}
+  for i = #params, 1, -1 do
+    local p = params[i]
+    local dt, n = p:dtype(), p:numel()
+    local bytes = n * BYTES[dt]
+    local b = open[dt]
+    if b and b.bytes + bytes > cap then b = nil end
+    if not b then
+      b = { dtype = dt, items = {}, total = 0, bytes = 0 }
+      buckets[#buckets + 1] = b
+      open[dt] = b
+    end
+    b.items[#b.items + 1] = { index = i, p = p, offset = b.total, n = n, shape = p:shape() }
+    b.total, b.bytes = b.total + n, b.bytes + bytes
+  end
+  for k, b in ipairs(buckets) do
+    b.buf = pn.zeros({ b.total + (k == 1 and #params or 0) }, { dtype = b.dtype })
+  end
+  return buckets
+end
+
+local function slice(buf, it) return buf:narrow(1, it.offset + 1, it.n):view(it.shape) end
+
+-- parameters from rank 0 to every rank, in place
+local function broadcast_params(c)
+  header(c)
+  pn.no_grad(function()
+    for _, b in ipairs(c.buckets) do
+      if c.rank == 0 then for _, it in ipairs(b.items) do slice(b.buf, it):copy_(it.p) end end
+      dist.broadcast(b.buf, 0)
+      if c.rank ~= 0 then for _, it in ipairs(b.items) do it.p:copy_(slice(b.buf, it)) end end
+    end
+  end)
+end
+
+-- Σ_r w_r · grad_r into every rank's gradients (the hook's 'read', once per step), one
+-- all_reduce per bucket
+local function sync_grads(c)
+  local w = table.remove(c.weights, 1)
+  if not w then
+    error(cannot_split(c.name, 'its optimiser read gradients that no sharded batch produced (a training batch ' ..
+      'must come from a shard-aware iterator: pn.data.ppi d:batches(\'train\', …) or translation.batches)'), 0)
+  end
+  header(c)
+  local P = #c.params
+  pn.no_grad(function()
+    for k, b in ipairs(c.buckets) do
+      local buf = b.buf
+      buf:zero_()
+      for _, it in ipairs(b.items) do
+        local gr = it.p.grad
+        if gr then slice(buf, it):copy_(gr) end
+      end
+      if w ~= 1 then B.check(C.pn_scale_(buf, w)) end
+      if k == 1 then
+        for i, p in ipairs(c.params) do
+          if p.grad then buf:narrow(1, b.total + i, 1):fill_(1) end
+        end
+      end
+      dist.all_reduce(buf, 'sum')
+    end
+    local first = c.buckets[1]
+    local present = first.buf:narrow(1, first.total + 1, P):totable()
+    for _, b in ipairs(c.buckets) do
+      for _, it in ipairs(b.items) do
+        if present[it.index] > 0 then
+          local gr = it.p.grad
+          if gr then gr:copy_(slice(b.buf, it)) else it.p.grad = slice(b.buf, it):clone() end
+        end
+      end
+    end
+  end)
+end
+
+local function grad_hook(event, params)
+  local c = ctx
+  if not c then return end
+  if event == 'stepped' then c.synced = false; return end
+  for i, p in ipairs(params) do
+    if not c.param_set[addr(p)] then
+      error(cannot_split(c.name, 'its optimiser holds parameter ' .. i .. ' (' .. table.concat(p:shape(), 'x') ..
+        '), which is not among def.model(state):parameters() — only those are kept alike across ranks'), 0)
+    end
+  end
+  if not c.synced then
+    sync_grads(c)
+    c.synced = true
+    c.syncs = c.syncs + 1
+  end
+end
+
+-- ---- the data iterators' side ------------------------------------------------------------
+-- For a shard-aware iterator: nil when batches are not split (one process, or outside a
+-- training step); else share(items, count, what) → this rank's items of the global batch
+-- `items` (strided), noting the share's weight; count(item) is its size in the loss's unit.
+function M.sharer()
+  local c = ctx
+  if not c or not c.training then return nil end
+  return function(items, count, what)
+    local n = #items
+    c.batches = c.batches + 1
+    if n < c.size then
+      error(cannot_split(c.name, string.format('a global batch of this step (batch %d) holds %d %s, fewer than the %d ' ..
+        'ranks, so a rank would have nothing to run; make every batch hold at least %d %s (a larger batch, or a ' ..
+        'training set whose last batch is not that small)', c.batches, n, what, c.size, c.size, what)), 0)
+    end
+    local mine, here, total = {}, 0, 0
+    for i = 1, n do
+      local k = count(items[i])
+      total = total + k
+      if (i - 1) % c.size == c.rank then
+        mine[#mine + 1] = items[i]
+        here = here + k
+      end
+    end
+    c.weights[#c.weights + 1] = total > 0 and here / total or 0
+    c.count = c.count + here
+    -- what the global batches were (compared across ranks at the end of the step)
+    c.signature = (c.signature * 31 + total * 7 + n) % 1000000007
+    return mine
+  end
+end
+
+-- ---- the runner's side -------------------------------------------------------------------
+-- Starts a run across ranks, or returns nil in one process. Raises the named error when the
+-- recipe cannot be split. o = {signal_name = fn}.
+function M.start(def, cfg, o)
+  if not dist.is_distributed() then return nil end
+  if ctx then error('ddp: a run across ranks is already going on (one at a time)', 0) end
+  local size, rank = dist.size(), dist.rank()
+  if def.shard == nil then
+    error(cannot_split(def.name, 'its definition has no shard = \'<unit>\' (its training step must take its batches ' ..
+      'from a shard-aware iterator — pn.data.ppi d:batches(\'train\', …), translation.batches — and say so); run it ' ..
+      'without -n, or with -n 1'), 0)
+  end
+  if type(def.shard) ~= 'string' then
+    error("experiment '" .. def.name .. "': shard must be a string naming what a batch is split in ('graphs', " ..
+      "'sentences'), got " .. type(def.shard), 0)
+  end
+  if cfg.device == 'cuda' then
+    error(cannot_split(def.name, 'device=cuda needs the NCCL path, which is not built yet; run on the CPU ' ..
+      '(device=cpu) or without -n'), 0)
+  end
+  -- every rank's host, in rank order
+  local ph = io.popen('hostname 2>/dev/null')
+  local host = ((ph and ph:read('*l')) or '?'):sub(1, 255)
+  if ph then ph:close() end
+  local hb = pn.zeros({ 256 }, { dtype = 'u8' })
+  ffi.copy(hb:data_ptr(), host, #host)
+  local all = dist.all_gather(hb)
+  local hosts = {}
+  for r = 1, size do hosts[r] = ffi.string(all:select(1, r):contiguous():data_ptr()) end
+  ctx = { rank = rank, size = size, name = def.name, shard = def.shard, hosts = table.concat(hosts, ','),
+          signal_name = o and o.signal_name or tostring, weights = {}, count = 0, batches = 0, signature = 0,
+          syncs = 0, synced = false, training = false, exchanging = true }
+  return M
+end
+
+function M.context() return ctx end
+
+-- setup on rank 0 first, then on the others; then the parameters from rank 0
+function M.setup(def, cfg, run)
+  local c = ctx
+  local state
+  if c.rank == 0 then state = def.setup(cfg, run) end
+  header(c)
+  if c.rank ~= 0 then state = def.setup(cfg, run) end
+  local model = def.model and def.model(state)
+  if not model then
+    error(cannot_split(c.name, 'it has no def.model(state), so there are no parameters to keep alike'), 0)
+  end
+  c.params = model:parameters()
+  c.param_set = {}
+  for _, p in ipairs(c.params) do
+    if p:device() ~= 'cpu' then error(cannot_split(c.name, 'its parameters are on ' .. p:device() .. ' (NCCL: a later step)'), 0) end
+    c.param_set[addr(p)] = true
+  end
+  c.buckets = make_buckets(c.params, M.BUCKET_BYTES)
+  broadcast_params(c)
+  if c.rank > 0 then pn.manual_seed((cfg.seed or 0) + M.SEED_STRIDE * c.rank) end
+  optim.grad_hook = grad_hook
+  return state, model
+end
+
+-- around def.batch and def.train: shares are taken between begin_step and end_step
+function M.begin_step()
+  local c = ctx
+  c.training, c.count, c.batches, c.signature, c.syncs = true, 0, 0, 0, 0
+  c.weights = {}
+  c.synced = false
+end
+
+-- after def.train: checks, then the step's metrics combined over the ranks (in place)
+function M.end_step(m, step)
+  local c = ctx
+  c.training = false
+  if #c.weights > 0 then
+    error(cannot_split(c.name, string.format('its training step made %d sharded batches but stepped its optimiser %d ' ..
+      'times (one step per batch is what is split correctly; accumulating gradients over batches is not yet)',
+      c.batches, c.syncs)), 0)
+  end
+  if c.batches == 0 then
+    error(cannot_split(c.name, 'its training step took no batch from a shard-aware iterator (pn.data.ppi ' ..
+      'd:batches(\'train\', …), translation.batches on a train encoding), so every rank would train on everything'), 0)
+  end
+  header(c)
+  local keys = {}
+  for k, v in pairs(m) do if type(v) == 'number' then keys[#keys + 1] = k end end
+  table.sort(keys)
+  local K = #keys
+  local s, x = {}, {}
+  for i, k in ipairs(keys) do
+    s[i] = m[k] * c.count
+    s[K + i] = m[k]
+    x[i], x[K + i] = m[k], -m[k]
+  end
+  s[2 * K + 1] = c.count
+  x[2 * K + 1], x[2 * K + 2] = c.signature, -c.signature
+  local st = dist.all_reduce(pn.tensor(s, { dtype = 'f64' }), 'sum'):totable()
+  local xt = dist.all_reduce(pn.tensor(x, { dtype = 'f64' }), 'max'):totable()
+  if xt[2 * K + 1] ~= -xt[2 * K + 2] then
+    error(string.format('ranks disagree on the global batches of %s %d: their composition must not depend on the ' ..
+      'rank (draw it from penumbra.rng with the config seed, not from the tensor RNG, which differs by rank)',
+      'step', step), 0)
+  end
+  local n = st[2 * K + 1]
+  for i, k in ipairs(keys) do
+    local hi, lo = xt[i], -xt[K + i]
+    if hi == lo then
+      -- alike on every rank: kept as it is
+    elseif k:match('_per_s$') then
+      m[k] = st[K + i]
+    elseif n > 0 then
+      m[k] = st[i] / n
+    else
+      m[k] = st[K + i] / c.size
+    end
+  end
+  return m
+end
+
+-- at the end of every step, after rank 0's evaluation: rank 0's stop decision to every rank
+function M.agree_stop(stop) return header(ctx, stop) end
+
+-- after the training loop: no more collectives, so a failure is no longer exchanged
+function M.finish_training()
+  ctx.exchanging = false
+end
+
+-- a rank's runner caught msg: tell the others (at their next header) unless they told us
+function M.fail(msg)
+  local c = ctx
+  if not c or c.broken or c.agreed or not c.exchanging then return end
+  c.failing = tostring(msg)
+  pcall(header, c)
+end
+
+-- after rank 0 closed its run file (the others at once): wait for each other, so that no
+-- rank's abort ends rank 0 before its run file is closed
+function M.closed()
+  local c = ctx
+  if c and c.agreed and not c.broken then pcall(dist.barrier) end
+end
+
+function M.stop()
+  if optim.grad_hook == grad_hook then optim.grad_hook = nil end
+  ctx = nil
+end
+
+-- the run object ranks other than 0 get: it takes every write and keeps nothing
+local NullRun = {}
+NullRun.__index = NullRun
+for _, k in ipairs({ 'log', 'flush', 'checkpoint', 'set', 'summary', 'write', 'write_text' }) do
+  NullRun[k] = function() end
+end
+function M.null_run(cfg, variant) return setmetatable({ metrics = {}, cfg = cfg, variant = variant, rank = ctx.rank }, NullRun) end
+
+-- ranks other than 0 print nothing while the runner runs (errors still end the job loudly)
+function M.silence()
+  local saved = { stdout = io.stdout, stderr = io.stderr, print = _G.print }
+  local null = io.open('/dev/null', 'w')
+  if null then io.stdout, io.stderr = null, null end
+  _G.print = function() end
+  return function()
+    io.stdout, io.stderr, _G.print = saved.stdout, saved.stderr, saved.print
+    if null then null:close() end
+  end
+end
+
+return M
