@@ -62,11 +62,16 @@
 --     collectives themselves. After the training loop nothing is exchanged: only rank 0 works
 --     there (test evaluation, finish) and records its own failures. A timeout on the
 --     collectives is a later step.
+--  8. Timing (for experiments/perf/dist.lua): M.timing counts, per process, the gradient syncs,
+--     the seconds spent in them (header, bucket copies, scaling, all-reduce, copies back), the
+--     seconds inside the buckets' dist.all_reduce calls alone, and the bytes all-reduced. Always
+--     on: two clock reads per step and two per bucket, nothing else; a reader takes differences.
 local pn = require 'penumbra.tensor'
 local dist = require 'penumbra.dist'
 local optim = require 'penumbra.optim'
 local B = require 'penumbra_ffi'
 local ffi = require 'ffi'
+local now = require('penumbra.stats').now
 local C = B.C
 
 local M = {}
@@ -74,6 +79,7 @@ local M = {}
 M.MSG_BYTES = 2048   -- a failing rank's message, as sent to the others (longer ones are cut)
 M.SEED_STRIDE = 7919 -- rank r > 0 reseeds the tensor RNG with seed + SEED_STRIDE · r after setup
 M.BUCKET_BYTES = 25 * 2 ^ 20 -- the gradients go to all_reduce in buckets of at most this (DDP's 25 MB)
+M.timing = { syncs = 0, sync_s = 0, all_reduce_s = 0, bytes = 0 } -- see 8. above (never reset here)
 
 local ctx = nil -- the run being trained across ranks (one at a time), or nil
 
@@ -163,6 +169,7 @@ local function sync_grads(c)
     error(cannot_split(c.name, 'its optimiser read gradients that no sharded batch produced (a training batch ' ..
       'must come from a shard-aware iterator: pn.data.ppi d:batches(\'train\', …) or translation.batches)'), 0)
   end
+  local T, t0 = M.timing, now()
   header(c)
   local P = #c.params
   pn.no_grad(function()
@@ -179,7 +186,9 @@ local function sync_grads(c)
           if p.grad then buf:narrow(1, b.total + i, 1):fill_(1) end
         end
       end
+      local a0 = now()
       dist.all_reduce(buf, 'sum')
+      T.all_reduce_s, T.bytes = T.all_reduce_s + (now() - a0), T.bytes + buf:numel() * BYTES[b.dtype]
     end
     local first = c.buckets[1]
     local present = first.buf:narrow(1, first.total + 1, P):totable()
@@ -192,6 +201,7 @@ local function sync_grads(c)
       end
     end
   end)
+  T.syncs, T.sync_s = T.syncs + 1, T.sync_s + (now() - t0)
 end
 
 local function grad_hook(event, params)
