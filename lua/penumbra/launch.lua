@@ -75,8 +75,10 @@ local function which(name)
   return nil
 end
 
+-- the cores this process may run on (nproc without the OpenMP variables, which it would honour:
+-- OMP_NUM_THREADS=1 ./bench -n 2 … is one thread per rank, not one core)
 local function cores()
-  local p = io.popen('nproc 2>/dev/null')
+  local p = io.popen('env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null')
   local n = p and tonumber(p:read('*a'))
   if p then p:close() end
   return n or 1
