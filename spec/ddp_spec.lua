@@ -27,13 +27,7 @@ local function tmpdir()
   return d
 end
 
-local function write(text)
-  local path = os.tmpname() .. '.lua'
-  local f = assert(io.open(path, 'w'))
-  f:write(text)
-  f:close()
-  return path
-end
+local write = mpi.write_script
 
 -- `./bench [launch] script args` with PENUMBRA_RUNS=runs, bounded by timeout: output, status
 local function bench(launch, script, args, runs, env)

@@ -12,13 +12,7 @@ local sh = check.sh
 local mpi = require 'spec.helpers.mpi'
 local ROOT, MPI, it_mpi = mpi.ROOT, mpi.MPI, mpi.it_mpi
 
-local function write(text)
-  local path = os.tmpname() .. '.lua'
-  local f = assert(io.open(path, 'w'))
-  f:write(text)
-  f:close()
-  return path
-end
+local write = mpi.write_script
 
 -- `./bench <launch> script`, bounded by timeout 60: output and status (124: it hung)
 local function bench(launch, script, env)

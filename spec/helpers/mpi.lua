@@ -14,4 +14,13 @@ function M.it_mpi(name, fn)
   if M.MPI then return env.it(name, fn) end
   return env.pending(name .. ' — needs Open MPI (apt-get install -y openmpi-bin libopenmpi-dev) and a build linking it')
 end
+-- a Lua script with this text in a fresh temporary file (the ranks run it): its path
+function M.write_script(text)
+  local path = os.tmpname() .. '.lua'
+  local f = assert(io.open(path, 'w'))
+  f:write(text)
+  f:close()
+  return path
+end
+
 return M
