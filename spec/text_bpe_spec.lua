@@ -27,13 +27,7 @@ local function write(path, text)
   f:close()
 end
 
-local function slurp(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local slurp = require('spec.helpers.check').read_file
 
 local function ls(dir)
   local out = {}

@@ -385,35 +385,45 @@ static void SFX(fwd_finish)(const pn_attn_call *c, int64_t bh, int64_t i0, int64
     }
 }
 
-/* ---- forward ----------------------------------------------------------------------------------- */
+/* acc (m, Dv; row stride ldacc) += P (m, n; row stride ldp) · V's keys [j0, j0+n) of head bh:
+ * the microkernel on V's packed panels (f32), else BLAS */
+static inline void SFX(tile_pv)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t m, int64_t j0,
+                                int64_t n, const real *P, int64_t ldp, real *acc, int64_t ldacc) {
 #if PN_DENSE_MK
-/* f32: the register-blocked microkernel (dense_mk.h says how the work is blocked) */
+    const int64_t NR = pk->mk->nr;
+    mk_prod(pk->mk, m, c->Dv, n, P, ldp, 1, pk->Vc + bh * pk->Dvp * c->Nk + j0 * NR, c->Nk * NR, acc, ldacc, 1);
+#else
+    (void)pk;
+    SFX(gemm_nn_acc)(m, c->Dv, n, P, ldp, (const real *)c->v + (bh * c->Nk + j0) * c->Dv, c->Dv, acc, ldacc);
+#endif
+}
 
-/* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. S (MR,
- * PN_MK_TK), acc (PN_MK_TQ, Dvp), m and l (PN_MK_TQ): the item's scratch. */
+/* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. The tile walks
+ * the keys in tiles of PN_MK_TK and, within a key tile, its rows in strips of `strip` (the
+ * microkernel's MR in f32, dense_mk.h; the whole tile in f64): a strip's scores S (strip,
+ * PN_MK_TK), the score's epilogue, the row modifiers and the online softmax, then acc (tq, ldacc)
+ * += P·V. The causal limit is applied per strip. m, l (tq): the running max and sum. */
 PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t i0, int64_t tq,
-                                 real *S, real *acc, real *m, real *l, real *out, real *stat) {
-    const pn_microkernel *mk = pk->mk;
-    const int64_t MR = mk->mr, NR = mk->nr, D = c->D, Dv = c->Dv, Dvp = pk->Dvp;
-    const int64_t Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
+                                 int64_t strip, real *S, real *acc, int64_t ldacc, real *m, real *l, real *out,
+                                 real *stat) {
+    const int64_t D = c->D, Dv = c->Dv, Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
     const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
     const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
-    const real *Vc = pk->Vc + bh * Dvp * Nk;
     const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
     const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
     const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
     const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
 
-    memset(acc, 0, sizeof(real) * (size_t)(tq * Dvp));
+    memset(acc, 0, sizeof(real) * (size_t)(tq * ldacc));
     for (int64_t i = 0; i < tq; i++) m[i] = (real)-INFINITY, l[i] = 0;
     const int64_t kend = SFX(key_end)(c, i0, tq);
     for (int64_t j0 = 0; j0 < kend; j0 += PN_MK_TK) {
         const int64_t tk = kend - j0 < PN_MK_TK ? kend - j0 : PN_MK_TK;
-        for (int64_t r0 = 0; r0 < tq; r0 += MR) {
-            const int64_t mr = tq - r0 < MR ? tq - r0 : MR;
+        for (int64_t r0 = 0; r0 < tq; r0 += strip) {
+            const int64_t mr = tq - r0 < strip ? tq - r0 : strip;
             const int64_t e = SFX(key_end)(c, i0 + r0, mr) - j0; /* the strip's last key + 1 */
             if (e <= 0) continue;
             const int64_t n = e < tk ? e : tk;
@@ -426,32 +436,38 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int
                 if (soft) {
                     const real alpha = SFX(row_softmax)(s, n, g ? g + j0 : NULL, &m[r0 + i], &l[r0 + i]);
                     if (alpha != 1) {
-                        real *a = acc + (r0 + i) * Dvp;
+                        real *a = acc + (r0 + i) * ldacc;
                         for (int64_t d = 0; d < Dv; d++) a[d] *= alpha;
                     }
                 } else {
                     SFX(row_sigmoid)(s, n, g ? g + j0 : NULL, &l[r0 + i]);
                 }
             }
-            mk->gemm(mr, Dv, n, S, PN_MK_TK, 1, Vc + j0 * NR, Nk * NR, acc + r0 * Dvp, Dvp, 1); /* acc += P·V */
+            SFX(tile_pv)(c, pk, bh, mr, j0, n, S, PN_MK_TK, acc + r0 * ldacc, ldacc);
         }
     }
-    SFX(fwd_finish)(c, bh, i0, tq, acc, Dvp, m, l, out, stat);
+    SFX(fwd_finish)(c, bh, i0, tq, acc, ldacc, m, l, out, stat);
 }
 
 /* out (BH, Nq, Dv), stat (BH, Nq): logsumexp of the scores (softmax; −inf for a fully masked
  * row) or Σ_j σ(s_ij)·g_j (sigmoid). PN_OK, or an error (memory; PENUMBRA_CPU_KERNEL). */
 static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
+    mk_packed *pk = NULL;
+    int64_t strip = PN_MK_TQ, ldacc = c->Dv > 0 ? c->Dv : 1;
+#if PN_DENSE_MK
     const pn_microkernel *mk = pn_mk_get();
     if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
-    mk_packed pk;
-    PN_TRY(mk_pack(c, mk, (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0) | MK_VC, &pk));
+    mk_packed pkd;
+    PN_TRY(mk_pack(c, mk, (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0) | MK_VC, &pkd));
+    pk = &pkd;
+    strip = mk->mr, ldacc = pkd.Dvp;
+#endif
     const int64_t nqt = (c->Nq + PN_MK_TQ - 1) / PN_MK_TQ, items = c->BH * nqt;
     int oom = 0;
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
     {
-        real *S = malloc(sizeof(real) * (size_t)(mk->mr * PN_MK_TK + PN_MK_TQ * (pk.Dvp + 2)));
-        real *acc = S ? S + mk->mr * PN_MK_TK : NULL, *m = acc ? acc + PN_MK_TQ * pk.Dvp : NULL;
+        real *S = malloc(sizeof(real) * (size_t)(strip * PN_MK_TK + PN_MK_TQ * (ldacc + 2)));
+        real *acc = S ? S + strip * PN_MK_TK : NULL, *m = acc ? acc + PN_MK_TQ * ldacc : NULL;
         if (!S) {
             #pragma omp atomic write
             oom = 1;
@@ -462,97 +478,13 @@ static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
             if (!S) continue;
             const int64_t bh = it / nqt, i0 = (it % nqt) * PN_MK_TQ;
             const int64_t tq = c->Nq - i0 < PN_MK_TQ ? c->Nq - i0 : PN_MK_TQ;
-            SFX(fwd_tile)(c, &pk, bh, i0, tq, S, acc, m, m + PN_MK_TQ, out, stat);
+            SFX(fwd_tile)(c, pk, bh, i0, tq, strip, S, acc, ldacc, m, m + PN_MK_TQ, out, stat);
         }
         free(S);
     }
-    mk_free(&pk);
+    if (pk) mk_free(pk);
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
 }
-#else
-typedef struct {
-    real *G;     /* (PN_TQ, PN_TK) scores, then weights */
-    real *acc;   /* (PN_TQ, Dv) */
-    real *m, *l; /* (PN_TQ) running max and sum */
-} SFX(fwd_scratch);
-
-/* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. */
-PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, int64_t bh, int64_t i0, int64_t tq, SFX(fwd_scratch) *w,
-                          real *out, real *stat) {
-    const int64_t D = c->D, Dv = c->Dv, Nq = c->Nq, Nk = c->Nk, H = c->H;
-    const int64_t b = bh / H, h = bh % H;
-    const pn_score_params *pp = &c->st.hp[h];
-    const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
-    const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
-    const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
-    const real *V = (const real *)c->v + bh * Nk * Dv;
-    const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
-    const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
-    const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
-    const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
-    const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
-
-    memset(w->acc, 0, sizeof(real) * (size_t)(tq * Dv));
-    for (int64_t i = 0; i < tq; i++) {
-        w->m[i] = (real)-INFINITY;
-        w->l[i] = 0;
-    }
-    const int64_t kend = SFX(key_end)(c, i0, tq);
-    for (int64_t j0 = 0; j0 < kend; j0 += PN_TK) {
-        const int64_t tk = kend - j0 < PN_TK ? kend - j0 : PN_TK;
-        SFX(tile_scores)(c, NULL, bh, tq, j0, tk, Q, qt0, w->G, PN_TK, NULL);
-        fwd(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->G);
-        for (int64_t i = 0; i < tq; i++) {
-            real *s = w->G + i * PN_TK;
-            SFX(row_mods)(c, b, h, i0 + i, j0, tk, s);
-            if (soft) {
-                real alpha = SFX(row_softmax)(s, tk, g ? g + j0 : NULL, &w->m[i], &w->l[i]);
-                if (alpha != 1) {
-                    real *a = w->acc + i * Dv;
-                    for (int64_t d = 0; d < Dv; d++) a[d] *= alpha;
-                }
-            } else {
-                SFX(row_sigmoid)(s, tk, g ? g + j0 : NULL, &w->l[i]);
-            }
-        }
-        SFX(gemm_nn_acc)(tq, Dv, tk, w->G, PN_TK, V + j0 * Dv, Dv, w->acc, Dv);
-    }
-    SFX(fwd_finish)(c, bh, i0, tq, w->acc, Dv, w->m, w->l, out, stat);
-}
-
-/* out (BH, Nq, Dv), stat (BH, Nq): logsumexp of the scores (softmax; −inf for a fully masked
- * row) or Σ_j σ(s_ij)·g_j (sigmoid). PN_OK or PN_ERR_OOM. */
-static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
-    const int64_t nqt = (c->Nq + PN_TQ - 1) / PN_TQ, items = c->BH * nqt;
-    int oom = 0;
-    #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
-    {
-        SFX(fwd_scratch) w;
-        w.G = malloc(sizeof(real) * PN_TQ * PN_TK);
-        w.acc = malloc(sizeof(real) * (size_t)(PN_TQ * (c->Dv > 0 ? c->Dv : 1)));
-        w.m = malloc(sizeof(real) * PN_TQ * 2);
-        w.l = w.m ? w.m + PN_TQ : NULL;
-        bool ok = w.G && w.acc && w.m;
-        if (!ok) {
-            #pragma omp atomic write
-            oom = 1;
-        }
-        /* dynamic: causal tiles differ in cost; each item writes only its own rows */
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < items; it++) {
-            if (!ok) continue;
-            int64_t bh = it / nqt, t = it % nqt;
-            int64_t i0 = t * PN_TQ, tq = c->Nq - i0 < PN_TQ ? c->Nq - i0 : PN_TQ;
-            SFX(fwd_tile)(c, bh, i0, tq, &w, out, stat);
-        }
-        free(w.G);
-        free(w.acc);
-        free(w.m);
-    }
-    return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;
-}
-
-#endif
 
 /* ---- weights ------------------------------------------------------------------------------------ */
 /* W (BH, Nq, Nk): the normalised weights α_ij (no Lorentz factors); stat (BH, Nq): the row

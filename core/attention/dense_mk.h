@@ -3,7 +3,8 @@
  * by dense.c once, before the typed bodies; dense_impl.h's f32 body (PN_DENSE_MK) uses it in
  * its forward and backward. No include guard.
  *
- * Forward blocking (dense_impl.h, PN_DENSE_MK). K (its first Dg columns) and V are packed once
+ * Forward blocking (dense_impl.h; f64 walks the same tiles with BLAS products and the whole
+ * tile as one strip). K (its first Dg columns) and V are packed once
  * per call for every head (O(N·D) copies against O(N²·D) work). A work item is PN_MK_TQ query
  * rows of one head; it walks the keys in tiles of PN_MK_TK and, within a tile, its rows in
  * strips of MR (the register block): the strip's scores S (MR, PN_MK_TK) come from one
@@ -14,8 +15,8 @@
  * Backward: the tile loop of dense_impl.h (PN_TQ × PN_TK) with its five products on the
  * microkernel — K and V packed per head, the query tile's Q and dO packed per tile. */
 
-#define PN_MK_TQ 48   /* forward: query rows per item, a multiple of every kernel's MR (4, 6, 8) */
-#define PN_MK_TK 256  /* forward: keys per tile, a multiple of every kernel's NR (8, 16, 32) */
+#define PN_MK_TQ 48   /* forward (f32 and f64): query rows per item, a multiple of every kernel's MR (4, 6, 8) */
+#define PN_MK_TK 256  /* forward (f32 and f64): keys per tile, a multiple of every kernel's NR (8, 16, 32) */
 
 /* every head's K and V in the microkernel's panels; NULL where the pass does not need one */
 typedef struct {
