@@ -141,7 +141,7 @@ describe('cuda dense attention', function()
     end, { SCHEDULES[1] })
   end)
 
-  it_cuda('N = 1, primes, Nq ≠ Nk both ways (causal), more rows than a block, D = 1, 3, 16, 64, under every schedule', function()
+  it_cuda('N = 1, primes, Nq ≠ Nk both ways (causal), more rows than a block, partial tiles, D = 1, 3, 16, 33, 64, 128, 1500, under every schedule', function()
     local SIZES = {
       { B = 1, H = 1, Nq = 1, Nk = 1, D = 1, Dv = 1 },
       { B = 1, H = 3, Nq = 13, Nk = 5, D = 3, Dv = 2, causal = true },          -- Nq > Nk: early rows see nothing
@@ -150,6 +150,13 @@ describe('cuda dense attention', function()
       { B = 1, H = 1, Nq = 7, Nk = 257, D = 64, Dv = 16, causal = true, bias = { 7, 257 } },
       { B = 3, H = 1, Nq = 2, Nk = 3, D = 1, Dv = 4, nd = 3, bias = { 3, 1, 3 } },
       { B = 1, H = 1, Nq = 6, Nk = 6, D = 3, Dv = 2, nd = 2, causal = true, mask = { 6, 6 } },
+      -- the tiled kernels (32 rows × 32 keys): partial tiles on both sides, causal with a negative
+      -- offset (whole query tiles see no key), D and Dv not multiples of anything
+      { B = 1, H = 2, Nq = 70, Nk = 45, D = 33, Dv = 40, causal = true },
+      -- D = Dv = 128: more than the default 48 KiB of shared memory (the kernels opt in)
+      { B = 1, H = 1, Nq = 40, Nk = 66, D = 128, Dv = 128, causal = true, mask = { 1, 1, 40, 66 } },
+      -- D = 1500: tiles that no device's shared memory holds, so the row kernels run
+      { B = 1, H = 1, Nq = 3, Nk = 4, D = 1500, Dv = 2 },
     }
     each(function(dt, s)
       for _, form in ipairs(FORMS) do

@@ -47,6 +47,7 @@ extern "C" {
 cudaStream_t pn_cu_stream(void);
 cublasHandle_t pn_cu_blas(void);
 int pn_cu_tf32(void); /* pn_cuda_set_tf32: f32 GEMMs in TF32 */
+size_t pn_cu_smem_optin(void); /* bytes of shared memory a block may opt in to (0 without a device) */
 /* PN_OK for cudaSuccess; else an error "op: CUDA error name: text" (+ the interpreter's detail) */
 pn_status pn_cu_check(const char *op, cudaError_t e);
 pn_status pn_cu_blas_check(const char *op, cublasStatus_t s);

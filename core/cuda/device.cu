@@ -13,6 +13,7 @@ static char g_why[256];   /* why there is no device, for the errors */
 static cudaStream_t g_stream;
 static cublasHandle_t g_blas;
 static char g_name[256];
+static size_t g_smem_optin; /* the shared memory a block may opt in to (cudaFuncSetAttribute) */
 
 static void probe(void) {
     if (g_state >= 0) return;
@@ -47,6 +48,7 @@ static void probe(void) {
         return;
     }
     snprintf(g_name, sizeof g_name, "%s (device %d, sm_%d%d)", prop.name, g_device, prop.major, prop.minor);
+    g_smem_optin = prop.sharedMemPerBlockOptin;
     g_state = 1;
 }
 
@@ -62,6 +64,8 @@ int pn_cuda_interpreted(void) {
     return 0;
 #endif
 }
+
+size_t pn_cu_smem_optin(void) { return pn_cuda_available() ? g_smem_optin : 0; }
 
 const char *pn_cuda_device_name(void) { return pn_cuda_available() ? g_name : ""; }
 

@@ -15,15 +15,18 @@
  * Layout: q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv) made contiguous; per-row arrays (terms,
  * NaN flags) (BH, Nq) and (BH, Nk); Lorentz factors (BH, Nk); stat (BH, Nq).
  *
- * Work (this first step is about correctness; tiles through shared memory come later):
- *   forward   one thread per (bh, query row), walking its keys with an online softmax (running
- *             max and sum, the output row rescaled in place) — never an Nq×Nk buffer;
+ * Work. The tiled kernels (section "the tiled kernels" below) carry the forward and the backward's
+ * dq and dk/dv: a block of 128 threads owns 32 query rows (or 32 keys) of one (b, h) and walks
+ * the other side in 32-wide tiles through shared memory, four threads per row, an online softmax
+ * per row, never an Nq × Nk buffer; the backward recomputes each tile from the saved statistic.
+ * The row kernels — one thread per (bh, query row) walking its keys, per (bh, key) walking its
+ * queries — are the fallback where the tiles do not fit the device's shared memory (D in the
+ * thousands), and they compute what has no tiled kernel:
  *   weights   one thread per (bh, query row): the statistic, then its Nk weights;
- *   backward  recomputed from the statistic, per pair: p, dP = dO·v (or dW), dS, the score's VJP.
- *             dq and the row terms' / parameters' partials per (bh, query row); dk, dv, the
- *             column terms, ∂L/∂γ per (bh, key) walking the queries; the bias gradient per element
- *             of gb walking the pairs that broadcast to it; the parameters reduced per head in a
- *             fixed order. Deterministic, no float atomics.
+ *   bias      the bias gradient per element of gb walking the pairs that broadcast to it;
+ *   params    the parameters reduced per head in a fixed order.
+ * Deterministic, no float atomics. These are CUDA-core kernels in T (f32, f64); tensor cores
+ * (bf16/f16 with f32 accumulation) are a later step.
  * The CPU kernel's checks (the parameters, the manifolds, non-finite rows of a manifold score, the
  * Klein ball of einstein) run here too, with the CPU's messages: the device flags rows and finds
  * the first offending index (atomicMin of an index is order-independent), the host reads it. */
@@ -70,18 +73,23 @@ template <typename T, typename S> __device__ void row_init(const dcall<T> &c, in
     qrow_init(c, r.h, bh * c.Nq + i, r);
 }
 
-/* The score of the row against key j with dense_impl.h's row_mods (bias, ALiBi, mask, causal, NaN
- * rows, in that order); also G, the key terms and values (for the VJP). */
-template <typename T, typename S>
-__device__ T score(const dcall<T> &c, const drow<T, S> &r, int64_t j, T *G, T *k0, T *k1, typename prec<T>::x4 *kx) {
-    const int64_t y = r.bh * c.Nk + j;
-    T s = pair_score(c, r, y, G, k0, k1, kx);
+/* dense_impl.h's row modifiers (bias, ALiBi, mask, causal, NaN rows, in that order) on the pair
+ * value s of row r against key j; kb: the key's NaN flag */
+template <typename T, typename S> __device__ T mods(const dcall<T> &c, const drow<T, S> &r, int64_t j, T s, int kb) {
     if (c.bias) s += c.bias[r.b * c.bs[0] + r.h * c.bs[1] + r.i * c.bs[2] + j * c.bs[3]];
     if (c.alibi) s -= (T)c.alibi[r.h] * (T)(r.i + c.off - j);
     if (c.mask && !c.mask[r.b * c.ms[0] + r.h * c.ms[1] + r.i * c.ms[2] + j * c.ms[3]]) s = (T)-INFINITY;
     if (c.causal && j > r.i + c.off) s = (T)-INFINITY;
-    if ((r.qb || c.kbad[y]) && s != (T)-INFINITY) s = (T)NAN; /* NaN in, NaN out */
+    if ((r.qb || kb) && s != (T)-INFINITY) s = (T)NAN; /* NaN in, NaN out */
     return s;
+}
+
+/* The score of the row against key j with the row modifiers; also G, the key terms and values
+ * (for the VJP). */
+template <typename T, typename S>
+__device__ T score(const dcall<T> &c, const drow<T, S> &r, int64_t j, T *G, T *k0, T *k1, typename prec<T>::x4 *kx) {
+    const int64_t y = r.bh * c.Nk + j;
+    return mods(c, r, j, pair_score(c, r, y, G, k0, k1, kx), c.kbad[y]);
 }
 
 /* ---- forward ------------------------------------------------------------------------------------- */
@@ -208,25 +216,17 @@ template <typename T> struct dpv {
     typename prec<T>::x4 kx;
 };
 
-template <typename T, typename S>
-__device__ void pair_ds(const dcall<T> &c, const dbw<T> &a, const drow<T, S> &r, T st, T Di, int64_t j, dpv<T> &o) {
-    o.s = score<T, S>(c, r, j, &o.G, &o.k0, &o.k1, &o.kx);
-    const T gv = c.g ? c.g[r.bh * c.Nk + j] : (T)1;
+/* the pair's weight p, dS and ∂L/∂γ_j from its score s, the key's Lorentz factor gv, the row's
+ * statistic st and D_i, and dP = dO_i·v_j (or dW_ij) — the kernels' one copy of the normalizations */
+template <typename T> __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
+    o.s = s;
     T sg = 0;
     if (c.norm == PN_NORM_SOFTMAX) {
-        o.p = st == (T)-INFINITY ? (T)0 : pn_exp(o.s - st) * gv;
+        o.p = st == (T)-INFINITY ? (T)0 : pn_exp(s - st) * gv;
     } else {
-        sg = sigm(o.s);
+        sg = sigm(s);
         const T inv = c.normalized ? (st > 0 ? 1 / st : (T)0) : (T)1;
         o.p = sg * gv * inv;
-    }
-    T dp;
-    if (a.weights) {
-        dp = a.dout[r.x * c.Nk + j];
-    } else {
-        const T *dO = a.dout + r.x * c.Dv, *vj = c.v + (r.bh * c.Nk + j) * c.Dv;
-        dp = 0;
-        for (int64_t d = 0; d < c.Dv; d++) dp += dO[d] * vj[d];
     }
     o.dgam = 0;
     if (c.norm == PN_NORM_SOFTMAX) {
@@ -240,16 +240,36 @@ __device__ void pair_ds(const dcall<T> &c, const dbw<T> &a, const drow<T, S> &r,
     }
 }
 
-/* x (D) += the terms' chain rule: NORM2 2t·x_g, LAST t·e_d (dense scores have no PROJ terms) */
-template <typename T> __device__ void terms_chain(const dcall<T> &c, const int kind[2], const double t[2], const T *xr,
-                                                  T *gr) {
+template <typename T, typename S>
+__device__ void pair_ds(const dcall<T> &c, const dbw<T> &a, const drow<T, S> &r, T st, T Di, int64_t j, dpv<T> &o) {
+    const T s = score<T, S>(c, r, j, &o.G, &o.k0, &o.k1, &o.kx);
+    T dp;
+    if (a.weights) {
+        dp = a.dout[r.x * c.Nk + j];
+    } else {
+        const T *dO = a.dout + r.x * c.Dv, *vj = c.v + (r.bh * c.Nk + j) * c.Dv;
+        dp = 0;
+        for (int64_t d = 0; d < c.Dv; d++) dp += dO[d] * vj[d];
+    }
+    norm_ds(c, s, c.g ? c.g[r.bh * c.Nk + j] : (T)1, st, Di, dp, o);
+}
+
+/* coordinate d's share of the terms' chain rule (t: ∂L/∂term per slot): NORM2 2t·x_d (d < Dg),
+ * LAST t at d = D − 1 (dense scores have no PROJ terms) */
+template <typename T> __device__ T term_col(const dcall<T> &c, const int kind[2], const double t[2], T xd, int64_t d) {
+    T g = 0;
     for (int m = 0; m < 2; m++) {
         if (kind[m] == PN_TERM_NONE || t[m] == 0) continue;
-        if (kind[m] == PN_TERM_NORM2)
-            for (int64_t d = 0; d < c.Dg; d++) gr[d] += (T)(2 * t[m]) * xr[d];
-        else if (kind[m] == PN_TERM_LAST)
-            gr[c.D - 1] += (T)t[m];
+        if (kind[m] == PN_TERM_NORM2 && d < c.Dg) g += (T)(2 * t[m]) * xd;
+        else if (kind[m] == PN_TERM_LAST && d == c.D - 1) g += (T)t[m];
     }
+    return g;
+}
+
+/* x (D) += the terms' chain rule */
+template <typename T> __device__ void terms_chain(const dcall<T> &c, const int kind[2], const double t[2], const T *xr,
+                                                  T *gr) {
+    for (int64_t d = 0; d < c.D; d++) gr[d] += term_col(c, kind, t, xr[d], d);
 }
 
 /* D_i per (bh, row): dO_i·O_i when the weights are normalized, else 0 */
@@ -392,6 +412,382 @@ __global__ void param_reduce_kernel(dcall<T> c, const double *kcurv, const doubl
                 for (int64_t i = 0; i < c.Nq; i++) acc += dparam[(bh * c.Nq + i) * PN_NPARAM + p];
         gpar[ph] = acc;
     }
+}
+
+/* ---- the tiled kernels: shared-memory tiles of Q and K, FlashAttention-style ----------------------
+ * A block owns TQ query rows (forward, dq) or TK keys (dk, dv) of one (b, h) and walks the other
+ * side in tiles through shared memory; TPR threads share a row (or key), each taking every TPR-th
+ * pair of a tile, so a row's reductions are shuffles among TPR neighbouring lanes of one warp
+ * (butterflies: every lane ends with the same, order-independent value). The pair maths, the
+ * modifiers and the normalizations are the row kernels' functions above (pair value from the
+ * score's struct, mods, norm_ds, term_col); only G's dot product reads shared memory. The P·V-like
+ * products go through a (TQ, TK) tile of weights in shared memory, each thread accumulating every
+ * TPR-th output column. The arrays have odd leading dimensions so the lanes' column-parallel reads
+ * fall in different banks. Deterministic: fixed orders, no atomics. Inputs whose tiles do not fit
+ * the device's shared memory (very large D in f64) run the row kernels instead. */
+enum { TQ = 32, TK = 32, TPR = 4, TT = TQ * TPR }; /* TQ == TK: the key-side kernel swaps the roles */
+static_assert(TQ == TK && TT % 32 == 0 && 32 % TPR == 0, "tile shape");
+
+/* the dynamic shared memory of a tiled kernel, in T elements. Every kernel: coordinate tiles a
+ * (its own 32 rows or keys) and b (the tile walked), value tiles va (own: dO or V) and vb (walked: V
+ * or dO), an accumulator acc and a weight tile p (32 × TK). The forward accumulates O (Dv wide),
+ * the query side of the backward dQ (D wide), the key side dK (D) and dV in acc2 with a second
+ * weight tile p2 (P for dV; p holds ∂L/∂G). */
+enum { TL_FWD, TL_BWQ, TL_BWK };
+struct tlay {
+    int64_t ld, ldv, ldp; /* leading dimensions (odd) */
+    int64_t a, b, va, vb, acc, acc2, p, p2, total;
+};
+
+inline int64_t odd(int64_t n) { return n | 1; }
+
+inline tlay tlay_of(int64_t D, int64_t Dv, int kind) {
+    tlay L;
+    L.ld = odd(D), L.ldv = odd(Dv), L.ldp = odd(TK);
+    L.a = 0;
+    L.b = L.a + 32 * L.ld;
+    L.va = L.b + 32 * L.ld;
+    L.vb = L.va + 32 * L.ldv;
+    L.acc = L.vb + 32 * L.ldv;
+    L.acc2 = L.acc + 32 * (kind == TL_FWD ? L.ldv : L.ld);
+    L.p = L.acc2 + (kind == TL_BWK ? 32 * L.ldv : 0);
+    L.p2 = L.p + 32 * L.ldp;
+    L.total = L.p2 + (kind == TL_BWK ? 32 * L.ldp : 0);
+    return L;
+}
+
+/* a key's (or query's) per-tile values, staged once per tile for every thread of the block */
+template <typename T> struct kstage {
+    typename prec<T>::x4 kx; /* the score's key (row) values under the block's head */
+    T t0, t1, gv;            /* the terms; the Lorentz factor (1 without einstein) */
+    int bad;                 /* NaN flag */
+};
+
+/* rows [r0, r0 + 32) of src (n rows of D, contiguous) into dst (ld), zeros past n */
+template <typename T> __device__ void tile_load(T *dst, int64_t ld, const T *src, int64_t r0, int64_t n, int64_t D) {
+    for (int64_t e = threadIdx.x; e < 32 * D; e += blockDim.x) {
+        const int64_t r = e / D, d = e - r * D;
+        dst[r * ld + d] = r0 + r < n ? src[(r0 + r) * D + d] : (T)0;
+    }
+}
+
+/* G of shared rows a and b (Dg coordinates): a·b, or −½‖a − b‖² */
+template <typename T> __device__ T gdot_sh(const dcall<T> &c, const T *a, const T *b) {
+    if (!c.gemm) return 0;
+    T acc = 0;
+    if (c.diff) {
+        for (int64_t d = 0; d < c.Dg; d++) {
+            const T t = a[d] - b[d];
+            acc += t * t;
+        }
+        return acc * (T)-0.5;
+    }
+    for (int64_t d = 0; d < c.Dg; d++) acc += a[d] * b[d];
+    return acc;
+}
+
+/* the sum / max / or of v over the TPR lanes of a row */
+template <typename T> __device__ T row_sum(T v) {
+    for (int o = 1; o < TPR; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ T row_max(T v) {
+    for (int o = 1; o < TPR; o <<= 1) {
+        const T w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+__device__ inline int row_or(int v) {
+    for (int o = 1; o < TPR; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* the block's keys [j0, j0 + 32) staged: S::key under head hd, terms, γ, NaN flags */
+template <typename T, typename S, typename Hd>
+__device__ void stage_keys(const dcall<T> &c, const Hd &hd, int64_t bh, int64_t j0, kstage<T> *ks) {
+    for (int jl = threadIdx.x; jl < TK; jl += blockDim.x) {
+        const int64_t j = j0 + jl, y = bh * c.Nk + j;
+        kstage<T> &z = ks[jl];
+        const bool in = j < c.Nk;
+        z.t0 = in && (S::terms & T_K0) ? c.kt[0][y] : (T)0;
+        z.t1 = in && (S::terms & T_K1) ? c.kt[1][y] : (T)0;
+        z.kx = S::key(&hd, z.t0, z.t1);
+        z.gv = in && c.g ? c.g[y] : (T)1;
+        z.bad = in ? c.kbad[y] : 0;
+    }
+}
+
+/* forward: a block per (bh, TQ query rows); out (BH, Nq, Dv), stat (BH, Nq) as fwd_kernel's */
+template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L, T *out, T *stat) {
+    PN_SHARED_DYN(T, sm);
+    PN_SHARED(kstage<T>, ks, TK);
+    const int64_t nqt = (c.Nq + TQ - 1) / TQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * TQ;
+    const int rr = threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const int64_t i = i0 + rr;
+    const bool live = i < c.Nq;
+    T *Qs = sm + L.a, *Ks = sm + L.b, *Vs = sm + L.vb, *Os = sm + L.acc + rr * L.ldv, *Pr = sm + L.p + rr * L.ldp;
+    tile_load(Qs, L.ld, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D);
+    for (int64_t d = t; d < c.Dv; d += TPR) Os[d] = 0;
+    drow<T, S> r;
+    row_init<T, S>(c, bh, live ? i : c.Nq - 1, r);
+    const T *qs = Qs + rr * L.ld;
+    const int64_t kend = live ? key_end(c, i) : 0;
+    const int64_t kend_blk = key_end(c, (i0 + TQ < c.Nq ? i0 + TQ : c.Nq) - 1);
+    const bool soft = c.norm == PN_NORM_SOFTMAX;
+    T m = (T)-INFINITY, l = 0;
+    int nan = 0;
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += TK) {
+        __syncthreads(); /* the previous tile's readers are done */
+        tile_load(Ks, L.ld, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D);
+        tile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv);
+        stage_keys<T, S>(c, r.hd, bh, j0, ks);
+        __syncthreads();
+        T s[TK / TPR];
+        T tmax = (T)-INFINITY;
+        int tnan = 0;
+        for (int jj = 0; jj < TK / TPR; jj++) {
+            const int jl = t + TPR * jj;
+            const int64_t j = j0 + jl;
+            T v = (T)-INFINITY;
+            if (j < kend && !nan) {
+                const kstage<T> &z = ks[jl];
+                v = S::pair(&r.hd, r.rx, z.kx, gdot_sh(c, qs, Ks + jl * L.ld), r.q0, r.q1, z.t0, z.t1);
+                v = mods(c, r, j, v, z.bad);
+            }
+            s[jj] = v;
+            if (v != v || v == (T)INFINITY) tnan = 1; /* row_softmax's poison */
+            else if (v > tmax) tmax = v;
+        }
+        T alpha = 1;
+        if (soft) {
+            nan |= row_or(tnan);
+            const T mt = row_max(tmax), mn = mt > m ? mt : m;
+            if (mn != (T)-INFINITY && mn != m) alpha = m == (T)-INFINITY ? (T)0 : pn_exp(m - mn);
+            m = mn;
+        }
+        T ps = 0;
+        for (int jj = 0; jj < TK / TPR; jj++) {
+            const int jl = t + TPR * jj;
+            T p;
+            if (soft) p = nan || s[jj] == (T)-INFINITY ? (T)0 : pn_exp(s[jj] - m) * ks[jl].gv;
+            else p = sigm(s[jj]) * ks[jl].gv;
+            Pr[jl] = p;
+            ps += p;
+        }
+        l = l * alpha + row_sum(ps);
+        __syncwarp();
+        /* the row's visible keys of this tile (the row kernel never touches the others' v) */
+        const int nv = kend - j0 < TK ? (int)(kend - j0 > 0 ? kend - j0 : 0) : TK;
+        if (!nan)
+            for (int64_t d = t; d < c.Dv; d += TPR) {
+                T acc = Os[d] * alpha;
+                for (int jl = 0; jl < nv; jl++) acc += Pr[jl] * Vs[jl * L.ldv + d];
+                Os[d] = acc;
+            }
+        __syncwarp(); /* Pr is rewritten by the next tile */
+    }
+    if (!live) return;
+    if (nan) l = (T)NAN;
+    const int64_t x = bh * c.Nq + i;
+    T *o = out + x * c.Dv;
+    const T inv = c.normalized ? (l > 0 ? 1 / l : (T)0) : (T)1;
+    for (int64_t d = t; d < c.Dv; d += TPR) o[d] = l != l ? (T)NAN : Os[d] * inv;
+    if (t == 0) {
+        if (l != l) stat[x] = l;
+        else if (soft) stat[x] = l > 0 ? m + pn_log(l) : (T)-INFINITY;
+        else stat[x] = l;
+    }
+}
+
+/* the backward's query side: a block per (bh, TQ query rows); dq (through G and the row terms) and
+ * the parameters' partials, as bwq_kernel */
+template <typename T, typename S> __global__ void tbwq_kernel(dcall<T> c, dbw<T> a, tlay L) {
+    PN_SHARED_DYN(T, sm);
+    PN_SHARED(kstage<T>, ks, TK);
+    const int64_t nqt = (c.Nq + TQ - 1) / TQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * TQ;
+    const int rr = threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const int64_t i = i0 + rr;
+    const bool live = i < c.Nq;
+    T *Qs = sm + L.a, *Ks = sm + L.b, *dOs = sm + L.va, *Vs = sm + L.vb, *dQ = sm + L.acc + rr * L.ld,
+      *Gr = sm + L.p + rr * L.ldp;
+    tile_load(Qs, L.ld, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D);
+    if (!a.weights) tile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv);
+    for (int64_t d = t; d < c.D; d += TPR) dQ[d] = 0;
+    drow<T, S> r;
+    row_init<T, S>(c, bh, live ? i : c.Nq - 1, r);
+    const int want = wants<S>(&c.hp[r.h]);
+    const T st = a.stat[r.x], Di = a.Drow[r.x];
+    const T *qs = Qs + rr * L.ld, *dos = dOs + rr * L.ldv;
+    const int64_t kend = live ? key_end(c, i) : 0;
+    const int64_t kend_blk = key_end(c, (i0 + TQ < c.Nq ? i0 + TQ : c.Nq) - 1);
+    double aq0 = 0, aq1 = 0, b0 = 0, b1 = 0, b2 = 0; /* as the CPU epilogues' double accumulators */
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += TK) {
+        __syncthreads();
+        tile_load(Ks, L.ld, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D);
+        if (!a.weights) tile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv);
+        stage_keys<T, S>(c, r.hd, bh, j0, ks);
+        __syncthreads();
+        for (int jj = 0; jj < TK / TPR; jj++) {
+            const int jl = t + TPR * jj;
+            const int64_t j = j0 + jl;
+            T g = 0;
+            if (j < kend) {
+                const kstage<T> &z = ks[jl];
+                const T G = gdot_sh(c, qs, Ks + jl * L.ld);
+                const T sv = mods(c, r, j, S::pair(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1), z.bad);
+                T dp = 0;
+                if (a.weights) dp = a.dout[r.x * c.Nk + j];
+                else
+                    for (int64_t d = 0; d < c.Dv; d++) dp += dos[d] * Vs[jl * L.ldv + d];
+                dpv<T> pv;
+                norm_ds(c, sv, z.gv, st, Di, dp, pv);
+                if (pv.ds != 0) { /* a masked (or underflowed) pair contributes nothing */
+                    const auto dd = S::vjp(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1, pv.ds, want);
+                    aq0 += dd.q0, aq1 += dd.q1;
+                    if (want) b0 += dd.p0, b1 += dd.p1, b2 += dd.p2;
+                    if (c.gemm) g = dd.g;
+                }
+            }
+            Gr[jl] = g;
+        }
+        __syncwarp();
+        for (int64_t d = t; d < c.Dg; d += TPR) { /* ∂G/∂q = k (dot) or k − q (distance) */
+            T acc = dQ[d];
+            for (int jl = 0; jl < TK; jl++) {
+                const T g = Gr[jl];
+                if (g != 0) acc += g * (c.diff ? Ks[jl * L.ld + d] - qs[d] : Ks[jl * L.ld + d]);
+            }
+            dQ[d] = acc;
+        }
+        __syncwarp();
+    }
+    aq0 = row_sum(aq0), aq1 = row_sum(aq1);
+    b0 = row_sum(b0), b1 = row_sum(b1), b2 = row_sum(b2);
+    if (!live) return;
+    const double tq[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
+    T *dqi = a.dq + r.x * c.D;
+    for (int64_t d = t; d < c.D; d += TPR) dqi[d] += dQ[d] + term_col(c, c.qk, tq, qs[d], d);
+    if (t == 0 && want && a.dparam) {
+        double *dp = a.dparam + r.x * PN_NPARAM;
+        if (S::pid(0) >= 0) dp[S::pid(0) >= 0 ? S::pid(0) : 0] += b0;
+        if (S::pid(1) >= 0) dp[S::pid(1) >= 0 ? S::pid(1) : 0] += b1;
+        if (S::pid(2) >= 0) dp[S::pid(2) >= 0 ? S::pid(2) : 0] += b2;
+    }
+}
+
+/* a query's per-tile values for the key side (under the block's head) */
+template <typename T> struct qstage {
+    typename prec<T>::x4 rx;
+    T q0, q1, st, Di;
+    int bad;
+};
+
+/* the backward's key side: a block per (bh, TK keys); dk (through G and the column terms), dv
+ * (Pᵀ·dO and the Lorentz factor's share), the per-key ∂L/∂κ, as bwk_kernel; the query tiles that
+ * see the block's keys in order */
+template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T> a, tlay L) {
+    PN_SHARED_DYN(T, sm);
+    PN_SHARED(qstage<T>, qsg, TQ);
+    const int64_t nkt = (c.Nk + TK - 1) / TK, bh = blockIdx.x / nkt, j0 = (blockIdx.x - bh * nkt) * TK;
+    const int kk = threadIdx.x / TPR, t = threadIdx.x % TPR;
+    const int64_t j = j0 + kk, y = bh * c.Nk + j, b = bh / c.H, h = bh - b * c.H;
+    const bool live = j < c.Nk;
+    T *Ks = sm + L.a, *Qs = sm + L.b, *Vs = sm + L.va, *dOs = sm + L.vb, *dK = sm + L.acc + kk * L.ld,
+      *dV = sm + L.acc2 + kk * L.ldv, *Gt = sm + L.p + kk * L.ldp, *Pt = sm + L.p2 + kk * L.ldp;
+    tile_load(Ks, L.ld, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D);
+    if (!a.weights) tile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv);
+    for (int64_t d = t; d < c.D; d += TPR) dK[d] = 0;
+    for (int64_t d = t; d < c.Dv; d += TPR) dV[d] = 0;
+    const int want = wants<S>(&c.hp[h]);
+    drow<T, S> r; /* the query row of a pair: the block's head, the staged row values */
+    r.hd = S::head(&c.hp[h], T(0));
+    r.bh = bh, r.b = b, r.h = h;
+    const T k0 = live && (S::terms & T_K0) ? c.kt[0][y] : (T)0, k1 = live && (S::terms & T_K1) ? c.kt[1][y] : (T)0;
+    const auto kx = S::key(&r.hd, k0, k1);
+    const T gv = live && c.g ? c.g[y] : (T)1;
+    const int kb = live ? c.kbad[y] : 0;
+    const T *kr = Ks + kk * L.ld, *vr = Vs + kk * L.ldv;
+    /* the first query that sees key j0: i + off >= j0 */
+    const int64_t istart = c.causal ? (j0 - c.off > 0 ? j0 - c.off : 0) : 0;
+    double s0 = 0, s1 = 0, sg = 0;
+    for (int64_t i0 = istart / TQ * TQ; i0 < c.Nq; i0 += TQ) {
+        __syncthreads();
+        tile_load(Qs, L.ld, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D);
+        if (!a.weights) tile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv);
+        for (int il = threadIdx.x; il < TQ; il += blockDim.x) {
+            const int64_t x = bh * c.Nq + i0 + il;
+            qstage<T> &z = qsg[il];
+            const bool in = i0 + il < c.Nq;
+            z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : (T)0;
+            z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : (T)0;
+            z.rx = S::row(&r.hd, z.q0, z.q1);
+            z.bad = in ? c.qbad[x] : 0;
+            z.st = in ? a.stat[x] : (T)0;
+            z.Di = in ? a.Drow[x] : (T)0;
+        }
+        __syncthreads();
+        for (int ii = 0; ii < TQ / TPR; ii++) {
+            const int il = t + TPR * ii;
+            const int64_t i = i0 + il;
+            T p = 0, g = 0;
+            if (live && i < c.Nq && !(c.causal && j > i + c.off)) {
+                const qstage<T> &z = qsg[il];
+                r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
+                const T G = gdot_sh(c, Qs + il * L.ld, kr);
+                const T sv = mods(c, r, j, S::pair(&r.hd, z.rx, kx, G, z.q0, z.q1, k0, k1), kb);
+                T dp = 0;
+                if (a.weights) dp = a.dout[r.x * c.Nk + j];
+                else
+                    for (int64_t d = 0; d < c.Dv; d++) dp += dOs[il * L.ldv + d] * vr[d];
+                dpv<T> pv;
+                norm_ds(c, sv, gv, z.st, z.Di, dp, pv);
+                p = pv.p;
+                sg += pv.dgam;
+                if (pv.ds != 0) {
+                    const auto dd = S::vjp(&r.hd, z.rx, kx, G, z.q0, z.q1, k0, k1, pv.ds, want);
+                    s0 += dd.k0, s1 += dd.k1;
+                    if (c.gemm) g = dd.g;
+                }
+            }
+            Pt[il] = p;
+            Gt[il] = g;
+        }
+        __syncwarp();
+        if (!a.weights)
+            for (int64_t d = t; d < c.Dv; d += TPR) {
+                T acc = dV[d];
+                for (int il = 0; il < TQ; il++)
+                    if (Pt[il] != 0) acc += Pt[il] * dOs[il * L.ldv + d];
+                dV[d] = acc;
+            }
+        for (int64_t d = t; d < c.Dg; d += TPR) { /* ∂G/∂k = q (dot) or q − k (distance) */
+            T acc = dK[d];
+            for (int il = 0; il < TQ; il++) {
+                const T g = Gt[il];
+                if (g != 0) acc += g * (c.diff ? Qs[il * L.ld + d] - kr[d] : Qs[il * L.ld + d]);
+            }
+            dK[d] = acc;
+        }
+        __syncwarp();
+    }
+    s0 = row_sum(s0), s1 = row_sum(s1), sg = row_sum(sg);
+    if (!live) return;
+    const double tk[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
+    T *dkj = a.dk + y * c.D;
+    for (int64_t d = t; d < c.D; d += TPR) dkj[d] += dK[d] + term_col(c, c.kk, tk, kr[d], d);
+    if (a.weights) return;
+    T *dvj = a.dv ? a.dv + y * c.Dv : NULL;
+    double ein = 0, n2 = 0; /* einstein: dv += ∂L/∂γ·κγ³·v, ∂L/∂κ += ∂L/∂γ·½‖v‖²γ³ */
+    const double kap = c.hp[h].v[PN_P_curvature];
+    if (c.g) {
+        const double gj = c.g[y], g3 = gj * gj * gj;
+        ein = sg * kap * g3;
+        for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
+        if (t == 0 && a.kcurv) a.kcurv[y] = sg != 0 ? sg * 0.5 * n2 * g3 : 0.0;
+    }
+    if (dvj)
+        for (int64_t d = t; d < c.Dv; d += TPR) dvj[d] += dV[d] + (sg != 0 ? (T)(ein * vr[d]) : (T)0);
 }
 
 /* ---- preparation: terms, flags, Lorentz factors, the checks ------------------------------------ */
@@ -562,6 +958,20 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     return PN_OK;
 }
 
+/* Launch tiled kernel kf over nblk blocks of TT threads with L's dynamic shared memory (asking
+ * for more than the default 48 KiB when it needs it); false when the tiles do not fit the
+ * device's shared memory or the grid — the caller runs the row kernels. */
+template <typename T, typename K, typename... A>
+bool tiled_launch(const char *op, pn_status *s, K kf, int64_t nblk, const tlay &L, A... args) {
+    const size_t bytes = (size_t)L.total * sizeof(T), stat_bytes = 2 * TK * sizeof(kstage<double>);
+    if (nblk < 1 || nblk > INT32_MAX || bytes + stat_bytes > pn_cu_smem_optin()) return false;
+    if (bytes > 48 * 1024 &&
+        (*s = pn_cu_check(op, cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes))))
+        return true;
+    *s = pn_cu_check(op, PN_LAUNCH(kf, (unsigned)nblk, TT, bytes, pn_cu_stream(), args...));
+    return true;
+}
+
 template <typename T>
 pn_status dforward(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_attn_opts *o,
                    pn_tensor *out, pn_tensor *w, pn_tensor *stat) {
@@ -573,7 +983,10 @@ pn_status dforward(const char *op, const pn_tensor *q, const pn_tensor *k, const
     if (!s && c.BH * c.Nq > 0) {
         score_switch(g.kind, [&](auto tag) {
             typedef decltype(tag) S;
-            if (out) {
+            auto kt = tfwd_kernel<T, S>;
+            if (out && tiled_launch<T>(op, &s, kt, c.BH * ((c.Nq + TQ - 1) / TQ), tlay_of(c.D, c.Dv, TL_FWD), c,
+                                       tlay_of(c.D, c.Dv, TL_FWD), (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
+            } else if (out) {
                 auto kf = fwd_kernel<T, S>;
                 s = pn_cu_check(op, PN_LAUNCH(kf, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(out),
                                          (T *)pn_ptr(stat)));
@@ -640,9 +1053,12 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
         auto kb = gbias_kernel<T, S>;
         if (!s && BH * Nq > 0)
             s = pn_cu_check(op, PN_LAUNCH(kd, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
-        if (!s && BH * Nq > 0)
+        auto tq = tbwq_kernel<T, S>;
+        auto tk = tbwk_kernel<T, S>;
+        const tlay Lq = tlay_of(c.D, c.Dv, TL_BWQ), Lk = tlay_of(c.D, c.Dv, TL_BWK);
+        if (!s && BH * Nq > 0 && !tiled_launch<T>(op, &s, tq, BH * ((Nq + TQ - 1) / TQ), Lq, c, a, Lq))
             s = pn_cu_check(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
-        if (!s && BH * Nk > 0)
+        if (!s && BH * Nk > 0 && !tiled_launch<T>(op, &s, tk, BH * ((Nk + TK - 1) / TK), Lk, c, a, Lk))
             s = pn_cu_check(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && gb_t && pn_numel(gb_t) > 0) {
             gbmap m;
