@@ -10,6 +10,9 @@
  *                              interpreter: never take sizeof(name))
  *   PN_SHARED_DYN(T, name)     the block's dynamic shared memory as T *name
  *
+ * Tensor cores through nvcuda::wmma (<mma.h>) with __half / __nv_bfloat16 (<cuda_fp16.h>,
+ * <cuda_bf16.h>) in both builds; the interpreter's subset and its fragment map: emu/mma.h.
+ *
  * Host side: pn_cu_stream() is the stream every op queues on, pn_cu_blas() the cuBLAS handle
  * bound to it; PN_CU_TRY(op, call) turns a cudaError_t into a pn_status whose message names
  * op (and, in the interpreter, what it caught: a divergent barrier, a host pointer …). */
@@ -19,12 +22,16 @@
 #ifdef PN_CUDA_EMU
 #include "emu/emu.h"
 #include "emu/cublas.h"
+#include "emu/mma.h" /* nvcuda::wmma, __half, __nv_bfloat16 (emu/half.h) */
 #define PN_LAUNCH(k, grid, block, shmem, stream, ...) pn_emu_launch(#k, k, grid, block, shmem, stream, ##__VA_ARGS__)
 #define PN_SHARED(T, name, n) T *name = (T *)pn_emu_shared(sizeof(T) * (n), alignof(T), #name, __FILE__, __LINE__)
 #define PN_SHARED_DYN(T, name) T *name = (T *)pn_emu_dyn_shared()
 #else
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h> /* nvcuda::wmma */
 #define PN_LAUNCH(k, grid, block, shmem, stream, ...) \
     (k<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__), cudaGetLastError())
 #define PN_SHARED(T, name, n) __shared__ T name[n]

@@ -3,6 +3,7 @@
  * extent, then a queued item that converts inputs (TF32 rounding, half/bfloat16) when
  * needed and calls cblas_sgemm / cblas_dgemm per batch. */
 #include "cublas.h"
+#include "half.h"
 
 #include <cblas.h>
 #include <vector>
@@ -14,48 +15,11 @@ struct cublasContext {
 
 namespace {
 
-float half_to_float(uint16_t h) {
-    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-    if (e == 31) u = s | 0x7f800000 | (m << 13);              /* inf / nan */
-    else if (e) u = s | ((e + 112) << 23) | (m << 13);        /* normal */
-    else if (!m) u = s;                                       /* zero */
-    else {                                                    /* subnormal: m·2^-24 */
-        float f = (float)m * 5.9604644775390625e-8f;
-        return s ? -f : f;
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t float_to_half(float f) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t s = (u >> 16) & 0x8000, a = u & 0x7fffffff;
-    if (a > 0x7f800000) return (uint16_t)(s | 0x7e00);        /* nan */
-    if (a >= 0x477ff000) return (uint16_t)(s | 0x7c00);       /* ≥ 65520 rounds to inf */
-    if (a < 0x38800000) {                                     /* subnormal half (or 0) */
-        float q;
-        memcpy(&q, &a, 4);
-        return (uint16_t)(s | (uint32_t)nearbyintf(q * 16777216.0f)); /* units of 2^-24, ties to even */
-    }
-    uint32_t r = a + 0xfff + ((a >> 13) & 1);
-    return (uint16_t)(s | ((r - 0x38000000) >> 13));
-}
-
-float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
+/* the 16-bit conversions are half.h's (shared with the kernels' __half / __nv_bfloat16) */
+using pn_emu_impl::bf16_bits_to_float;
+using pn_emu_impl::float_to_bf16_bits;
+using pn_emu_impl::float_to_half_bits;
+using pn_emu_impl::half_bits_to_float;
 
 float tf32_round(float f) { /* keep 10 mantissa bits, round to nearest even */
     uint32_t u;
@@ -70,8 +34,8 @@ size_t elem_size(cudaDataType t) { return t == CUDA_R_64F ? 8 : t == CUDA_R_32F 
 float load_f(const void *p, cudaDataType t, size_t i) {
     switch (t) {
     case CUDA_R_32F: return ((const float *)p)[i];
-    case CUDA_R_16F: return half_to_float(((const uint16_t *)p)[i]);
-    case CUDA_R_16BF: return bf16_to_float(((const uint16_t *)p)[i]);
+    case CUDA_R_16F: return half_bits_to_float(((const uint16_t *)p)[i]);
+    case CUDA_R_16BF: return bf16_bits_to_float(((const uint16_t *)p)[i]);
     default: return (float)((const double *)p)[i];
     }
 }
@@ -79,8 +43,8 @@ float load_f(const void *p, cudaDataType t, size_t i) {
 void store_f(void *p, cudaDataType t, size_t i, float v) {
     switch (t) {
     case CUDA_R_32F: ((float *)p)[i] = v; break;
-    case CUDA_R_16F: ((uint16_t *)p)[i] = float_to_half(v); break;
-    case CUDA_R_16BF: ((uint16_t *)p)[i] = float_to_bf16(v); break;
+    case CUDA_R_16F: ((uint16_t *)p)[i] = float_to_half_bits(v); break;
+    case CUDA_R_16BF: ((uint16_t *)p)[i] = float_to_bf16_bits(v); break;
     default: ((double *)p)[i] = v; break;
     }
 }

@@ -5,7 +5,7 @@
  * How it runs. Device memory is host memory from a registry (cudaMalloc). Launches, async
  * copies and memsets are queued on their stream and run only at a synchronisation point
  * (strict: a host read without one sees the 0xFF "NaN" fill). Blocks run one after another
- * on the calling OS thread; a block's threads are fibers (emu_fiber.cc). A thread runs until
+ * on the calling OS thread; a block's threads are fibers (emu_sched.cc). A thread runs until
  * it blocks at __syncthreads, __syncwarp or a warp primitive, or exits; the order in which
  * the runnable threads are resumed between those points is the schedule (PN_CUDA_EMU_SCHED
  * = fwd | rev | rand:SEED, or pn_emu_set_schedule). Running specs under several schedules is
@@ -19,7 +19,14 @@
  * not the calling lane; writes just past a shared array (canary); launch configurations
  * the driver rejects; host pointers passed as kernel arguments or to cudaMemcpy/cuBLAS;
  * copies that run past an allocation; use of results before the stream that writes them
- * was synchronised (event/stream ordering bugs). Built with -fsanitize=address, ASan also
+ * was synchronised (event/stream ordering bugs). Tensor cores (nvcuda::wmma, mma.h, with
+ * __half / __nv_bfloat16 from half.h): load/store/mma_sync are warp rendezvous, so a lane that
+ * exited or waits at another call, or a partial warp, is reported; so are an ldm that is not a
+ * multiple of 16 bytes, a tile pointer not 32-byte aligned, a tile outside one device
+ * allocation or shared array, and an mma whose A/B copies of one element disagree. The
+ * fragment map (which element each lane's x[i] holds) is drawn per launch from the schedule
+ * (natural under fwd, another fixed one under rev, random under rand:SEED), so code that
+ * assumes a map gets a wrong answer under some schedule. Built with -fsanitize=address, ASan also
  * sees out-of-bounds device memory (each cudaMalloc is its own heap block) and shared
  * arrays (each its own heap block).
  *
@@ -30,7 +37,11 @@
  * schedule here exposes (between two sync points each thread runs to its next one
  * uninterrupted), out-of-bounds global accesses without ASan, and a stack overflow of a
  * fiber (64 KiB default, env PN_CUDA_EMU_STACK in KiB) which hits the guard page and
- * crashes instead of being reported. Lanes of a partial last warp that do not exist are
+ * crashes instead of being reported; the real hardware's fragment map (code written against it
+ * fails here, as it should) and its mma rounding (here exact products summed in f32 in k
+ * order); where nvcc places a shared array (every shared array here starts 32-byte aligned,
+ * so the wmma alignment check judges only the offset inside it; under nvcc a PN_SHARED array
+ * is aligned only to its element type). Lanes of a partial last warp that do not exist are
  * ignored in masks; a shuffle that reads a lane outside its mask gets the 0xFF pattern.
  */
 #ifndef PN_CUDA_EMU_H
@@ -88,7 +99,10 @@ int pn_emu_syncthreads(int kind, int pred, const char *file, int line);
 #define __syncthreads_and(p) pn_emu_syncthreads(PN_EMU_SYNC_AND, !!(p), __FILE__, __LINE__)
 #define __syncthreads_or(p) pn_emu_syncthreads(PN_EMU_SYNC_OR, !!(p), __FILE__, __LINE__)
 
-enum pn_emu_warp_op { PN_EMU_SYNCWARP, PN_EMU_SHFL, PN_EMU_SHFL_XOR, PN_EMU_SHFL_DOWN, PN_EMU_SHFL_UP, PN_EMU_BALLOT };
+enum pn_emu_warp_op {
+    PN_EMU_SYNCWARP, PN_EMU_SHFL, PN_EMU_SHFL_XOR, PN_EMU_SHFL_DOWN, PN_EMU_SHFL_UP, PN_EMU_BALLOT,
+    PN_EMU_WMMA_LOAD, PN_EMU_WMMA_STORE, PN_EMU_WMMA_MMA /* value: a pn_emu_wmma::call * (mma.h) */
+};
 /* Deposit value, wait for the lanes of mask, return the result for this lane. */
 uint64_t pn_emu_warp(int op, unsigned mask, uint64_t value, int arg, int width, const char *file, int line);
 unsigned pn_emu_activemask(void);

@@ -8,6 +8,7 @@
  * it) and reports as kernel errors what can never be released.
  */
 #include "emu.h"
+#include "mma.h"
 
 #include <algorithm>
 #include <cstdarg>
@@ -151,6 +152,9 @@ SchedKind g_kind = FWD;
 uint64_t g_seed = 0;
 std::string g_spec = "fwd";
 bool g_sched_init = false;
+/* grids run since the schedule was set (so a rand: run repeats after setting it again) and in
+ * all: what the wmma fragment maps of a launch derive from */
+long long g_grids_since_set = 0, g_grid_serial = 0;
 
 bool parse_schedule(const char *spec, SchedKind *k, uint64_t *seed) {
     if (!spec || !*spec || !strcmp(spec, "fwd")) return *k = FWD, *seed = 0, true;
@@ -172,12 +176,7 @@ void sched_init() {
         fprintf(stderr, "penumbra: PN_CUDA_EMU_SCHED='%s' is not fwd, rev or rand:SEED; using fwd\n", env);
 }
 
-uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+using pn_emu_wmma::splitmix;
 
 /* ---- fibers ------------------------------------------------------------------------ */
 size_t stack_bytes() {
@@ -329,9 +328,12 @@ void block_fail(Block *b, const std::string &msg) {
 
 const char *op_name(int op) {
     static const char *names[] = {"__syncwarp", "__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync",
-                                  "__shfl_up_sync", "__ballot_sync"};
-    return op >= 0 && op <= PN_EMU_BALLOT ? names[op] : "?";
+                                  "__shfl_up_sync", "__ballot_sync", "wmma::load_matrix_sync",
+                                  "wmma::store_matrix_sync", "wmma::mma_sync"};
+    return op >= 0 && op <= PN_EMU_WMMA_MMA ? names[op] : "?";
 }
+
+bool is_wmma(int op) { return op >= PN_EMU_WMMA_LOAD && op <= PN_EMU_WMMA_MMA; }
 
 bool same_site(const Thr &a, const Thr &b) {
     return a.line == b.line && (a.file == b.file || !strcmp(a.file, b.file));
@@ -373,6 +375,21 @@ void release_warps(Block *b) {
                                          u.mask));
         }
         if (!ready) continue;
+        if (is_wmma(t.op)) {
+            /* a warp-collective matrix op: every lane of a full warp, then one computation for all */
+            if (lanes_of(b, w) != 0xffffffffu)
+                return block_fail(b, fmt("%s: %s at %s:%d in warp %d, which has %d lanes: wmma needs a full warp of 32",
+                                         where(b).c_str(), op_name(t.op), t.file, t.line, w,
+                                         __builtin_popcount(lanes_of(b, w))));
+            const pn_emu_wmma::call *calls[32];
+            for (int l = 0; l < 32; l++) calls[l] = (const pn_emu_wmma::call *)(uintptr_t)b->th[base + l].val;
+            char err[640];
+            if (pn_emu_wmma::release(t.op, calls, err, sizeof err) != 0)
+                return block_fail(b, fmt("%s: %s at %s:%d (warp %d): %s", where(b).c_str(), op_name(t.op), t.file, t.line,
+                                         w, err));
+            for (int l = 0; l < 32; l++) b->th[base + l].st = RUNNABLE;
+            continue;
+        }
         int width = t.width;
         if (t.op != PN_EMU_SYNCWARP && t.op != PN_EMU_BALLOT && (width < 1 || width > 32 || (width & (width - 1))))
             return block_fail(b, fmt("%s: %s at %s:%d with width %d (must be a power of 2 ≤ 32)", where(b).c_str(),
@@ -457,10 +474,12 @@ void check_canary(Block *b, const SharedArr &a) {
                                      a.bytes, where(b).c_str()));
 }
 
-/* malloc'd (so ASan sees it), 0xFF-filled, canary after */
+/* malloc'd (so ASan sees it), 0xFF-filled, canary after. At least 32-byte aligned, the most any
+ * access here asks for (a wmma tile), so the interpreter's alignment checks judge the offset
+ * inside the array and not where malloc put it. */
 char *alloc_shared(size_t bytes, size_t align) {
     void *p = nullptr;
-    if (align < 16) align = 16;
+    if (align < 32) align = 32;
     if (posix_memalign(&p, align, bytes + GUARD)) return nullptr;
     memset(p, 0xFF, bytes);
     memset((char *)p + bytes, CANARY, GUARD);
@@ -560,6 +579,32 @@ void *pn_emu_shared(size_t bytes, size_t align, const char *name, const char *fi
 
 void *pn_emu_dyn_shared(void) { return g_blk ? g_blk->dyn.p : nullptr; }
 
+namespace pn_emu_wmma {
+uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+grid_key current_grid(void) {
+    uint64_t st = g_seed ^ (0xD1B54A32D192ED03ull * (uint64_t)g_grids_since_set);
+    return grid_key{(int)g_kind, splitmix(&st), g_grid_serial};
+}
+
+bool in_shared(const void *p, size_t bytes) {
+    const Block *b = g_blk;
+    if (!b) return false;
+    auto inside = [&](const SharedArr &a) {
+        return a.p && (const char *)p >= a.p && (size_t)((const char *)p - a.p) <= a.bytes &&
+               bytes <= a.bytes - (size_t)((const char *)p - a.p);
+    };
+    for (const SharedArr &a : b->shared)
+        if (inside(a)) return true;
+    return inside(b->dyn);
+}
+} // namespace pn_emu_wmma
+
 bool pn_emu_run_grid(const char *name, dim3 grid, dim3 block, size_t dyn_shmem, const std::function<void()> &body) {
     sched_init();
     Block b;
@@ -570,6 +615,7 @@ bool pn_emu_run_grid(const char *name, dim3 grid, dim3 block, size_t dyn_shmem, 
     pn_emu_bi.bdim = block;
     Block *saved = g_blk;
     g_blk = &b;
+    g_grids_since_set++, g_grid_serial++;
     for (unsigned z = 0; z < grid.z && !b.failed; z++)
         for (unsigned y = 0; y < grid.y && !b.failed; y++)
             for (unsigned x = 0; x < grid.x && !b.failed; x++) {
@@ -598,6 +644,7 @@ extern "C" int pn_emu_set_schedule(const char *spec) {
     g_sched_init = true; /* an explicit setting wins over the environment */
     g_kind = k, g_seed = seed;
     g_spec = spec && *spec ? spec : "fwd";
+    g_grids_since_set = 0;
     return 0;
 }
 

@@ -9,12 +9,12 @@
  *   shuffle_reduce                        warp-shuffle sums of 0..31 and 32..63 (496, 1520)
  *   shuffle_missing_lane                  lane 31 exits, the others shuffle with the full mask
  *   atomic_sum                            64 blocks × 256 threads atomicAdd into int, float, u64 counters
+ *   half_convert, wmma_*                  the 16-bit types and nvcuda::wmma: selftest_wmma.cu
  *
  * pn_cuda_emu_selftest(name, out, n) runs one case, writes up to n results to out and returns
  * PN_OK, or PN_ERR_DEVICE with the interpreter's message.
  */
-#include "../cuda.cuh"
-#include "../../backend.h"
+#include "selftest.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +23,8 @@
 #include <vector>
 
 namespace {
+
+using namespace pn_selftest;
 
 const int N = 64; /* threads of the one-block cases: two warps */
 
@@ -72,35 +74,6 @@ __global__ void atomic_kernel(int *count, float *fsum, unsigned long long *isum)
     atomicAdd(count, 1);
     atomicAdd(fsum, 1.0f);
     atomicAdd(isum, (unsigned long long)i);
-}
-
-/* ---- host helpers ------------------------------------------------------------------------ */
-pn_status fail(cudaError_t e) {
-    const char *d = pn_emu_detail();
-    return pn_error(PN_ERR_DEVICE, "%s", d && *d ? d : cudaGetErrorString(e));
-}
-
-#define CK(expr)                                  \
-    do {                                          \
-        cudaError_t ck_e_ = (expr);               \
-        if (ck_e_ != cudaSuccess) return fail(ck_e_); \
-    } while (0)
-
-/* device buffer freed on scope exit (also on the error paths) */
-struct Dev {
-    void *p = nullptr;
-    ~Dev() { cudaFree(p); }
-};
-
-void put(double *out, int64_t n, int64_t i, double v) {
-    if (out && i < n) out[i] = v;
-}
-
-pn_status copy_out(double *out, int64_t n, const float *d, int count) {
-    std::vector<float> h(count);
-    CK(cudaMemcpy(h.data(), d, sizeof(float) * count, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < count; i++) put(out, n, i, h[i]);
-    return PN_OK;
 }
 
 /* ---- cases --------------------------------------------------------------------------------- */
@@ -216,16 +189,23 @@ const Case cases[] = {
 } // namespace
 
 extern "C" pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) {
+    pn_status st = PN_OK;
+    bool found = false;
     for (const Case &c : cases)
         if (name && !strcmp(name, c.name)) {
-            pn_status st = c.run(out, n);
-            /* the fill pattern's NaNs (all ones) are not LuaJIT's canonical NaN: hand over NAN */
-            for (int64_t i = 0; i < n; i++)
-                if (out[i] != out[i]) out[i] = NAN;
-            return st;
+            st = c.run(out, n);
+            found = true;
         }
+    if (!found && name) found = run_wmma_case(name, out, n, &st);
+    if (found) {
+        /* the fill pattern's NaNs (all ones) are not LuaJIT's canonical NaN: hand over NAN */
+        for (int64_t i = 0; out && i < n; i++)
+            if (out[i] != out[i]) out[i] = NAN;
+        return st;
+    }
     std::string names;
     for (const Case &c : cases) names += std::string(names.empty() ? "" : ", ") + c.name;
+    for (size_t i = 0; wmma_case_name(i); i++) names += std::string(", ") + wmma_case_name(i);
     return pn_error(PN_ERR_ARG, "pn_cuda_emu_selftest: unknown case '%s' (valid: %s)", name ? name : "(null)",
                     names.c_str());
 }

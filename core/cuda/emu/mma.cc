@@ -1,0 +1,193 @@
+/* mma.cc — the interpreter's wmma collectives (see mma.h): the per-launch fragment maps, and
+ * load/store/mma once the warp's 32 lanes have met (called from the scheduler's rendezvous in
+ * emu_sched.cc, with every lane's call). */
+#include "mma.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+
+namespace pn_emu_wmma {
+namespace {
+
+/* slot (lane·num + i) → element (row·cols + col), for every fragment type, for the grid whose
+ * serial is `serial`; built on first use in that grid */
+struct Maps {
+    long long serial = -1;
+    std::vector<uint16_t> m[NUM_IDS];
+};
+Maps g_maps; /* only touched by kernels, which run under the runtime lock */
+
+/* the element at position idx of the row-major (col_major = false) or column-major order */
+int element(const desc &d, int idx, bool col_major) {
+    int r = col_major ? idx % d.rows : idx / d.cols, c = col_major ? idx / d.rows : idx % d.cols;
+    return r * d.cols + c;
+}
+
+void build(std::vector<uint16_t> &map, const desc &d, const grid_key &g) {
+    int slots = 32 * d.num, E = d.rows * d.cols; /* slots is a multiple of E: each element in slots/E slots */
+    map.resize(slots);
+    bool col = d.lay == LAY_COL;
+    if (g.kind == 0) { /* fwd: natural, in the order of the fragment's own layout */
+        for (int s = 0; s < slots; s++) map[s] = (uint16_t)element(d, s % E, col);
+    } else if (g.kind == 1) { /* rev: backwards through the other order */
+        for (int s = 0; s < slots; s++) map[s] = (uint16_t)element(d, E - 1 - s % E, !col);
+    } else { /* rand: a permutation of the slots, from the grid's key and the type */
+        std::vector<int> perm(slots);
+        for (int s = 0; s < slots; s++) perm[s] = s;
+        uint64_t st = g.key ^ (0x9E3779B97F4A7C15ull * (uint64_t)(d.id + 1));
+        for (int s = slots - 1; s > 0; s--) std::swap(perm[s], perm[splitmix(&st) % (uint64_t)(s + 1)]);
+        for (int s = 0; s < slots; s++) map[s] = (uint16_t)element(d, perm[s] % E, false);
+    }
+}
+
+const uint16_t *slot_map(const desc &d) {
+    grid_key g = current_grid();
+    if (g_maps.serial != g.serial) {
+        for (auto &m : g_maps.m) m.clear();
+        g_maps.serial = g.serial;
+    }
+    std::vector<uint16_t> &m = g_maps.m[d.id];
+    if (m.empty()) build(m, d, g);
+    return m.data();
+}
+
+int say(char *err, size_t cap, const char *f, ...) __attribute__((format(printf, 3, 4)));
+int say(char *err, size_t cap, const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(err, cap, f, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *elem_name(int e) { return e == ELEM_HALF ? "__half" : e == ELEM_BF16 ? "__nv_bfloat16" : "float"; }
+const char *use_name(int u) { return u == USE_A ? "matrix_a" : u == USE_B ? "matrix_b" : "accumulator"; }
+size_t elem_bytes(const desc &d) { return d.elem == ELEM_F32 ? 4 : 2; }
+
+/* element j of a fragment's x[] (or of a tile in memory) as float, and its bits for comparison */
+float get(const desc &d, const void *x, size_t j) {
+    if (d.elem == ELEM_F32) return ((const float *)x)[j];
+    uint16_t h = ((const uint16_t *)x)[j];
+    return d.elem == ELEM_HALF ? pn_emu_impl::half_bits_to_float(h) : pn_emu_impl::bf16_bits_to_float(h);
+}
+uint32_t bits(const desc &d, const void *x, size_t j) {
+    if (d.elem == ELEM_F32) return pn_emu_impl::float_bits(((const float *)x)[j]);
+    return ((const uint16_t *)x)[j];
+}
+
+/* offset (elements) of element (r, c) of a tile stored with layout lay and leading dimension ldm */
+size_t offset(int r, int c, int lay, unsigned ldm) {
+    return lay == LAY_COL ? (size_t)c * ldm + r : (size_t)r * ldm + c;
+}
+
+/* every lane passed the same as lane 0 (CUDA requires it) */
+int same_args(int op, const call *const *L, char *err, size_t cap) {
+    const call *c0 = L[0];
+    for (int l = 1; l < 32; l++) {
+        const call *c = L[l];
+        if (c->d != c0->d || (op == PN_EMU_WMMA_MMA && (c->da != c0->da || c->db != c0->db)))
+            return say(err, cap, "lanes 0 and %d pass fragments of different types", l);
+        if (op == PN_EMU_WMMA_MMA) {
+            if (c->satf != c0->satf) return say(err, cap, "lanes 0 and %d pass different satf", l);
+            continue;
+        }
+        if (c->mem != c0->mem || c->ldm != c0->ldm || c->mem_lay != c0->mem_lay)
+            return say(err, cap,
+                       "every lane must pass the same pointer, ldm and layout: lane 0 %p ldm %u %s, lane %d %p ldm %u %s",
+                       c0->mem, c0->ldm, c0->mem_lay == LAY_COL ? "col-major" : "row-major", l, c->mem, c->ldm,
+                       c->mem_lay == LAY_COL ? "col-major" : "row-major");
+    }
+    return 0;
+}
+
+/* CUDA's rules for the tile in memory, and the interpreter's bounds check */
+int check_tile(const call &c, char *err, size_t cap) {
+    const desc &d = *c.d;
+    unsigned mult = d.elem == ELEM_F32 ? 4 : 8;
+    const char *lay = c.mem_lay == LAY_COL ? "col-major" : "row-major";
+    if (c.ldm % mult)
+        return say(err, cap, "%s %s %dx%d: ldm %u is not a multiple of %u (%s elements; CUDA requires ldm·%zu bytes to be "
+                   "a multiple of 16)", use_name(d.use), elem_name(d.elem), d.rows, d.cols, c.ldm, mult,
+                   elem_name(d.elem), elem_bytes(d));
+    if ((uintptr_t)c.mem % 32)
+        return say(err, cap, "%s %s %dx%d: pointer %p is not 32-byte (256-bit) aligned", use_name(d.use),
+                   elem_name(d.elem), d.rows, d.cols, c.mem);
+    int lead = c.mem_lay == LAY_COL ? d.rows : d.cols, other = c.mem_lay == LAY_COL ? d.cols : d.rows;
+    size_t bytes = ((size_t)(other - 1) * c.ldm + (size_t)lead) * elem_bytes(d);
+    if (!pn_emu_is_device(c.mem, bytes) && !in_shared(c.mem, bytes))
+        return say(err, cap, "%s %s %dx%d %s with ldm %u: the %zu bytes at %p are not inside one device allocation or one "
+                   "shared array of the block", use_name(d.use), elem_name(d.elem), d.rows, d.cols, lay, c.ldm, bytes,
+                   c.mem);
+    return 0;
+}
+
+/* A whole operand of mma_sync from the lanes' fragments (x of lane l at ptr(l)), checking that
+ * the slots holding one element agree (they differ only when code wrote x[i] assuming a map). */
+template <class Ptr> int gather(const desc &d, Ptr ptr, std::vector<float> &out, char *err, size_t cap) {
+    const uint16_t *map = slot_map(d);
+    int E = d.rows * d.cols;
+    std::vector<int> first(E, -1);
+    out.assign(E, 0.0f);
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < d.num; i++) {
+            int s = l * d.num + i, e = map[s];
+            const void *x = ptr(l);
+            if (first[e] < 0) {
+                first[e] = s;
+                out[e] = get(d, x, i);
+            } else {
+                int s0 = first[e];
+                if (bits(d, ptr(s0 / d.num), s0 % d.num) != bits(d, x, i))
+                    return say(err, cap,
+                                "%s %s: the copies of element (%d,%d) differ (lane %d x[%d] = %g, lane %d x[%d] = %g): "
+                                "x[] was written assuming a fragment map, which CUDA leaves unspecified",
+                                use_name(d.use), elem_name(d.elem), e / d.cols, e % d.cols, s0 / d.num, s0 % d.num,
+                                (double)get(d, ptr(s0 / d.num), s0 % d.num), l, i, (double)get(d, x, i));
+            }
+        }
+    return 0;
+}
+
+} // namespace
+
+int release(int op, const call *const lanes[32], char *err, size_t cap) {
+    if (same_args(op, lanes, err, cap)) return -1;
+    const call &c0 = *lanes[0];
+    const desc &d = *c0.d;
+    if (op == PN_EMU_WMMA_LOAD || op == PN_EMU_WMMA_STORE) {
+        if (check_tile(c0, err, cap)) return -1;
+        const uint16_t *map = slot_map(d);
+        size_t eb = elem_bytes(d);
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < d.num; i++) {
+                int e = map[l * d.num + i];
+                char *m = (char *)c0.mem + offset(e / d.cols, e % d.cols, c0.mem_lay, c0.ldm) * eb;
+                if (op == PN_EMU_WMMA_LOAD) memcpy((char *)lanes[l]->x + i * eb, m, eb);
+                else memcpy(m, (const char *)lanes[l]->cx + i * eb, eb);
+            }
+        return 0;
+    }
+    /* mma_sync: D = A·B + C over the whole tile, then D handed out through D's map */
+    if (c0.satf) return say(err, cap, "satf = true is not modelled (deprecated in CUDA for float accumulators)");
+    const desc &da = *c0.da, &db = *c0.db;
+    std::vector<float> A, B, C;
+    if (gather(da, [&](int l) { return lanes[l]->a; }, A, err, cap) ||
+        gather(db, [&](int l) { return lanes[l]->b; }, B, err, cap) ||
+        gather(d, [&](int l) { return lanes[l]->c; }, C, err, cap))
+        return -1;
+    int M = d.m, N = d.n, K = d.k;
+    std::vector<float> D(M * N);
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++) {
+            float acc = C[r * N + c];
+            for (int k = 0; k < K; k++) acc += A[r * K + k] * B[k * N + c]; /* the product is exact in f32 */
+            D[r * N + c] = acc;
+        }
+    const uint16_t *map = slot_map(d);
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < d.num; i++) ((float *)lanes[l]->x)[i] = D[map[l * d.num + i]];
+    return 0;
+}
+
+} // namespace pn_emu_wmma
