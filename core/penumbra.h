@@ -364,6 +364,9 @@ pn_status pn_graph_canonical(pn_tensor *edges, int64_t num_nodes, pn_tensor **ed
  * then set fields. Scores are looked up by name in the registry (attention/variants.def). */
 typedef enum { PN_NORM_SOFTMAX = 0, PN_NORM_SIGMOID = 1, PN_NORM_SIGMOID_NORMALIZED = 2 } pn_attn_norm;
 typedef enum { PN_AGG_SUM = 0, PN_AGG_EINSTEIN = 1 } pn_attn_agg;
+/* the inputs of dense attention's products on CUDA tensor cores: the tensors' own dtype, or f32
+ * tensors rounded to bfloat16 / half for Q·Kᵀ and P·V with f32 accumulation (README CUDA) */
+typedef enum { PN_PREC_NATIVE = 0, PN_PREC_BF16 = 1, PN_PREC_F16 = 2 } pn_attn_prec;
 #define PN_ATTN_MAX_PARAMS 16
 typedef struct pn_attn_opts {
     int score;            /* registry index (pn_attention_variant_find) */
@@ -373,6 +376,7 @@ typedef struct pn_attn_opts {
     int causal;
     int squared;          /* penumbral: −γ·height² (the authors' code) */
     int alibi;            /* causal softmax dot: ALiBi slopes per head */
+    int precision;        /* pn_attn_prec (dense attention on CUDA) */
     /* the scores' parameters by id (pn_attention_param_find: gamma, r, …, from variants.def):
      * param[id] a number, NaN → the score's default; param_t[id] a learnable 0-dim or (H)
      * tensor that overrides it and gets a gradient, or NULL */

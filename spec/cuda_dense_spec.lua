@@ -39,6 +39,16 @@ local function mask_of(shape, keep, seed, edit)
   return pn.tensor(v, { dtype = 'u8' }):reshape(shape)
 end
 
+-- x rounded to `bits` significant bits, ties to even (bf16: 8, f16: 11; normal numbers)
+local function round16(x, bits)
+  if x == 0 or x ~= x or x == math.huge or x == -math.huge then return x end
+  local m, e = math.frexp(x)
+  local sc = m * 2 ^ bits
+  local r = math.floor(sc + 0.5)
+  if r - sc == 0.5 and r % 2 == 1 then r = r - 1 end
+  return math.ldexp(r / 2 ^ bits, e)
+end
+
 -- one configuration on both devices: the output (or the weights) and every gradient under one
 -- random cotangent. cfg: score, model, normalize, causal, aggregate, B, H, Nq, Nk, D, Dv, seed,
 -- mask (a shape or false), bias (a shape or false), weights, params (from params_of), nd (4, 3, 2),
@@ -70,15 +80,18 @@ local function run_case(what, dt, cfg)
     names[#names + 1], grads[#inputs] = p.name, true
   end
   local mask = cfg.mask and mask_of(cfg.mask, 0.75, cfg.seed + 5, cfg.mask_edit) or nil
+  -- precision = 'bf16' / 'f16' (f32 inputs): the reference is the CPU in f64 on the same values
+  local ref_dt = cfg.precision and 'f64' or dt
   local function run(dev)
     local args, leaves = {}, {}
     for i, x in ipairs(inputs) do
-      local t = dev == 'cuda' and x:to('cuda') or x:clone()
+      local t = dev == 'cuda' and x:to('cuda') or ref_dt == dt and x:clone() or x:to(ref_dt):detach()
       if grads[i] then t:requires_grad_() end
       args[i], leaves[i] = t, t
     end
     local o = { score = cfg.score, model = cfg.model, normalize = cfg.normalize, causal = cfg.causal,
-                aggregate = cfg.aggregate, alibi = cfg.alibi, squared = cfg.squared }
+                aggregate = cfg.aggregate, alibi = cfg.alibi, squared = cfg.squared,
+                precision = dev == 'cuda' and cfg.precision or nil }
     for i, nm in ipairs(names) do o[nm] = args[3 + i] end
     local q, k, v = args[1], args[2], args[3]
     if cfg.strided then -- the same values in another memory order: non-contiguous views
@@ -90,20 +103,45 @@ local function run_case(what, dt, cfg)
     if cfg.weights then out = pn.attention_weights(q, k, o)
     else out = pn.attention(q, k, v, o) end
     local w = rnd(out:shape(), dt, cfg.seed + 77)
-    out:backward(dev == 'cuda' and w:to('cuda') or w)
+    out:backward(dev == 'cuda' and w:to('cuda') or w:to(ref_dt))
     local g = {}
     for i in pairs(grads) do if grads[i] then g[i] = leaves[i].grad end end
     return out, g
   end
   local ref, rg = run('cpu')
   local got, gg = run('cuda')
-  close(got, ref, TOL[dt], what .. ' output')
+  if cfg.precision and not cfg.weights then
+    -- sharper: the f64 CPU on the rounded q, k, v differs only by P's rounding for P·V (and the
+    -- f32 row terms): |Δ| <= 2^-(bits-1) · max|v| (bf16 8 significant bits, f16 11)
+    local bits = cfg.precision == 'bf16' and 8 or 11
+    local function rounded(x)
+      local vals = check.vals(x)
+      for i, a in ipairs(vals) do vals[i] = round16(a, bits) end
+      return pn.tensor(vals, { dtype = 'f64' }):reshape(x:shape())
+    end
+    local saved = { inputs[1], inputs[2], inputs[3] }
+    inputs[1], inputs[2], inputs[3] = rounded(saved[1]), rounded(saved[2]), rounded(saved[3])
+    local sharp = run('cpu')
+    inputs[1], inputs[2], inputs[3] = saved[1], saved[2], saved[3]
+    local vmax = 0
+    for _, a in ipairs(check.vals(saved[3])) do vmax = math.max(vmax, math.abs(a)) end
+    local a, b = check.vals(got:to('cpu')), check.vals(sharp)
+    for i = 1, #b do
+      local ok = b[i] ~= b[i] and a[i] ~= a[i] or math.abs(a[i] - b[i]) <= 2 ^ -(bits - 1) * vmax
+      assert.is_true(ok, string.format('%s output against the rounded inputs: element %d got %.9g, expected %.9g (max|v| %g)',
+        what, i, a[i], b[i], vmax))
+    end
+  end
+  local tol = cfg.precision and TOL.bf16 or TOL[dt]
+  if cfg.precision then ref = ref:to(dt) end
+  close(got, ref, tol, what .. ' output')
   for i, want in pairs(grads) do
     if want then
       assert.is_true(rg[i] ~= nil and gg[i] ~= nil, what .. ': gradient of input ' .. i .. ' missing')
-      close(gg[i], rg[i], TOL[dt], what .. ' gradient of input ' .. i .. ' (' .. (names[i - 3] or ({ 'q', 'k', 'v' })[i]) .. ')')
+      close(gg[i], rg[i]:to(dt), tol, what .. ' gradient of input ' .. i .. ' (' .. (names[i - 3] or ({ 'q', 'k', 'v' })[i]) .. ')')
     end
   end
+  return got
 end
 
 local function cfg_of(form, over)
@@ -190,6 +228,48 @@ describe('cuda dense attention', function()
       c = cfg_of({ 'penumbral' }, { squared = true, causal = true })
       run_case('squared ' .. label(c) .. ' ' .. dt .. ' ' .. s, dt, c)
     end)
+  end)
+
+  it_cuda('precision bf16 / f16 (tensor cores): every score within 2e-2 of the f64 CPU, rounded (not the f32 result), partial tiles, under every schedule', function()
+    local SIZES = {
+      { B = 1, H = 2, Nq = 5, Nk = 7, D = 4, Dv = 3 },
+      { B = 1, H = 1, Nq = 70, Nk = 90, D = 40, Dv = 72, causal = true, mask = { 1, 1, 70, 90 } }, -- partial 64-tiles
+      { B = 2, H = 1, Nq = 9, Nk = 3, D = 16, Dv = 16, causal = true, normalize = 'sigmoid_normalized' }, -- rows that see nothing
+    }
+    cu.schedules(function(s)
+      for _, prec in ipairs({ 'bf16', 'f16' }) do
+        for _, form in ipairs(FORMS) do
+          for n, over in ipairs(SIZES) do
+            local o = { seed = 50 + n, precision = prec }
+            for k, v in pairs(over) do o[k] = v end
+            local c = cfg_of(form, o)
+            local what = prec .. ' ' .. label(c) .. ' ' .. s
+            local got = run_case(what, 'f32', c)
+            if n == 2 and form[1] == 'dot' then -- the products really took rounded inputs
+              c.precision = nil
+              local f32 = run_case(what .. ' (f32)', 'f32', c)
+              local a, b, diff = check.vals(got:to('cpu')), check.vals(f32:to('cpu')), 0
+              for i = 1, #a do diff = math.max(diff, math.abs(a[i] - b[i])) end
+              assert.is_true(diff > 1e-6, what .. ': the bf16 / f16 result equals the f32 one (' .. diff .. ')') -- f32 kernels agree to ~1e-8
+            end
+          end
+        end
+      end
+    end)
+  end)
+
+  it_cuda('precision: the CPU, f64 tensors and unknown values are named errors', function()
+    local q = rnd({ 1, 1, 3, 4 }, 'f32', 1, 0.1, 0.4)
+    local ok, e = pcall(pn.attention, q, q, q, { precision = 'bf16' })
+    assert.is_false(ok)
+    assert.matches("attention: precision = 'bf16' runs on CUDA tensor cores; q [1,1,3,4] is on the CPU (leave precision out there)", msg(e), 1, true)
+    local q64 = q:to('f64'):to('cuda')
+    ok, e = pcall(pn.attention, q64, q64, q64, { precision = 'f16' })
+    assert.is_false(ok)
+    assert.matches("attention: precision = 'f16' rounds f32 inputs; q [1,1,3,4] is f64", msg(e), 1, true)
+    ok, e = pcall(pn.attention, q:to('cuda'), q:to('cuda'), q:to('cuda'), { precision = 'tf32' })
+    assert.is_false(ok)
+    assert.matches("attention: unknown precision 'tf32' (valid: bf16, f16, native)", msg(e), 1, true)
   end)
 
   it_cuda('NaN in q gives NaN rows as on the CPU; the CPU errors (manifold, Klein ball) with its messages', function()

@@ -433,7 +433,17 @@ static pn_status dense_device(const char *op, const pn_tensor *q, const pn_tenso
         for (int p = 0; p < PN_NPARAM; p++)
             if (o->param_t[p]) ts[n] = o->param_t[p], names[n++] = pn_attention_param_name(p);
     }
-    return pn_kernels_for(op, n, ts, names, dev, kt);
+    PN_TRY(pn_kernels_for(op, n, ts, names, dev, kt));
+    if (o && o->precision != PN_PREC_NATIVE) { /* tensor-core inputs: f32 tensors on CUDA */
+        const char *pn_ = o->precision == PN_PREC_BF16 ? "bf16" : "f16";
+        if (*dev != PN_CUDA)
+            return pn_error(PN_ERR_ARG, "%s: precision = '%s' runs on CUDA tensor cores; q %s is on the CPU (leave "
+                            "precision out there)", op, pn_, pn_shape_str(q));
+        if (q->dt != PN_F32)
+            return pn_error(PN_ERR_DTYPE, "%s: precision = '%s' rounds f32 inputs; q %s is %s", op, pn_,
+                            pn_shape_str(q), pn_dtype_name(q->dt));
+    }
+    return PN_OK;
 }
 
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o) {

@@ -4,7 +4,7 @@
 --   cu.SCHEDULES               cu.ORDERS in the interpreter build; { false } (once, as it is) on
 --                              a GPU or without cuda
 --   cu.DTYPES                  { 'f32', 'f64' }, the float dtypes the kernels are checked in
---   cu.TOL                     { f32 = 1e-5, f64 = 1e-12 }: relative tolerance against the CPU
+--   cu.TOL                     { f32 = 1e-5, f64 = 1e-12, bf16 = 2e-2 }: relative tolerance against the CPU
 --   cu.schedules(fn[, list])   fn(s) under pn.cuda.with_schedule(s) for each s of list (default
 --                              cu.SCHEDULES); fn('gpu') for a false entry
 --   cu.each(fn[, list])        fn(dtype, s) under every schedule of list, for every cu.DTYPES
@@ -43,7 +43,7 @@ pcall(ffi.cdef, 'int setenv(const char *, const char *, int);')
 M.ORDERS = { 'fwd', 'rev', 'rand:3' }
 M.SCHEDULES = (pn.cuda.available() and pn.cuda.interpreted()) and M.ORDERS or { false }
 M.DTYPES = { 'f32', 'f64' }
-M.TOL = { f32 = 1e-5, f64 = 1e-12 }
+M.TOL = { f32 = 1e-5, f64 = 1e-12, bf16 = 2e-2 } -- bf16: tensor-core inputs (precision = 'bf16' / 'f16') against f64
 
 function M.schedules(fn, list)
   for _, s in ipairs(list or M.SCHEDULES) do

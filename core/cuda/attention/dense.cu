@@ -25,8 +25,9 @@
  *   weights   one thread per (bh, query row): the statistic, then its Nk weights;
  *   bias      the bias gradient per element of gb walking the pairs that broadcast to it;
  *   params    the parameters reduced per head in a fixed order.
- * Deterministic, no float atomics. These are CUDA-core kernels in T (f32, f64); tensor cores
- * (bf16/f16 with f32 accumulation) are a later step.
+ * Deterministic, no float atomics. These are CUDA-core kernels in T (f32, f64); with precision
+ * bf16 / f16 the forward runs on tensor cores instead (section "tensor cores"; the backward stays
+ * on the f32 tiles).
  * The CPU kernel's checks (the parameters, the manifolds, non-finite rows of a manifold score, the
  * Klein ball of einstein) run here too, with the CPU's messages: the device flags rows and finds
  * the first offending index (atomicMin of an index is order-independent), the host reads it. */
@@ -790,6 +791,225 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
         for (int64_t d = t; d < c.Dv; d += TPR) dvj[d] += dV[d] + (sg != 0 ? (T)(ein * vr[d]) : (T)0);
 }
 
+/* ---- tensor cores: precision = 'bf16' / 'f16' ------------------------------------------------------
+ * f32 tensors whose products Q·Kᵀ and P·V take inputs rounded to H (__nv_bfloat16 or __half) and
+ * accumulate in f32 on tensor cores through nvcuda::wmma (m16n16k16). A block of four warps owns
+ * WQ = 64 query rows of one (b, h), 16 per warp, and walks the keys in tiles of WK = 64: the
+ * rounded tiles in shared memory, each warp's 16 × 64 scores Q_w·Kᵀ stored from its accumulators
+ * to a shared f32 tile, the epilogue per element there (two lanes per row: the same pair maths,
+ * modifiers and online softmax as the f32 tiles), P rounded to H, and O_w += P_w·V formed 64
+ * columns at a time into the same f32 tile, from which the lanes rescale and add into O (f32, in
+ * shared memory). The accumulators never leave the wmma calls' element-wise use: the fragment map
+ * is unspecified, so the per-row rescaling happens in shared memory. A distance score's
+ * −½‖q − k‖² is q·k − ½‖q‖² − ½‖k‖² over the rounded coordinates (their norms in f32), the terms
+ * the f32 rows' (prep_kernel). The backward runs the f32 tiles on the saved statistic. */
+enum { WQ = 64, WK = 64, WTPR = 2, WT = 128 }; /* rows per block, keys per tile, threads per row, threads */
+static_assert(WQ == 16 * (WT / 32) && WQ * WTPR == WT, "one warp per 16 rows, WTPR lanes per row");
+
+template <typename H> __device__ H to16(float x);
+template <> __device__ __nv_bfloat16 to16<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __half to16<__half>(float x) { return __float2half_rn(x); }
+__device__ inline float from16(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float from16(__half x) { return __half2float(x); }
+
+/* the dynamic shared memory of wfwd_kernel, in bytes from a 128-byte aligned base: rounded Q (WQ,
+ * Dp) and K (WK, Dp) over the Dg coordinates of the product padded to 16, V (WK, Dvp); the f32
+ * score / product tile (WQ, WK); P (WQ, WK) in H; O (WQ, Dv) f32; ‖q‖², ‖k‖² of the rounded rows.
+ * Leading dimensions: wmma needs multiples of 8 (16-bit) and 4 (f32) and 32-byte aligned tiles;
+ * the extra 8 / 4 elements move consecutive rows to other banks. The launch asks for 128 bytes
+ * more, to align the base. */
+struct wlay {
+    int64_t Dp, Dvp, ldq, ldv, lds, ldp, ldo;
+    int64_t q, k, v, s, p, o, qn, kn, total;
+};
+
+inline int64_t up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+inline wlay wlay_of(int64_t Dg, int64_t Dv) {
+    wlay L;
+    L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv, 16);
+    L.ldq = L.Dp + 8, L.ldv = L.Dvp + 8, L.lds = WK + 4, L.ldp = WK + 8, L.ldo = odd(Dv);
+    L.q = 0;
+    L.k = up(L.q + WQ * L.ldq * 2, 128);
+    L.v = up(L.k + WK * L.ldq * 2, 128);
+    L.s = up(L.v + WK * L.ldv * 2, 128);
+    L.p = up(L.s + WQ * L.lds * 4, 128);
+    L.o = up(L.p + WQ * L.ldp * 2, 128);
+    L.qn = up(L.o + WQ * L.ldo * 4, 128);
+    L.kn = up(L.qn + WQ * 4, 128);
+    L.total = up(L.kn + WK * 4, 128);
+    return L;
+}
+
+/* rows [r0, r0 + n16) of src (n rows of D floats, contiguous), coordinates [c0, c0 + w), rounded
+ * to H into dst (ld), zeros past n and in the padding up to wp */
+template <typename H>
+__device__ void wtile_load(H *dst, int64_t ld, const float *src, int64_t r0, int64_t n, int64_t D, int64_t c0,
+                           int64_t w, int64_t wp, int rows) {
+    for (int64_t e = threadIdx.x; e < rows * wp; e += blockDim.x) {
+        const int64_t r = e / wp, d = e - r * wp;
+        dst[r * ld + d] = to16<H>(r0 + r < n && d < w ? src[(r0 + r) * D + c0 + d] : 0.0f);
+    }
+}
+
+/* ‖row‖² of the rounded rows [0, rows) of t (ld) over w coordinates, into nrm */
+template <typename H> __device__ void wnorms(const H *t, int64_t ld, int64_t w, int rows, float *nrm) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        float a = 0;
+        for (int64_t d = 0; d < w; d++) {
+            const float x = from16(t[r * ld + d]);
+            a += x * x;
+        }
+        nrm[r] = a;
+    }
+}
+
+/* the sum / max / or over the WTPR lanes of a row */
+__device__ inline float wrow_sum(float v) {
+    for (int o = 1; o < WTPR; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float wrow_max(float v) {
+    for (int o = 1; o < WTPR; o <<= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+__device__ inline int wrow_or(int v) {
+    for (int o = 1; o < WTPR; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wlay L, float *out, float *stat) {
+    namespace wm = nvcuda::wmma;
+    typedef wm::fragment<wm::matrix_a, 16, 16, 16, H, wm::row_major> fa;
+    typedef wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::col_major> fbt; /* Kᵀ from K's rows */
+    typedef wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::row_major> fb;
+    typedef wm::fragment<wm::accumulator, 16, 16, 16, float> fc;
+    PN_SHARED_DYN(unsigned char, smu);
+    PN_SHARED(kstage<float>, ks, WK);
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127); /* wmma: 32-byte tiles */
+    H *Qs = (H *)(sm + L.q), *Ks = (H *)(sm + L.k), *Vs = (H *)(sm + L.v), *Ps = (H *)(sm + L.p);
+    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.o), *qn = (float *)(sm + L.qn), *kn = (float *)(sm + L.kn);
+    const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
+    const int w = threadIdx.x / 32, rr = threadIdx.x / WTPR, t = threadIdx.x % WTPR;
+    const int64_t i = i0 + rr;
+    const bool live = i < c.Nq;
+    float *Sw = Ss + w * 16 * L.lds, *Sr = Ss + rr * L.lds, *Orow = Os + rr * L.ldo;
+    H *Pw = Ps + w * 16 * L.ldp, *Prow = Ps + rr * L.ldp;
+    wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, 0, c.gemm ? c.Dg : 0, L.Dp, WQ);
+    for (int64_t d = t; d < c.Dv; d += WTPR) Orow[d] = 0;
+    __syncthreads();
+    if (c.diff) wnorms(Qs, L.ldq, c.Dg, WQ, qn);
+    drow<float, S> r;
+    row_init<float, S>(c, bh, live ? i : c.Nq - 1, r);
+    const int64_t kend = live ? key_end(c, i) : 0;
+    const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
+    const bool soft = c.norm == PN_NORM_SOFTMAX;
+    float m = -INFINITY, l = 0;
+    int nan = 0;
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
+        __syncthreads(); /* the previous tile's readers are done */
+        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, 0, c.gemm ? c.Dg : 0, L.Dp, WK);
+        wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, 0, c.Dv, L.Dvp, WK);
+        for (int jl = threadIdx.x; jl < WK; jl += blockDim.x) { /* stage_keys for WK keys */
+            const int64_t j = j0 + jl, y = bh * c.Nk + j;
+            kstage<float> &z = ks[jl];
+            const bool in = j < c.Nk;
+            z.t0 = in && (S::terms & T_K0) ? c.kt[0][y] : 0.0f;
+            z.t1 = in && (S::terms & T_K1) ? c.kt[1][y] : 0.0f;
+            z.kx = S::key(&r.hd, z.t0, z.t1);
+            z.gv = in && c.g ? c.g[y] : 1.0f;
+            z.bad = in ? c.kbad[y] : 0;
+        }
+        __syncthreads();
+        if (c.diff) wnorms(Ks, L.ldq, c.Dg, WK, kn);
+        if (c.gemm) { /* S_w = Q_w·Kᵀ, 16 × 64 */
+            for (int nb = 0; nb < WK / 16; nb++) {
+                fc acc;
+                wm::fill_fragment(acc, 0.0f);
+                for (int64_t kb = 0; kb < L.Dp; kb += 16) {
+                    fa a;
+                    fbt b;
+                    wm::load_matrix_sync(a, Qs + w * 16 * L.ldq + kb, (unsigned)L.ldq);
+                    wm::load_matrix_sync(b, Ks + nb * 16 * L.ldq + kb, (unsigned)L.ldq);
+                    wm::mma_sync(acc, a, b, acc);
+                }
+                wm::store_matrix_sync(Sw + nb * 16, acc, (unsigned)L.lds, wm::mem_row_major);
+            }
+        }
+        __syncthreads(); /* the key norms and the warp's scores */
+        float s[WK / WTPR];
+        float tmax = -INFINITY;
+        int tnan = 0;
+        for (int jj = 0; jj < WK / WTPR; jj++) {
+            const int jl = t + WTPR * jj;
+            const int64_t j = j0 + jl;
+            float v = -INFINITY;
+            if (j < kend && !nan) {
+                const kstage<float> &z = ks[jl];
+                const float G = !c.gemm ? 0.0f : c.diff ? Sr[jl] - 0.5f * (qn[rr] + kn[jl]) : Sr[jl];
+                v = mods(c, r, j, S::pair(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1), z.bad);
+            }
+            s[jj] = v;
+            if (v != v || v == INFINITY) tnan = 1;
+            else if (v > tmax) tmax = v;
+        }
+        float alpha = 1;
+        if (soft) {
+            nan |= wrow_or(tnan);
+            const float mt = wrow_max(tmax), mn = mt > m ? mt : m;
+            if (mn != -INFINITY && mn != m) alpha = m == -INFINITY ? 0.0f : pn_exp(m - mn);
+            m = mn;
+        }
+        float ps = 0;
+        for (int jj = 0; jj < WK / WTPR; jj++) {
+            const int jl = t + WTPR * jj;
+            float p;
+            if (soft) p = nan || s[jj] == -INFINITY ? 0.0f : pn_exp(s[jj] - m) * ks[jl].gv;
+            else p = sigm(s[jj]) * ks[jl].gv;
+            Prow[jl] = to16<H>(p);
+            ps += p;
+        }
+        l = l * alpha + wrow_sum(ps);
+        __syncwarp();
+        /* O_w = O_w·α + P_w·V, 64 columns at a time through the warp's f32 tile */
+        for (int64_t c0 = 0; c0 < L.Dvp; c0 += WK) {
+            const int64_t nb_left = (L.Dvp - c0) / 16;
+            const int nb_n = (int)(nb_left < (int64_t)(WK / 16) ? nb_left : (int64_t)(WK / 16));
+            for (int nb = 0; nb < nb_n; nb++) {
+                fc acc;
+                wm::fill_fragment(acc, 0.0f);
+                for (int kb = 0; kb < WK; kb += 16) {
+                    fa a;
+                    fb b;
+                    wm::load_matrix_sync(a, Pw + kb, (unsigned)L.ldp);
+                    wm::load_matrix_sync(b, Vs + kb * L.ldv + c0 + nb * 16, (unsigned)L.ldv);
+                    wm::mma_sync(acc, a, b, acc);
+                }
+                wm::store_matrix_sync(Sw + nb * 16, acc, (unsigned)L.lds, wm::mem_row_major);
+            }
+            __syncwarp();
+            const int64_t cn = c.Dv - c0 < (int64_t)WK ? c.Dv - c0 : (int64_t)WK;
+            if (!nan)
+                for (int64_t d = t; d < cn; d += WTPR) Orow[c0 + d] = Orow[c0 + d] * alpha + Sr[d];
+            __syncwarp();
+        }
+    }
+    if (!live) return;
+    if (nan) l = NAN;
+    const int64_t x = bh * c.Nq + i;
+    float *o = out + x * c.Dv;
+    const float inv = c.normalized ? (l > 0 ? 1 / l : 0.0f) : 1.0f;
+    for (int64_t d = t; d < c.Dv; d += WTPR) o[d] = l != l ? NAN : Orow[d] * inv;
+    if (t == 0) {
+        if (l != l) stat[x] = l;
+        else if (soft) stat[x] = l > 0 ? m + pn_log(l) : -INFINITY;
+        else stat[x] = l;
+    }
+}
+
 /* ---- preparation: terms, flags, Lorentz factors, the checks ------------------------------------ */
 /* slots (unsigned long long, all ones = none): the first non-finite q / k row, q's term m = 0, 1
  * and k's breaking the manifold, the first v row outside the Klein ball — flat bh·N + r, the
@@ -958,18 +1178,36 @@ pn_status dsetup(const char *op, dstate *g, dcall<T> *c, const pn_tensor *q, con
     return PN_OK;
 }
 
-/* Launch tiled kernel kf over nblk blocks of TT threads with L's dynamic shared memory (asking
- * for more than the default 48 KiB when it needs it); false when the tiles do not fit the
- * device's shared memory or the grid — the caller runs the row kernels. */
-template <typename T, typename K, typename... A>
-bool tiled_launch(const char *op, pn_status *s, K kf, int64_t nblk, const tlay &L, A... args) {
-    const size_t bytes = (size_t)L.total * sizeof(T), stat_bytes = 2 * TK * sizeof(kstage<double>);
+/* Launch tiled kernel kf over nblk blocks of `threads` with `bytes` of dynamic shared memory
+ * (asking for more than the default 48 KiB when it needs it); false when that does not fit the
+ * device's shared memory (with the kernels' static arrays) or the grid — the caller runs the
+ * row kernels. */
+template <typename K, typename... A>
+bool tiled_launch(const char *op, pn_status *s, K kf, int64_t nblk, int threads, size_t bytes, A... args) {
+    const size_t stat_bytes = 2 * WK * sizeof(kstage<double>);
     if (nblk < 1 || nblk > INT32_MAX || bytes + stat_bytes > pn_cu_smem_optin()) return false;
     if (bytes > 48 * 1024 &&
         (*s = pn_cu_check(op, cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes))))
         return true;
-    *s = pn_cu_check(op, PN_LAUNCH(kf, (unsigned)nblk, TT, bytes, pn_cu_stream(), args...));
+    *s = pn_cu_check(op, PN_LAUNCH(kf, (unsigned)nblk, threads, bytes, pn_cu_stream(), args...));
     return true;
+}
+
+/* the forward on tensor cores (precision bf16 / f16, f32 tensors); false: not launched */
+template <typename S> bool wmma_forward(const char *op, pn_status *s, int prec, const dcall<float> &c, float *out,
+                                        float *stat) {
+    const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv);
+    const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
+    const size_t bytes = (size_t)L.total + 128;
+    if (prec == PN_PREC_BF16) {
+        auto kf = wfwd_kernel<__nv_bfloat16, S>;
+        return tiled_launch(op, s, kf, nblk, WT, bytes, c, L, out, stat);
+    }
+    auto kf = wfwd_kernel<__half, S>;
+    return tiled_launch(op, s, kf, nblk, WT, bytes, c, L, out, stat);
+}
+template <typename S> bool wmma_forward(const char *, pn_status *, int, const dcall<double> &, double *, double *) {
+    return false; /* f64 tensors never ask (the front end refuses precision on them) */
 }
 
 template <typename T>
@@ -984,8 +1222,11 @@ pn_status dforward(const char *op, const pn_tensor *q, const pn_tensor *k, const
         score_switch(g.kind, [&](auto tag) {
             typedef decltype(tag) S;
             auto kt = tfwd_kernel<T, S>;
-            if (out && tiled_launch<T>(op, &s, kt, c.BH * ((c.Nq + TQ - 1) / TQ), tlay_of(c.D, c.Dv, TL_FWD), c,
-                                       tlay_of(c.D, c.Dv, TL_FWD), (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
+            const tlay L = tlay_of(c.D, c.Dv, TL_FWD);
+            if (out && o->precision != PN_PREC_NATIVE &&
+                wmma_forward<S>(op, &s, o->precision, c, (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
+            } else if (out && tiled_launch(op, &s, kt, c.BH * ((c.Nq + TQ - 1) / TQ), TT, (size_t)L.total * sizeof(T), c,
+                                           L, (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
             } else if (out) {
                 auto kf = fwd_kernel<T, S>;
                 s = pn_cu_check(op, PN_LAUNCH(kf, pn_cu_blocks(c.BH * c.Nq, DT), DT, 0, pn_cu_stream(), c, (T *)pn_ptr(out),
@@ -1056,9 +1297,11 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
         auto tq = tbwq_kernel<T, S>;
         auto tk = tbwk_kernel<T, S>;
         const tlay Lq = tlay_of(c.D, c.Dv, TL_BWQ), Lk = tlay_of(c.D, c.Dv, TL_BWK);
-        if (!s && BH * Nq > 0 && !tiled_launch<T>(op, &s, tq, BH * ((Nq + TQ - 1) / TQ), Lq, c, a, Lq))
+        if (!s && BH * Nq > 0 &&
+            !tiled_launch(op, &s, tq, BH * ((Nq + TQ - 1) / TQ), TT, (size_t)Lq.total * sizeof(T), c, a, Lq))
             s = pn_cu_check(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
-        if (!s && BH * Nk > 0 && !tiled_launch<T>(op, &s, tk, BH * ((Nk + TK - 1) / TK), Lk, c, a, Lk))
+        if (!s && BH * Nk > 0 &&
+            !tiled_launch(op, &s, tk, BH * ((Nk + TK - 1) / TK), TT, (size_t)Lk.total * sizeof(T), c, a, Lk))
             s = pn_cu_check(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && gb_t && pn_numel(gb_t) > 0) {
             gbmap m;

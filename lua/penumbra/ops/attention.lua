@@ -27,6 +27,10 @@
 --   model      = 'hyperboloid' (default) | 'halfspace' | 'poincare'   (score 'hyperbolic')
 --   squared    = false   penumbral: −γ·height² (the authors' code)
 --   alibi      = false   ALiBi slopes per head (needs causal)
+--   precision  = 'native' (default: the tensors' dtype) | 'bf16' | 'f16'   dense attention of f32
+--                tensors on CUDA: Q·Kᵀ and P·V on tensor cores with inputs rounded to bfloat16 /
+--                half and f32 accumulation (the forward; the backward and attention_weights run
+--                in f32); an error on the CPU and for f64 tensors
 --   graph only: a_l, a_r ((H, D) tensors for gat), dropout (on the weights), train
 -- A fully masked row gives output 0 and zero gradients.
 return function(pn, M, B)
@@ -110,8 +114,9 @@ return function(pn, M, B)
   local MODELS = { hyperboloid = C.PN_MODEL_HYPERBOLOID, halfspace = C.PN_MODEL_HALFSPACE,
                    poincare = C.PN_MODEL_POINCARE }
   local AGGREGATE = { sum = C.PN_AGG_SUM, einstein = C.PN_AGG_EINSTEIN }
+  local PRECISION = { native = C.PN_PREC_NATIVE, bf16 = C.PN_PREC_BF16, f16 = C.PN_PREC_F16 }
   local KNOWN = { score = 1, normalize = 1, causal = 1, mask = 1, bias = 1, aggregate = 1, model = 1, squared = 1,
-                  alibi = 1, a_l = 1, a_r = 1, dropout = 1, train = 1 }
+                  alibi = 1, a_l = 1, a_r = 1, dropout = 1, train = 1, precision = 1 }
   for name in pairs(PARAM_ID) do KNOWN[name] = 1 end -- every score parameter of variants.def
 
   local function names(t)
@@ -152,6 +157,10 @@ return function(pn, M, B)
     o.normalize = lookup(op, 'normalize', NORMALIZE, opts.normalize, C.PN_NORM_SOFTMAX)
     o.model = lookup(op, 'model', MODELS, opts.model, C.PN_MODEL_HYPERBOLOID)
     o.aggregate = lookup(op, 'aggregate', AGGREGATE, opts.aggregate, C.PN_AGG_SUM)
+    if graph and opts.precision ~= nil then
+      error(op .. ': precision applies to dense attention on CUDA only (graph attention computes in the tensors\' dtype)', 3)
+    end
+    o.precision = lookup(op, 'precision', PRECISION, opts.precision, C.PN_PREC_NATIVE)
     -- flags are booleans: {causal = 'false'} or {causal = 0} would otherwise switch masking on
     for _, key in ipairs({ 'causal', 'squared', 'alibi', 'train' }) do
       local v = opts[key]
