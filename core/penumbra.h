@@ -141,6 +141,20 @@ pn_tensor *pn_dist_all_gather(pn_tensor *t);           /* (…) → (size, …):
 /* Prints "penumbra: rank R of N: msg" on stderr and ends every rank (MPI_Abort; exit status
  * code, 1 when 0). Returns an error, and does nothing else, when not active. */
 pn_status pn_dist_abort(const char *msg, int code);
+/* A rank waits in a collective for the others at most pn_dist_timeout() seconds (default 300;
+ * PENUMBRA_DIST_TIMEOUT, read at the first call, or pn_dist_set_timeout; 0 = forever). The wait
+ * also ends, with an error naming the collective, when a rank on this machine is gone (its
+ * process ended), when a stop signal arrived (pn_interrupt_install: mpirun sends SIGTERM to every
+ * rank when one dies and when the job is stopped) and the collective has not completed 0.25 s
+ * later, or when MPI reports an error. After that the ranks cannot exchange any more: every later
+ * collective fails at once; pn_dist_failure says why (PN_DIST_OK while they can) and
+ * pn_dist_lost_rank which rank was found gone (−1 unless PN_DIST_PEER_GONE). */
+typedef enum { PN_DIST_OK = 0, PN_DIST_SIGNAL = 1, PN_DIST_TIMEOUT = 2, PN_DIST_PEER_GONE = 3,
+               PN_DIST_MPI_ERROR = 4 } pn_dist_failure_kind;
+pn_status pn_dist_set_timeout(double seconds);
+double pn_dist_timeout(void);
+int pn_dist_failure(void);
+int pn_dist_lost_rank(void);
 
 /* ---- lifetime ---------------------------------------------------------------- */
 void pn_retain(pn_tensor *t);

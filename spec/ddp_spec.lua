@@ -11,8 +11,9 @@
 -- share (a script records what every rank saw), gradients in several small buckets give the
 -- very same losses as in one, a recipe that cannot be split is a named error, a global batch
 -- too small to split is one too (in the run file), a rank that raises mid-run leaves rank 0's
--- run file closed with status failed and that rank's message, and Ctrl-C leaves it closed with
--- status interrupted. Pending where Open MPI is missing.
+-- run file closed with status failed and that rank's message, a rank killed outright (SIGKILL)
+-- or hung leaves it closed failed with a message naming the lost rank or the timeout, within
+-- seconds, and Ctrl-C leaves it closed with status interrupted. Pending where Open MPI is missing.
 local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
 local sh = check.sh
@@ -104,13 +105,18 @@ describe('data parallelism across 2 ranks (./bench -n 2)', function()
   end)
 
   -- a tiny experiment on the synthetic PPI graphs (4 training graphs, batches of 2) that records
-  -- what each rank trained on, and raises on rank fail_rank at step fail_step when asked
+  -- what each rank trained on, and on rank fail_rank at step fail_step, when asked, raises
+  -- (how=raise), kills itself with SIGKILL (how=kill: no Lua error, no MPI_Abort, as a crash in
+  -- C) or sleeps forever (how=hang)
   local TINY = [[
 local pn = require 'penumbra'
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'unsigned int sleep(unsigned int seconds);')
 local a = rawget(_G, 'args') or {}
 local fail_step, fail_rank, log = tonumber(a.fail_step or 0), tonumber(a.fail_rank or 1), a.log
+local how = a.how or 'raise'
 if a.bucket then require('penumbra.ddp').BUCKET_BYTES = tonumber(a.bucket) end
-a.fail_step, a.fail_rank, a.log, a.bucket = nil, nil, nil, nil
+a.fail_step, a.fail_rank, a.log, a.bucket, a.how = nil, nil, nil, nil, nil
 return pn.experiment{
   name = 'ddp_tiny', shard = 'graphs', config = { epochs = 3, seed = 0, batch = 2 },
   setup = function(cfg)
@@ -120,7 +126,11 @@ return pn.experiment{
   end,
   model = function(s) return s.model end,
   train = function(s, cfg, step)
-    if step == fail_step and pn.dist.rank() == fail_rank then error('boom on rank ' .. fail_rank .. ' at step ' .. step) end
+    if step == fail_step and pn.dist.rank() == fail_rank then
+      if how == 'kill' then os.execute('kill -9 $PPID') end -- $PPID: this rank (the shell's parent)
+      while how == 'hang' do ffi.C.sleep(100) end
+      error('boom on rank ' .. fail_rank .. ' at step ' .. step)
+    end
     local loss, n, seen = 0, 0, {}
     for _, b in ipairs(s.d:batches('train', cfg.batch, step)) do
       s.opt:zero_grad()
@@ -223,6 +233,51 @@ return pn.experiment{
     assert.truthy(r.attrs.end_time, 'the run file was closed properly')
     assert.equal(1, #r.metrics.loss, 'step 1 logged, step 2 not')
     assert.matches('rank 1 of 2 failed: boom on rank 1 at step 2', out, 1, true)
+  end)
+
+  -- the ranks still running `script` (none once the job is over); "[c]li" keeps the pattern from
+  -- matching the shell that runs pgrep
+  local function survivors(script)
+    local out = sh("pgrep -f -- '[c]li.lua " .. script .. "' || true")
+    return (out:gsub('%s+$', ''))
+  end
+
+  it_mpi('rank 1 killed mid-run (SIGKILL): every rank ends within seconds; rank 0\'s run file ends failed, ' ..
+    'naming the lost rank and the collective, the steps before it readable', function()
+    local runs, script = tmpdir(), write(TINY)
+    local t0 = os.time()
+    -- the default timeout (300 s) is far beyond the bound checked: the dead rank is seen, not waited out
+    local out, code = bench('-n 2 --oversubscribe', script, 'fail_step=2 fail_rank=1 how=kill epochs=5', runs)
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, 'hung until timeout\n' .. out)
+    assert.truthy(os.time() - t0 < 30, 'took ' .. (os.time() - t0) .. ' s\n' .. out)
+    assert.equal('', survivors(script))
+    local r = read_run(runs, { 'loss' })
+    assert.equal('failed', r.attrs.status, out)
+    assert.matches('^rank 0 of 2: dist%.[%w_]+ %(%d+ bytes%): rank 1 of 2 %(pid %d+, on this machine%) is gone',
+      r.attrs.error)
+    assert.truthy(r.attrs.end_time, 'the run file was closed properly')
+    assert.equal(1, #r.metrics.loss, 'step 1 logged, step 2 not')
+    assert.is_true(r.metrics.loss[1] > 0 and r.metrics.loss[1] < 10)
+  end)
+
+  it_mpi('rank 1 hanging mid-run: rank 0 gives up after PENUMBRA_DIST_TIMEOUT (3 s), its run file ends failed ' ..
+    'with the timeout, and every rank ends', function()
+    local runs, script = tmpdir(), write(TINY)
+    local t0 = os.time()
+    local out, code = bench('-n 2 --oversubscribe', script, 'fail_step=2 fail_rank=1 how=hang epochs=5', runs,
+      'PENUMBRA_DIST_TIMEOUT=3')
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, 'hung until timeout\n' .. out)
+    local took = os.time() - t0
+    assert.truthy(took >= 2 and took < 40, 'took ' .. took .. ' s\n' .. out)
+    assert.equal('', survivors(script))
+    local r = read_run(runs, { 'loss' })
+    assert.equal('failed', r.attrs.status, out)
+    assert.matches('rank 0 of 2: dist.all_reduce (24 bytes): no reply from the other ranks in 3 s', r.attrs.error, 1, true)
+    assert.matches('PENUMBRA_DIST_TIMEOUT', r.attrs.error, 1, true)
+    assert.truthy(r.attrs.end_time, 'the run file was closed properly')
+    assert.equal(1, #r.metrics.loss, 'step 1 logged, step 2 not')
   end)
 
   it_mpi('Ctrl-C mid-run (SIGINT to mpirun, which sends the ranks SIGTERM): rank 0\'s run file ends interrupted', function()

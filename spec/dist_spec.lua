@@ -3,8 +3,10 @@
 -- on every dtype with values that differ by rank; each rank prints what it got and the spec
 -- compares with the results worked out by hand below (a rank that printed nothing, or did not
 -- print its end marker, fails). Also: the piecewise path (PENUMBRA_DIST_CHUNK small), errors that
--- every rank gives alike, a rank that raises ending both, the launcher's bad input, and the
--- single process (rank 0 of 1, no MPI). The mpirun specs are pending where Open MPI is missing.
+-- every rank gives alike, a rank that raises ending both, a collective that gives up (a rank that
+-- never joins: the timeout; a rank killed: seen gone) with a named error instead of hanging, the
+-- launcher's bad input, and the single process (rank 0 of 1, no MPI; the timeout's setting). The
+-- mpirun specs are pending where Open MPI is missing.
 local pn = require 'penumbra'
 local check = require 'spec.helpers.check'
 local sh = check.sh
@@ -200,6 +202,70 @@ print('R0 finished (should not happen)')
     assert.is_nil(out:find('should not happen', 1, true), out)
   end)
 
+  it_mpi('a collective that a rank never joins gives up after the timeout with a named error, not a hang; ' ..
+    'later collectives refuse at once', function()
+    -- rank 1 sleeps instead of joining; rank 0 reports what it got and ends normally (mpirun then
+    -- ends rank 1: a rank that gave up skips MPI_Finalize, which would wait for it)
+    local s = write([[
+local pn = require 'penumbra'
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'unsigned int sleep(unsigned int seconds);')
+local d = pn.dist
+io.write('R', d.rank(), ' default ', d.timeout(), '\n')
+if d.rank() == 1 then ffi.C.sleep(60) os.exit(0) end
+io.write('R0 previous ', d.set_timeout(1.5), '\n')
+local t0 = os.time()
+local ok, e = pcall(d.all_reduce, pn.ones(2, 3), 'sum')
+io.write('R0 first ', tostring(ok), ' ', tostring(e), '\n')
+io.write('R0 failure ', tostring(d.failure()), '\n')
+io.write('R0 waited ', os.time() - t0, '\n')
+local ok2, e2 = pcall(d.barrier)
+io.write('R0 second ', tostring(ok2), ' ', tostring(e2), '\n')
+io.write('R0 done ok\n')
+io.stdout:flush()
+]])
+    local t0 = os.time()
+    local out, code = bench('-n 2 --oversubscribe', s, 'PENUMBRA_DIST_TIMEOUT=250')
+    assert.are_not.equal(124, code, 'hung until timeout\n' .. out)
+    assert.truthy(os.time() - t0 < 40, 'rank 1 (asleep for 60 s) was waited for\n' .. out)
+    local got = parse(out)
+    assert.equal('250', got[0].default, 'PENUMBRA_DIST_TIMEOUT reaches the ranks\n' .. out)
+    assert.equal('250', got[0].previous, out)
+    assert.matches('^false dist.all_reduce %(24 bytes%): no reply from the other ranks in 1.5 s', got[0].first or '', 1)
+    assert.equal('timeout', got[0].failure)
+    local waited = tonumber(got[0].waited)
+    assert.truthy(waited >= 1 and waited <= 5, 'waited ' .. tostring(waited))
+    assert.matches('false dist.barrier: the ranks can no longer exchange data in this process: an earlier collective ' ..
+      'gave up (dist.all_reduce (24 bytes): no reply', got[0].second or '', 1, true)
+    assert.equal('ok', got[0].done, out)
+  end)
+
+  it_mpi('a rank killed (SIGKILL) while the other waits in a collective: the wait ends at once, naming it', function()
+    local s = write([[
+local pn = require 'penumbra'
+local d = pn.dist
+local r = d.rank()
+d.barrier()
+if r == 1 then os.execute('kill -9 $PPID') end -- $PPID: this rank (the shell's parent)
+local ok, e = pcall(d.broadcast, pn.zeros(5, { dtype = 'f64' }), 1)
+local why, lost = d.failure()
+io.write('R0 first ', tostring(ok), ' ', tostring(e), '\n')
+io.write('R0 failure ', tostring(why), ' ', tostring(lost), '\n')
+io.write('R0 done ok\n')
+io.stdout:flush()
+]])
+    -- without a handler for SIGTERM, the survivor would die of mpirun's SIGTERM 1 s after the death;
+    -- it reports long before that
+    local t0 = os.time()
+    local out, code = bench('-n 2 --oversubscribe', s)
+    assert.are_not.equal(124, code, 'hung until timeout\n' .. out)
+    assert.truthy(os.time() - t0 < 30, out)
+    local got = parse(out)
+    assert.matches('^false dist.broadcast %(40 bytes%): rank 1 of 2 %(pid %d+, on this machine%) is gone', got[0].first or '')
+    assert.equal('rank gone 1', got[0].failure)
+    assert.equal('ok', got[0].done, out)
+  end)
+
   it_mpi('-n 1 runs the script in this process, rank 0 of 1, without mpirun', function()
     local s = write("local d = require('penumbra').dist\nprint('R0 ranks ' .. d.size() .. ' ' .. tostring(os.getenv('OMPI_COMM_WORLD_SIZE')))\n")
     local out, code = bench('-n 1', s)
@@ -258,6 +324,29 @@ describe('pn.dist in a single process', function()
     end
     check.assert_close(d.all_reduce(pn.tensor({ 1.5, -2 }), 'mean'), { 1.5, -2 }, 0, 'mean')
     d.barrier()
+  end)
+
+  it('waits in a collective at most timeout() seconds: 300 by default, PENUMBRA_DIST_TIMEOUT, set_timeout', function()
+    if not os.getenv('PENUMBRA_DIST_TIMEOUT') then assert.equal(300, d.timeout()) end
+    local before = d.timeout()
+    assert.equal(before, d.set_timeout(12.5))
+    assert.equal(12.5, d.timeout())
+    assert.equal(12.5, d.set_timeout(0)) -- 0: forever
+    assert.equal(0, d.timeout())
+    d.set_timeout(before)
+    assert.is_nil(d.failure())
+    check.assert_error_matching(function() d.set_timeout(-1) end, 'dist.set_timeout: seconds must be a finite number >= 0')
+    check.assert_error_matching(function() d.set_timeout(1 / 0) end, 'dist.set_timeout', 'finite')
+    check.assert_error_matching(function() d.set_timeout('5') end, 'dist.set_timeout: seconds must be a number')
+    assert.equal(before, d.timeout())
+    -- the environment, read at the first call; a wrong value is an error naming the variable
+    local s = write("local d = require('penumbra').dist\nprint('T ' .. d.timeout())\n")
+    local out, code = bench('', s, 'PENUMBRA_DIST_TIMEOUT=7.5')
+    assert.equal(0, code, out)
+    assert.matches('T 7.5', out, 1, true)
+    out, code = bench('', s, 'PENUMBRA_DIST_TIMEOUT=soon')
+    assert.are_not.equal(0, code, out)
+    assert.matches("PENUMBRA_DIST_TIMEOUT='soon' is not a number of seconds >= 0", out, 1, true)
   end)
 
   it('errors name the function and the argument', function()

@@ -14,14 +14,24 @@
 
 int pn_mpi_built(void);                         /* 1 when this build links MPI */
 /* MPI_Init_thread (unless the process already did it), errors returned rather than fatal,
- * MPI_Finalize registered with atexit; this process's rank and the number of ranks */
+ * MPI_Finalize registered with atexit, the ranks' pids swapped (which ones this process can see
+ * die); this process's rank and the number of ranks. The collectives below wait at most
+ * pn_dist_timeout() and may give up sooner (mpi.c's top comment); op names the call in messages. */
 pn_status pn_mpi_init(int *rank, int *size);
 pn_status pn_mpi_barrier(const char *op);
 /* in place over every rank; op PN_SUM, PN_MAX or PN_MIN (max/min of floats propagate NaN) */
 pn_status pn_mpi_all_reduce(const char *op, void *p, int64_t n, int dtype, int red);
+/* inout = in (op) inout, n elements here (no communication): dist.c's small all-reduces */
+pn_status pn_mpi_reduce_local(const char *op, const void *in, void *inout, int64_t n, int dtype, int red);
 pn_status pn_mpi_broadcast(const char *op, void *p, int64_t n, int dtype, int root);
 /* out (size · n elements) gets rank r's n elements of in at r · n */
 pn_status pn_mpi_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype);
 void pn_mpi_abort(int code);                    /* does not return */
+/* After a collective gave up (a rank gone, a stop signal, the timeout, an MPI error: mpi.c's top
+ * comment), why (PN_DIST_*; 0 while the ranks can exchange) and, for PN_DIST_PEER_GONE, the rank
+ * found gone (else −1). From then on every call above fails at once, and the buffers of the
+ * call that gave up must stay allocated: MPI may still write into them. */
+int pn_mpi_failure(void);
+int pn_mpi_lost_rank(void);
 
 #endif

@@ -49,19 +49,39 @@
 --     each rank's host, comma-separated, and shard) and checkpoints; the other ranks get a run
 --     object that writes nothing and print nothing (io.stdout, io.stderr and print are silenced
 --     while the runner runs there); errors still reach the terminal (cli.lua's abort).
---  7. Failure: without this, a rank that raises ends the job through cli.lua's MPI_Abort at
---     once, and rank 0 — blocked in a collective — is killed with its run file still 'running'.
---     So every collective this module makes starts with a small header all_reduce that carries
---     "a rank failed", "a rank was interrupted" and "rank 0 says stop". A rank whose runner
---     catches an error joins the next header with its flag and sends its message; the others
---     raise "rank R of N failed: message" there; rank 0 writes status failed (or interrupted)
---     and the message and closes its run file, and only then (a barrier) do the ranks go on to
---     cli.lua's MPI_Abort. Remaining window, where mpirun ends the job and rank 0's file may
---     stay 'running' (its pid attribute lets `./bench runs` see the writer gone): a rank that
---     dies without raising (SIGKILL, a crash in C) or hangs, and a failure inside one of the
---     collectives themselves. After the training loop nothing is exchanged: only rank 0 works
---     there (test evaluation, finish) and records its own failures. A timeout on the
---     collectives is a later step.
+--  7. Failure: every collective this module makes starts with a small header all_reduce that
+--     carries "a rank failed", "a rank was interrupted" and "rank 0 says stop". A rank whose
+--     runner catches an error joins the next header with its flag and sends its message; the
+--     others raise "rank R of N failed: message" there; rank 0 writes status failed (or
+--     interrupted) and the message and closes its run file, and only then (a barrier) do the ranks
+--     go on to cli.lua's MPI_Abort. A rank that cannot raise — killed (SIGKILL, a crash in C) or
+--     hung — is caught by the waits themselves (core/dist/mpi.c: every collective is non-blocking
+--     underneath, polled): a wait gives up when a rank on this machine is gone (its pid vanished:
+--     seen within 10 ms, before mpirun's SIGTERM, which comes 1 s after it saw the death), when a
+--     stop signal arrived and the collective did not complete 0.25 s later, after the timeout
+--     (pn.dist.timeout(): PENUMBRA_DIST_TIMEOUT, default 300 s; 0 = none), or on an MPI error. The
+--     collective then raises here (c.broken: nothing more is exchanged), and rank 0 records:
+--       - a rank found gone: status failed, "rank 0 of N: dist.<op>: rank R of N (pid P, on this
+--         machine) is gone: …";
+--       - the timeout or an MPI error: status failed, "rank 0 of N: dist.<op>: no reply from the
+--         other ranks in S s …" (or MPI's message);
+--       - a stop signal with no rank found gone: status interrupted, "interrupted (SIGTERM) while
+--         rank 0 of N waited in dist.<op> for the other ranks — the job was stopped …". mpirun
+--         sends the same SIGCONT, 1 s, SIGTERM, 1 s, SIGKILL to every rank on Ctrl-C, on its own
+--         SIGTERM and when a rank dies, so the signal alone cannot tell them apart: a dead rank on
+--         this machine is seen by its pid first (failed); one on another machine cannot be, and
+--         its death reads as interrupted on rank 0 (mpirun's output names the dead rank).
+--     Ranks other than 0 wait for rank 0's setup and its evaluations (the header after them) with
+--     at least M.LEAD_TIMEOUT (an hour), since those can outlast the default timeout. Bounds: rank 0
+--     must close its file before mpirun's SIGKILL, 1 s after its SIGTERM (2 s after mpirun saw a
+--     rank die) — ample when it waits in a collective (measured: 2 ms from the gone rank seen to
+--     the file closed), not when it is in the middle of a step or an evaluation longer than that
+--     (OMPI_MCA_odls_base_sigkill_timeout=S in the environment of ./bench -n sets the delay; mpirun
+--     reads it). A rank 0 killed outright, or one hung outside the collectives, leaves its
+--     file 'running' (its pid attribute lets `./bench runs` see the writer gone). A
+--     checkpoint is written to a temporary file and renamed (experiment.lua), so a rank 0 killed
+--     while writing one leaves the previous checkpoint whole. After the training loop nothing is
+--     exchanged: only rank 0 works there (test evaluation, finish) and records its own failures.
 --  8. Timing (for experiments/perf/dist.lua): M.timing counts, per process, the gradient syncs,
 --     the seconds spent in them (header, bucket copies, scaling, all-reduce, copies back), the
 --     seconds inside the buckets' dist.all_reduce calls alone, and the bytes all-reduced. Always
@@ -79,6 +99,7 @@ local M = {}
 M.MSG_BYTES = 2048   -- a failing rank's message, as sent to the others (longer ones are cut)
 M.SEED_STRIDE = 7919 -- rank r > 0 reseeds the tensor RNG with seed + SEED_STRIDE · r after setup
 M.BUCKET_BYTES = 25 * 2 ^ 20 -- the gradients go to all_reduce in buckets of at most this (DDP's 25 MB)
+M.LEAD_TIMEOUT = 3600 -- s: ranks > 0 wait at least this for rank 0's setup and evaluations (see 7.)
 M.timing = { syncs = 0, sync_s = 0, all_reduce_s = 0, bytes = 0 } -- see 8. above (never reset here)
 
 local ctx = nil -- the run being trained across ranks (one at a time), or nil
@@ -89,13 +110,51 @@ end
 
 local function addr(t) return tonumber(ffi.cast('intptr_t', ffi.cast('void *', t))) end
 
+-- ---- collectives that can give up ---------------------------------------------------------
+-- the error of a collective that failed (e), as rank 0's run file records it (see 7.): after a
+-- stop signal it starts "interrupted (SIG…)", so the runner records the status interrupted; any
+-- other failure is prefixed with this rank. signal_name: number → 'SIGTERM' (the runner's)
+local function describe(rank, size, e, signal_name)
+  e = tostring(e)
+  if dist.failure() == 'signal' then
+    -- "dist.all_reduce (24 bytes): interrupted (SIGTERM) while waiting for the other ranks — why"
+    local op, sig, why = e:match('^(.-): interrupted %((.-)%) while waiting for the other ranks(.*)$')
+    if op then
+      return string.format('interrupted (%s) while rank %d of %d waited in %s for the other ranks%s', sig, rank, size,
+        op, why)
+    end
+    return string.format('interrupted (%s) — rank %d of %d: %s', signal_name(tonumber(C.pn_interrupted())), rank, size, e)
+  end
+  return string.format('rank %d of %d: %s', rank, size, e)
+end
+
+-- fn(…) (a pn.dist collective); if it fails, nothing more is exchanged in this run (c.broken)
+local function coll(c, fn, ...)
+  local ok, r = pcall(fn, ...)
+  if not ok then
+    c.broken = true
+    error(describe(c.rank, c.size, r, c.signal_name), 0)
+  end
+  return r
+end
+
+-- fn() on a rank other than 0 that waits for rank 0's own work: the timeout at least M.LEAD_TIMEOUT
+local function patient(c, fn)
+  local t = dist.timeout()
+  if c.rank == 0 or t == 0 or t >= M.LEAD_TIMEOUT then return fn() end
+  dist.set_timeout(M.LEAD_TIMEOUT)
+  local ok, r = pcall(fn)
+  dist.set_timeout(t)
+  if not ok then error(r, 0) end
+  return r
+end
+
 -- ---- the header: every collective of this module starts with it ------------------------------
 -- h = {failing rank key, interrupt signal, stop} reduced by max; a failing rank r sends
 -- size − r, so the lowest failing rank wins and sends its message (a u8 broadcast).
 local function header(c, stop)
   local h = pn.tensor({ c.failing and (c.size - c.rank) or 0, C.pn_interrupted(), stop and 1 or 0 }, { dtype = 'f64' })
-  local ok, e = pcall(dist.all_reduce, h, 'max')
-  if not ok then c.broken = true; error(e, 0) end
+  coll(c, dist.all_reduce, h, 'max')
   local v = h:totable()
   if v[1] > 0 then
     local from = c.size - v[1]
@@ -104,8 +163,7 @@ local function header(c, stop)
       local msg = c.failing:sub(1, M.MSG_BYTES - 1)
       ffi.copy(buf:data_ptr(), msg, #msg)
     end
-    local okb, eb = pcall(dist.broadcast, buf, from)
-    if not okb then c.broken = true; error(eb, 0) end
+    coll(c, dist.broadcast, buf, from)
     c.agreed = true
     if c.failing then return false end -- a failing rank's own call: it raises its own error
     local text = ffi.string(buf:data_ptr())
@@ -155,7 +213,7 @@ local function broadcast_params(c)
   pn.no_grad(function()
     for _, b in ipairs(c.buckets) do
       if c.rank == 0 then for _, it in ipairs(b.items) do slice(b.buf, it):copy_(it.p) end end
-      dist.broadcast(b.buf, 0)
+      coll(c, dist.broadcast, b.buf, 0)
       if c.rank ~= 0 then for _, it in ipairs(b.items) do it.p:copy_(slice(b.buf, it)) end end
     end
   end)
@@ -187,7 +245,7 @@ local function sync_grads(c)
         end
       end
       local a0 = now()
-      dist.all_reduce(buf, 'sum')
+      coll(c, dist.all_reduce, buf, 'sum')
       T.all_reduce_s, T.bytes = T.all_reduce_s + (now() - a0), T.bytes + buf:numel() * BYTES[b.dtype]
     end
     local first = c.buckets[1]
@@ -279,7 +337,8 @@ function M.start(def, cfg, o)
   if ph then ph:close() end
   local hb = pn.zeros({ 256 }, { dtype = 'u8' })
   ffi.copy(hb:data_ptr(), host, #host)
-  local all = dist.all_gather(hb)
+  local okg, all = pcall(dist.all_gather, hb)
+  if not okg then error(describe(rank, size, all, o and o.signal_name or tostring), 0) end
   local hosts = {}
   for r = 1, size do hosts[r] = ffi.string(all:select(1, r):contiguous():data_ptr()) end
   ctx = { rank = rank, size = size, name = def.name, shard = def.shard, hosts = table.concat(hosts, ','),
@@ -295,7 +354,7 @@ function M.setup(def, cfg, run)
   local c = ctx
   local state
   if c.rank == 0 then state = def.setup(cfg, run) end
-  header(c)
+  patient(c, function() header(c) end)
   if c.rank ~= 0 then state = def.setup(cfg, run) end
   local model = def.model and def.model(state)
   if not model then
@@ -348,8 +407,8 @@ function M.end_step(m, step)
   end
   s[2 * K + 1] = c.count
   x[2 * K + 1], x[2 * K + 2] = c.signature, -c.signature
-  local st = dist.all_reduce(pn.tensor(s, { dtype = 'f64' }), 'sum'):totable()
-  local xt = dist.all_reduce(pn.tensor(x, { dtype = 'f64' }), 'max'):totable()
+  local st = coll(c, dist.all_reduce, pn.tensor(s, { dtype = 'f64' }), 'sum'):totable()
+  local xt = coll(c, dist.all_reduce, pn.tensor(x, { dtype = 'f64' }), 'max'):totable()
   if xt[2 * K + 1] ~= -xt[2 * K + 2] then
     error(string.format('ranks disagree on the global batches of %s %d: their composition must not depend on the ' ..
       'rank (draw it from penumbra.rng with the config seed, not from the tensor RNG, which differs by rank)',
@@ -372,7 +431,10 @@ function M.end_step(m, step)
 end
 
 -- at the end of every step, after rank 0's evaluation: rank 0's stop decision to every rank
-function M.agree_stop(stop) return header(ctx, stop) end
+function M.agree_stop(stop)
+  local c = ctx
+  return patient(c, function() return header(c, stop) end)
+end
 
 -- after the training loop: no more collectives, so a failure is no longer exchanged
 function M.finish_training()

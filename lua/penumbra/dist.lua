@@ -7,7 +7,9 @@
 -- Collectives are called by every rank, in the same order, with tensors of the same shape and
 -- dtype (and the same op or root): a mismatch is an error on every rank naming the rank at
 -- fault. CPU tensors only for now (NCCL for device tensors is a later step). all_reduce works in
--- place, so one flat tensor holding many parameters goes in one call.
+-- place, so one flat tensor holding many parameters goes in one call. No wait is endless: a
+-- collective raises a named error when a rank on this machine is gone, after a stop signal, after
+-- timeout() seconds or on an MPI error (core/dist/mpi.c), and the ranks cannot exchange after that.
 local B = require 'penumbra_ffi'
 local C = B.C
 
@@ -90,5 +92,37 @@ end
 
 -- (for the launcher) true when this process joined MPI with other ranks; never starts MPI
 function M.active() return C.pn_dist_active() ~= 0 end
+
+-- How long a rank waits in a collective for the others before it raises "dist.<op>: no reply from
+-- the other ranks in S s …": seconds (0 = forever; default 300, or PENUMBRA_DIST_TIMEOUT).
+-- set_timeout returns the previous value. A wait also ends with an error when a rank on this
+-- machine is gone, when a stop signal (SIGINT/SIGTERM/SIGHUP, under the runner) arrived and the
+-- collective has not completed 0.25 s later, or when MPI fails; after that the ranks cannot
+-- exchange any more (every later collective raises at once) and failure() says why.
+function M.timeout()
+  init()
+  return C.pn_dist_timeout()
+end
+
+function M.set_timeout(seconds)
+  if type(seconds) ~= 'number' then
+    error('dist.set_timeout: seconds must be a number (0: wait forever), got ' .. type(seconds), 2)
+  end
+  init()
+  local old = C.pn_dist_timeout()
+  B.check(C.pn_dist_set_timeout(seconds))
+  return old
+end
+
+local FAILURES = { [C.PN_DIST_SIGNAL] = 'signal', [C.PN_DIST_TIMEOUT] = 'timeout',
+  [C.PN_DIST_PEER_GONE] = 'rank gone', [C.PN_DIST_MPI_ERROR] = 'mpi error' }
+
+-- nil while the ranks can exchange; after a collective gave up: 'signal', 'timeout', 'rank gone'
+-- (and the rank found gone, counted from 0) or 'mpi error'
+function M.failure()
+  local f = FAILURES[tonumber(C.pn_dist_failure())]
+  if f == 'rank gone' then return f, tonumber(C.pn_dist_lost_rank()) end
+  return f
+end
 
 return M
