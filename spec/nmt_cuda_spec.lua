@@ -1,15 +1,16 @@
 -- nmt_cuda_spec.lua — the NMT recipe with device=cuda (the kernel interpreter here, a GPU where
 -- there is one): the Transformer, its batches and greedy decoding run on the device and give the
 -- CPU run's losses (the same dropout masks: one Philox stream). A tiny run: 32 training pairs,
--- 4 evaluation pairs, one epoch, greedy test decoding.
+-- 4 evaluation pairs, one epoch, greedy test decoding; once more with precision=bf16.
 local pn = require 'penumbra'
 local cu = require 'spec.helpers.cuda'
 
 local it_cuda = pn.cuda.available() and it or pending
 
-local function run(device)
+local function run(device, precision)
   return cu.run_experiment('experiments/nmt_multi30k_umbral.lua', { epochs = '1', preset = 'small',
-    train_limit = '32', eval_limit = '4', beam = '1', attention_maps = '0', threads = '1', device = device })
+    train_limit = '32', eval_limit = '4', beam = '1', attention_maps = '0', threads = '1', device = device,
+    precision = precision })
 end
 
 describe('NMT recipe on cuda', function()
@@ -20,5 +21,11 @@ describe('NMT recipe on cuda', function()
         string.format('%s: cpu %.7f, cuda %.7f', key, c[key], g[key]))
     end
     assert.truthy(g.test_bleu >= 0 and g.test_bleu <= 100)
+    -- precision=bf16: the attentions' products on tensor cores; near the f32 run, not equal to it
+    local h = run('cuda', 'bf16')
+    for _, key in ipairs({ 'val_loss', 'test_loss' }) do
+      local rel = math.abs(c[key] - h[key]) / (1 + math.abs(c[key]))
+      assert.is_true(rel <= 2e-2 and h[key] ~= g[key], string.format('%s: f32 %.7f, bf16 %.7f', key, g[key], h[key]))
+    end
   end)
 end)

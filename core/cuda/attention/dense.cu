@@ -26,8 +26,8 @@
  *   bias      the bias gradient per element of gb walking the pairs that broadcast to it;
  *   params    the parameters reduced per head in a fixed order.
  * Deterministic, no float atomics. These are CUDA-core kernels in T (f32, f64); with precision
- * bf16 / f16 the forward runs on tensor cores instead (section "tensor cores"; the backward stays
- * on the f32 tiles).
+ * bf16 / f16 the forward and both backward passes run on tensor cores instead (section "tensor
+ * cores"), with the same tiling and the same per-pair code.
  * The CPU kernel's checks (the parameters, the manifolds, non-finite rows of a manifold score, the
  * Klein ball of einstein) run here too, with the CPU's messages: the device flags rows and finds
  * the first offending index (atomicMin of an index is order-independent), the host reads it. */
@@ -802,7 +802,11 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
  * shared memory). The accumulators never leave the wmma calls' element-wise use: the fragment map
  * is unspecified, so the per-row rescaling happens in shared memory. A distance score's
  * −½‖q − k‖² is q·k − ½‖q‖² − ½‖k‖² over the rounded coordinates (their norms in f32), the terms
- * the f32 rows' (prep_kernel). The backward runs the f32 tiles on the saved statistic. */
+ * the f32 rows' (prep_kernel). The backward likewise: per tile S and dP = dO·Vᵀ by wmma, the
+ * pair's dS and VJP per element, ∂G and P rounded to H for dQ += ∂G·K, dK += ∂Gᵀ·Q, dV += Pᵀ·dO.
+ * As in any GEMM, a non-finite v (or dO) reaches every row of its tile through 0·NaN, also rows
+ * that do not see that key (the f32 kernels skip such pairs). The weights (attention_weights)
+ * and their backward stay on the f32 kernels. */
 enum { WQ = 64, WK = 64, WTPR = 2, WT = 128 }; /* rows per block, keys per tile, threads per row, threads */
 static_assert(WQ == 16 * (WT / 32) && WQ * WTPR == WT, "one warp per 16 rows, WTPR lanes per row");
 
@@ -812,49 +816,60 @@ template <> __device__ __half to16<__half>(float x) { return __float2half_rn(x);
 __device__ inline float from16(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ inline float from16(__half x) { return __half2float(x); }
 
-/* the dynamic shared memory of wfwd_kernel, in bytes from a 128-byte aligned base: rounded Q (WQ,
- * Dp) and K (WK, Dp) over the Dg coordinates of the product padded to 16, V (WK, Dvp); the f32
- * score / product tile (WQ, WK); P (WQ, WK) in H; O (WQ, Dv) f32; ‖q‖², ‖k‖² of the rounded rows.
- * Leading dimensions: wmma needs multiples of 8 (16-bit) and 4 (f32) and 32-byte aligned tiles;
- * the extra 8 / 4 elements move consecutive rows to other banks. The launch asks for 128 bytes
- * more, to align the base. */
+/* The dynamic shared memory of the tensor-core kernels, in bytes from a 128-byte aligned base (the
+ * launch asks for 128 more). Rounded (H) tiles of 64 rows: a — the block's own rows' coordinates
+ * (Q; K on the key side) and b — the walked tile's (K; Q), over the Dg coordinates of the product
+ * padded to 16 (Dp); va — the own rows' values (dO on the query side, V on the key side; unused by
+ * the forward) and vb — the walked tile's (V; dO), Dv padded (Dvp). f32 tiles (64, 64): s (the
+ * scores, then each product's 64-column chunk) and dp (dP, the backward). H tiles (64, 64): p (P;
+ * ∂L/∂G) and p2 (the key side's second: P). f32 accumulators in the block's rows: acc (O over Dv,
+ * dQ / dK over Dg) and acc2 (dV, the key side). an, bn: ‖row‖² of the rounded a and b rows. wmma
+ * needs leading dimensions that are multiples of 8 (16-bit) or 4 (f32) and 32-byte aligned tiles;
+ * the extra 8 / 4 elements move consecutive rows to other banks. */
+enum { WL_FWD, WL_BWQ, WL_BWK };
 struct wlay {
-    int64_t Dp, Dvp, ldq, ldv, lds, ldp, ldo;
-    int64_t q, k, v, s, p, o, qn, kn, total;
+    int64_t Dp, Dvp, ldq, ldv, lds, ldp, ldo, ldo2;
+    int64_t a, b, va, vb, s, dp, p, p2, acc, acc2, an, bn, total;
 };
 
 inline int64_t up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-inline wlay wlay_of(int64_t Dg, int64_t Dv) {
+inline wlay wlay_of(int64_t Dg, int64_t Dv, int kind) {
     wlay L;
-    L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv, 16);
-    L.ldq = L.Dp + 8, L.ldv = L.Dvp + 8, L.lds = WK + 4, L.ldp = WK + 8, L.ldo = odd(Dv);
-    L.q = 0;
-    L.k = up(L.q + WQ * L.ldq * 2, 128);
-    L.v = up(L.k + WK * L.ldq * 2, 128);
-    L.s = up(L.v + WK * L.ldv * 2, 128);
-    L.p = up(L.s + WQ * L.lds * 4, 128);
-    L.o = up(L.p + WQ * L.ldp * 2, 128);
-    L.qn = up(L.o + WQ * L.ldo * 4, 128);
-    L.kn = up(L.qn + WQ * 4, 128);
-    L.total = up(L.kn + WK * 4, 128);
+    const bool bw = kind != WL_FWD, bk = kind == WL_BWK;
+    L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv > 0 ? Dv : 1, 16);
+    L.ldq = L.Dp + 8, L.ldv = L.Dvp + 8, L.lds = WK + 4, L.ldp = WK + 8;
+    L.ldo = odd(kind == WL_FWD ? Dv : Dg), L.ldo2 = odd(Dv);
+    L.a = 0;
+    L.b = up(L.a + 64 * L.ldq * 2, 128);
+    L.va = up(L.b + 64 * L.ldq * 2, 128);
+    L.vb = up(L.va + (bw ? 64 * L.ldv * 2 : 0), 128);
+    L.s = up(L.vb + 64 * L.ldv * 2, 128);
+    L.dp = up(L.s + 64 * L.lds * 4, 128);
+    L.p = up(L.dp + (bw ? 64 * L.lds * 4 : 0), 128);
+    L.p2 = up(L.p + 64 * L.ldp * 2, 128);
+    L.acc = up(L.p2 + (bk ? 64 * L.ldp * 2 : 0), 128);
+    L.acc2 = up(L.acc + 64 * L.ldo * 4, 128);
+    L.an = up(L.acc2 + (bk ? 64 * L.ldo2 * 4 : 0), 128);
+    L.bn = up(L.an + 64 * 4, 128);
+    L.total = up(L.bn + 64 * 4, 128);
     return L;
 }
 
-/* rows [r0, r0 + n16) of src (n rows of D floats, contiguous), coordinates [c0, c0 + w), rounded
- * to H into dst (ld), zeros past n and in the padding up to wp */
+/* rows [r0, r0 + 64) of src (n rows of D floats, contiguous), coordinates [0, w), rounded to H
+ * into dst (ld), zeros past n and in the padding up to wp */
 template <typename H>
-__device__ void wtile_load(H *dst, int64_t ld, const float *src, int64_t r0, int64_t n, int64_t D, int64_t c0,
-                           int64_t w, int64_t wp, int rows) {
-    for (int64_t e = threadIdx.x; e < rows * wp; e += blockDim.x) {
+__device__ void wtile_load(H *dst, int64_t ld, const float *src, int64_t r0, int64_t n, int64_t D, int64_t w,
+                           int64_t wp) {
+    for (int64_t e = threadIdx.x; e < 64 * wp; e += blockDim.x) {
         const int64_t r = e / wp, d = e - r * wp;
-        dst[r * ld + d] = to16<H>(r0 + r < n && d < w ? src[(r0 + r) * D + c0 + d] : 0.0f);
+        dst[r * ld + d] = to16<H>(r0 + r < n && d < w ? src[(r0 + r) * D + d] : 0.0f);
     }
 }
 
-/* ‖row‖² of the rounded rows [0, rows) of t (ld) over w coordinates, into nrm */
-template <typename H> __device__ void wnorms(const H *t, int64_t ld, int64_t w, int rows, float *nrm) {
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+/* ‖row‖² of the 64 rounded rows of t (ld) over w coordinates, into nrm */
+template <typename H> __device__ void wnorms(const H *t, int64_t ld, int64_t w, float *nrm) {
+    for (int r = threadIdx.x; r < 64; r += blockDim.x) {
         float a = 0;
         for (int64_t d = 0; d < w; d++) {
             const float x = from16(t[r * ld + d]);
@@ -865,7 +880,7 @@ template <typename H> __device__ void wnorms(const H *t, int64_t ld, int64_t w, 
 }
 
 /* the sum / max / or over the WTPR lanes of a row */
-__device__ inline float wrow_sum(float v) {
+template <typename T> __device__ T wrow_sum(T v) {
     for (int o = 1; o < WTPR; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
@@ -881,27 +896,93 @@ __device__ inline int wrow_or(int v) {
     return v;
 }
 
-template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wlay L, float *out, float *stat) {
+/* The warp's 16 × 64 f32 tile out (ld lds) = A·Bᵀ: A the warp's 16 rows (ld lda), B 64 rows (ld
+ * ldb), both kp wide (a multiple of 16). */
+template <typename H> __device__ void w_abt(const H *A, int64_t lda, const H *B, int64_t ldb, int64_t kp, float *out,
+                                            int64_t lds) {
     namespace wm = nvcuda::wmma;
-    typedef wm::fragment<wm::matrix_a, 16, 16, 16, H, wm::row_major> fa;
-    typedef wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::col_major> fbt; /* Kᵀ from K's rows */
-    typedef wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::row_major> fb;
-    typedef wm::fragment<wm::accumulator, 16, 16, 16, float> fc;
+    for (int nb = 0; nb < 4; nb++) {
+        wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
+        wm::fill_fragment(acc, 0.0f);
+        for (int64_t kb = 0; kb < kp; kb += 16) {
+            wm::fragment<wm::matrix_a, 16, 16, 16, H, wm::row_major> fa;
+            wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::col_major> fb; /* Bᵀ from B's rows */
+            wm::load_matrix_sync(fa, A + kb, (unsigned)lda);
+            wm::load_matrix_sync(fb, B + nb * 16 * ldb + kb, (unsigned)ldb);
+            wm::mma_sync(acc, fa, fb, acc);
+        }
+        wm::store_matrix_sync(out + nb * 16, acc, (unsigned)lds, wm::mem_row_major);
+    }
+}
+
+/* The lane's row of the warp's product A·B added into orow (orow = orow·alpha + (A·B)_row, over
+ * `width` columns, each lane every WTPR-th from t; nothing when skip): A the warp's 16 × 64 (ld
+ * lda), B 64 rows of wp (width padded to 16) columns (ld ldb); formed 64 columns at a time in the
+ * warp's f32 tile tmp (ld lds; trow: the lane's row of it). */
+template <typename H>
+__device__ void w_ab_into(const H *A, int64_t lda, const H *B, int64_t ldb, int64_t width, int64_t wp, float *tmp,
+                          int64_t lds, const float *trow, float *orow, float alpha, bool skip, int t) {
+    namespace wm = nvcuda::wmma;
+    for (int64_t c0 = 0; c0 < wp; c0 += 64) {
+        const int64_t nleft = (wp - c0) / 16;
+        const int nb_n = (int)(nleft < 4 ? nleft : 4);
+        for (int nb = 0; nb < nb_n; nb++) {
+            wm::fragment<wm::accumulator, 16, 16, 16, float> acc;
+            wm::fill_fragment(acc, 0.0f);
+            for (int kb = 0; kb < 64; kb += 16) {
+                wm::fragment<wm::matrix_a, 16, 16, 16, H, wm::row_major> fa;
+                wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::row_major> fb;
+                wm::load_matrix_sync(fa, A + kb, (unsigned)lda);
+                wm::load_matrix_sync(fb, B + kb * ldb + c0 + nb * 16, (unsigned)ldb);
+                wm::mma_sync(acc, fa, fb, acc);
+            }
+            wm::store_matrix_sync(tmp + nb * 16, acc, (unsigned)lds, wm::mem_row_major);
+        }
+        __syncwarp();
+        const int64_t cn = width - c0 < (int64_t)64 ? width - c0 : (int64_t)64;
+        if (!skip)
+            for (int64_t d = t; d < cn; d += WTPR) orow[c0 + d] = orow[c0 + d] * alpha + trow[d];
+        __syncwarp(); /* tmp is rewritten by the next chunk */
+    }
+}
+
+/* the block's 64 keys [j0, j0 + 64) staged (stage_keys for the tensor-core tiles) */
+template <typename S, typename Hd>
+__device__ void wstage_keys(const dcall<float> &c, const Hd &hd, int64_t bh, int64_t j0, kstage<float> *ks) {
+    for (int jl = threadIdx.x; jl < WK; jl += blockDim.x) {
+        const int64_t j = j0 + jl, y = bh * c.Nk + j;
+        kstage<float> &z = ks[jl];
+        const bool in = j < c.Nk;
+        z.t0 = in && (S::terms & T_K0) ? c.kt[0][y] : 0.0f;
+        z.t1 = in && (S::terms & T_K1) ? c.kt[1][y] : 0.0f;
+        z.kx = S::key(&hd, z.t0, z.t1);
+        z.gv = in && c.g ? c.g[y] : 1.0f;
+        z.bad = in ? c.kbad[y] : 0;
+    }
+}
+
+/* G of a pair from the product tile: q·k, or −½‖q − k‖² = q·k − ½‖q‖² − ½‖k‖² (rounded rows) */
+__device__ inline float w_G(const dcall<float> &c, float qk, float qn, float kn) {
+    return !c.gemm ? 0.0f : c.diff ? qk - 0.5f * (qn + kn) : qk;
+}
+
+/* forward: a block per (bh, 64 query rows); out, stat as fwd_kernel's */
+template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wlay L, float *out, float *stat) {
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
     unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127); /* wmma: 32-byte tiles */
-    H *Qs = (H *)(sm + L.q), *Ks = (H *)(sm + L.k), *Vs = (H *)(sm + L.v), *Ps = (H *)(sm + L.p);
-    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.o), *qn = (float *)(sm + L.qn), *kn = (float *)(sm + L.kn);
+    H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *Vs = (H *)(sm + L.vb), *Ps = (H *)(sm + L.p);
+    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.acc), *qn = (float *)(sm + L.an), *kn = (float *)(sm + L.bn);
     const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
     const int w = threadIdx.x / 32, rr = threadIdx.x / WTPR, t = threadIdx.x % WTPR;
     const int64_t i = i0 + rr;
     const bool live = i < c.Nq;
     float *Sw = Ss + w * 16 * L.lds, *Sr = Ss + rr * L.lds, *Orow = Os + rr * L.ldo;
     H *Pw = Ps + w * 16 * L.ldp, *Prow = Ps + rr * L.ldp;
-    wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, 0, c.gemm ? c.Dg : 0, L.Dp, WQ);
+    wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
     for (int64_t d = t; d < c.Dv; d += WTPR) Orow[d] = 0;
     __syncthreads();
-    if (c.diff) wnorms(Qs, L.ldq, c.Dg, WQ, qn);
+    if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
     drow<float, S> r;
     row_init<float, S>(c, bh, live ? i : c.Nq - 1, r);
     const int64_t kend = live ? key_end(c, i) : 0;
@@ -911,34 +992,12 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
     int nan = 0;
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
         __syncthreads(); /* the previous tile's readers are done */
-        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, 0, c.gemm ? c.Dg : 0, L.Dp, WK);
-        wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, 0, c.Dv, L.Dvp, WK);
-        for (int jl = threadIdx.x; jl < WK; jl += blockDim.x) { /* stage_keys for WK keys */
-            const int64_t j = j0 + jl, y = bh * c.Nk + j;
-            kstage<float> &z = ks[jl];
-            const bool in = j < c.Nk;
-            z.t0 = in && (S::terms & T_K0) ? c.kt[0][y] : 0.0f;
-            z.t1 = in && (S::terms & T_K1) ? c.kt[1][y] : 0.0f;
-            z.kx = S::key(&r.hd, z.t0, z.t1);
-            z.gv = in && c.g ? c.g[y] : 1.0f;
-            z.bad = in ? c.kbad[y] : 0;
-        }
+        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+        wstage_keys<S>(c, r.hd, bh, j0, ks);
         __syncthreads();
-        if (c.diff) wnorms(Ks, L.ldq, c.Dg, WK, kn);
-        if (c.gemm) { /* S_w = Q_w·Kᵀ, 16 × 64 */
-            for (int nb = 0; nb < WK / 16; nb++) {
-                fc acc;
-                wm::fill_fragment(acc, 0.0f);
-                for (int64_t kb = 0; kb < L.Dp; kb += 16) {
-                    fa a;
-                    fbt b;
-                    wm::load_matrix_sync(a, Qs + w * 16 * L.ldq + kb, (unsigned)L.ldq);
-                    wm::load_matrix_sync(b, Ks + nb * 16 * L.ldq + kb, (unsigned)L.ldq);
-                    wm::mma_sync(acc, a, b, acc);
-                }
-                wm::store_matrix_sync(Sw + nb * 16, acc, (unsigned)L.lds, wm::mem_row_major);
-            }
-        }
+        if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+        if (c.gemm) w_abt(Qs + w * 16 * L.ldq, L.ldq, Ks, L.ldq, L.Dp, Sw, L.lds); /* S_w = Q_w·Kᵀ */
         __syncthreads(); /* the key norms and the warp's scores */
         float s[WK / WTPR];
         float tmax = -INFINITY;
@@ -949,7 +1008,7 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
             float v = -INFINITY;
             if (j < kend && !nan) {
                 const kstage<float> &z = ks[jl];
-                const float G = !c.gemm ? 0.0f : c.diff ? Sr[jl] - 0.5f * (qn[rr] + kn[jl]) : Sr[jl];
+                const float G = w_G(c, Sr[jl], c.diff ? qn[rr] : 0.0f, c.diff ? kn[jl] : 0.0f);
                 v = mods(c, r, j, S::pair(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1), z.bad);
             }
             s[jj] = v;
@@ -974,28 +1033,7 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
         }
         l = l * alpha + wrow_sum(ps);
         __syncwarp();
-        /* O_w = O_w·α + P_w·V, 64 columns at a time through the warp's f32 tile */
-        for (int64_t c0 = 0; c0 < L.Dvp; c0 += WK) {
-            const int64_t nb_left = (L.Dvp - c0) / 16;
-            const int nb_n = (int)(nb_left < (int64_t)(WK / 16) ? nb_left : (int64_t)(WK / 16));
-            for (int nb = 0; nb < nb_n; nb++) {
-                fc acc;
-                wm::fill_fragment(acc, 0.0f);
-                for (int kb = 0; kb < WK; kb += 16) {
-                    fa a;
-                    fb b;
-                    wm::load_matrix_sync(a, Pw + kb, (unsigned)L.ldp);
-                    wm::load_matrix_sync(b, Vs + kb * L.ldv + c0 + nb * 16, (unsigned)L.ldv);
-                    wm::mma_sync(acc, a, b, acc);
-                }
-                wm::store_matrix_sync(Sw + nb * 16, acc, (unsigned)L.lds, wm::mem_row_major);
-            }
-            __syncwarp();
-            const int64_t cn = c.Dv - c0 < (int64_t)WK ? c.Dv - c0 : (int64_t)WK;
-            if (!nan)
-                for (int64_t d = t; d < cn; d += WTPR) Orow[c0 + d] = Orow[c0 + d] * alpha + Sr[d];
-            __syncwarp();
-        }
+        w_ab_into(Pw, L.ldp, Vs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, Orow, alpha, nan != 0, t); /* O_w = O_w·α + P_w·V */
     }
     if (!live) return;
     if (nan) l = NAN;
@@ -1008,6 +1046,187 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
         else if (soft) stat[x] = l > 0 ? m + pn_log(l) : -INFINITY;
         else stat[x] = l;
     }
+}
+
+/* the backward's query side on tensor cores: a block per (bh, 64 query rows); S_w = Q_w·Kᵀ and
+ * dP_w = dO_w·Vᵀ per key tile, the pair's dS and VJP per element (as tbwq_kernel), dQ_w += ∂G_w·K
+ * (a distance score: − (Σ_j ∂G_ij)·q_i at the end, from the f32 q) */
+template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, dbw<float> a, wlay L) {
+    PN_SHARED_DYN(unsigned char, smu);
+    PN_SHARED(kstage<float>, ks, WK);
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *dOs = (H *)(sm + L.va), *Vs = (H *)(sm + L.vb), *Gs = (H *)(sm + L.p);
+    float *Ss = (float *)(sm + L.s), *DPs = (float *)(sm + L.dp), *dQ = (float *)(sm + L.acc), *qn = (float *)(sm + L.an),
+          *kn = (float *)(sm + L.bn);
+    const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
+    const int w = threadIdx.x / 32, rr = threadIdx.x / WTPR, t = threadIdx.x % WTPR;
+    const int64_t i = i0 + rr;
+    const bool live = i < c.Nq;
+    float *Sw = Ss + w * 16 * L.lds, *Sr = Ss + rr * L.lds, *DPw = DPs + w * 16 * L.lds, *DPr = DPs + rr * L.lds,
+          *dQrow = dQ + rr * L.ldo;
+    H *Gw = Gs + w * 16 * L.ldp, *Grow = Gs + rr * L.ldp;
+    wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
+    wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
+    for (int64_t d = t; d < c.Dg; d += WTPR) dQrow[d] = 0;
+    __syncthreads();
+    if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
+    drow<float, S> r;
+    row_init<float, S>(c, bh, live ? i : c.Nq - 1, r);
+    const int want = wants<S>(&c.hp[r.h]);
+    const float st = a.stat[r.x], Di = a.Drow[r.x];
+    const int64_t kend = live ? key_end(c, i) : 0;
+    const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
+    double aq0 = 0, aq1 = 0, b0 = 0, b1 = 0, b2 = 0, gsum = 0;
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
+        __syncthreads();
+        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+        wstage_keys<S>(c, r.hd, bh, j0, ks);
+        __syncthreads();
+        if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+        if (c.gemm) w_abt(Qs + w * 16 * L.ldq, L.ldq, Ks, L.ldq, L.Dp, Sw, L.lds);
+        w_abt(dOs + w * 16 * L.ldv, L.ldv, Vs, L.ldv, L.Dvp, DPw, L.lds);
+        __syncthreads();
+        for (int jj = 0; jj < WK / WTPR; jj++) {
+            const int jl = t + WTPR * jj;
+            const int64_t j = j0 + jl;
+            float g = 0;
+            if (j < kend) {
+                const kstage<float> &z = ks[jl];
+                const float G = w_G(c, Sr[jl], c.diff ? qn[rr] : 0.0f, c.diff ? kn[jl] : 0.0f);
+                const float sv = mods(c, r, j, S::pair(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1), z.bad);
+                dpv<float> pv;
+                norm_ds(c, sv, z.gv, st, Di, DPr[jl], pv);
+                if (pv.ds != 0) {
+                    const auto dd = S::vjp(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1, pv.ds, want);
+                    aq0 += dd.q0, aq1 += dd.q1;
+                    if (want) b0 += dd.p0, b1 += dd.p1, b2 += dd.p2;
+                    if (c.gemm) g = dd.g;
+                }
+            }
+            gsum += g;
+            Grow[jl] = to16<H>(g);
+        }
+        __syncwarp();
+        if (c.gemm) w_ab_into(Gw, L.ldp, Ks, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dQrow, 1.0f, false, t);
+    }
+    aq0 = wrow_sum(aq0), aq1 = wrow_sum(aq1), gsum = wrow_sum(gsum);
+    b0 = wrow_sum(b0), b1 = wrow_sum(b1), b2 = wrow_sum(b2);
+    if (!live) return;
+    const double tq[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
+    float *dqi = a.dq + r.x * c.D;
+    for (int64_t d = t; d < c.D; d += WTPR) {
+        float gd = d < c.Dg ? dQrow[d] - (c.diff ? (float)gsum * r.qr[d] : 0.0f) : 0.0f;
+        dqi[d] += gd + term_col(c, c.qk, tq, r.qr[d], d);
+    }
+    if (t == 0 && want && a.dparam) {
+        double *dp = a.dparam + r.x * PN_NPARAM;
+        if (S::pid(0) >= 0) dp[S::pid(0) >= 0 ? S::pid(0) : 0] += b0;
+        if (S::pid(1) >= 0) dp[S::pid(1) >= 0 ? S::pid(1) : 0] += b1;
+        if (S::pid(2) >= 0) dp[S::pid(2) >= 0 ? S::pid(2) : 0] += b2;
+    }
+}
+
+/* the backward's key side on tensor cores: a block per (bh, 64 keys); Sᵀ_w = K_w·Qᵀ and dPᵀ_w =
+ * V_w·dOᵀ per query tile, the pair's dS and VJP per element (as tbwk_kernel), dV_w += Pᵀ_w·dO, dK_w
+ * += ∂Gᵀ_w·Q (a distance score: − (Σ_i ∂G_ij)·k_j at the end, from the f32 k) */
+template <typename H, typename S> __global__ void wbwk_kernel(dcall<float> c, dbw<float> a, wlay L) {
+    PN_SHARED_DYN(unsigned char, smu);
+    PN_SHARED(qstage<float>, qsg, WQ);
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    H *Ks = (H *)(sm + L.a), *Qs = (H *)(sm + L.b), *Vs = (H *)(sm + L.va), *dOs = (H *)(sm + L.vb),
+      *Gt = (H *)(sm + L.p), *Pt = (H *)(sm + L.p2);
+    float *Ss = (float *)(sm + L.s), *DPs = (float *)(sm + L.dp), *dK = (float *)(sm + L.acc),
+          *dV = (float *)(sm + L.acc2), *kn = (float *)(sm + L.an), *qn = (float *)(sm + L.bn);
+    const int64_t nkt = (c.Nk + WK - 1) / WK, bh = blockIdx.x / nkt, j0 = (blockIdx.x - bh * nkt) * WK;
+    const int w = threadIdx.x / 32, kk = threadIdx.x / WTPR, t = threadIdx.x % WTPR;
+    const int64_t j = j0 + kk, y = bh * c.Nk + j, b = bh / c.H, h = bh - b * c.H;
+    const bool live = j < c.Nk;
+    float *Sw = Ss + w * 16 * L.lds, *Sr = Ss + kk * L.lds, *DPw = DPs + w * 16 * L.lds, *DPr = DPs + kk * L.lds,
+          *dKrow = dK + kk * L.ldo, *dVrow = dV + kk * L.ldo2;
+    H *Gw = Gt + w * 16 * L.ldp, *Grow = Gt + kk * L.ldp, *Pw = Pt + w * 16 * L.ldp, *Prow = Pt + kk * L.ldp;
+    wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+    wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+    for (int64_t d = t; d < c.Dg; d += WTPR) dKrow[d] = 0;
+    for (int64_t d = t; d < c.Dv; d += WTPR) dVrow[d] = 0;
+    __syncthreads();
+    if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+    const int want = wants<S>(&c.hp[h]);
+    drow<float, S> r; /* the query row of a pair: the block's head, the staged row values */
+    r.hd = S::head(&c.hp[h], 0.0f);
+    r.bh = bh, r.b = b, r.h = h;
+    const float k0 = live && (S::terms & T_K0) ? c.kt[0][y] : 0.0f, k1 = live && (S::terms & T_K1) ? c.kt[1][y] : 0.0f;
+    const auto kx = S::key(&r.hd, k0, k1);
+    const float gv = live && c.g ? c.g[y] : 1.0f;
+    const int kb = live ? c.kbad[y] : 0;
+    const int64_t istart = c.causal ? (j0 - c.off > 0 ? j0 - c.off : 0) : 0;
+    double s0 = 0, s1 = 0, sg = 0, gsum = 0;
+    for (int64_t i0 = istart / WQ * WQ; i0 < c.Nq; i0 += WQ) {
+        __syncthreads();
+        wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
+        for (int il = threadIdx.x; il < WQ; il += blockDim.x) {
+            const int64_t x = bh * c.Nq + i0 + il;
+            qstage<float> &z = qsg[il];
+            const bool in = i0 + il < c.Nq;
+            z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : 0.0f;
+            z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : 0.0f;
+            z.rx = S::row(&r.hd, z.q0, z.q1);
+            z.bad = in ? c.qbad[x] : 0;
+            z.st = in ? a.stat[x] : 0.0f;
+            z.Di = in ? a.Drow[x] : 0.0f;
+        }
+        __syncthreads();
+        if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
+        if (c.gemm) w_abt(Ks + w * 16 * L.ldq, L.ldq, Qs, L.ldq, L.Dp, Sw, L.lds); /* Sᵀ_w */
+        w_abt(Vs + w * 16 * L.ldv, L.ldv, dOs, L.ldv, L.Dvp, DPw, L.lds);         /* dPᵀ_w */
+        __syncthreads();
+        for (int ii = 0; ii < WQ / WTPR; ii++) {
+            const int il = t + WTPR * ii;
+            const int64_t i = i0 + il;
+            float p = 0, g = 0;
+            if (live && i < c.Nq && !(c.causal && j > i + c.off)) {
+                const qstage<float> &z = qsg[il];
+                r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
+                const float G = w_G(c, Sr[il], c.diff ? qn[il] : 0.0f, c.diff ? kn[kk] : 0.0f);
+                const float sv = mods(c, r, j, S::pair(&r.hd, z.rx, kx, G, z.q0, z.q1, k0, k1), kb);
+                dpv<float> pv;
+                norm_ds(c, sv, gv, z.st, z.Di, DPr[il], pv);
+                p = pv.p;
+                sg += pv.dgam;
+                if (pv.ds != 0) {
+                    const auto dd = S::vjp(&r.hd, z.rx, kx, G, z.q0, z.q1, k0, k1, pv.ds, want);
+                    s0 += dd.k0, s1 += dd.k1;
+                    if (c.gemm) g = dd.g;
+                }
+            }
+            gsum += g;
+            Prow[il] = to16<H>(p);
+            Grow[il] = to16<H>(g);
+        }
+        __syncwarp();
+        w_ab_into(Pw, L.ldp, dOs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, dVrow, 1.0f, false, t);
+        if (c.gemm) w_ab_into(Gw, L.ldp, Qs, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dKrow, 1.0f, false, t);
+    }
+    s0 = wrow_sum(s0), s1 = wrow_sum(s1), sg = wrow_sum(sg), gsum = wrow_sum(gsum);
+    if (!live) return;
+    const float *kr = c.k + y * c.D, *vr = c.v + y * c.Dv;
+    const double tk[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
+    float *dkj = a.dk + y * c.D;
+    for (int64_t d = t; d < c.D; d += WTPR) {
+        const float gd = d < c.Dg ? dKrow[d] - (c.diff ? (float)gsum * kr[d] : 0.0f) : 0.0f;
+        dkj[d] += gd + term_col(c, c.kk, tk, kr[d], d);
+    }
+    double ein = 0, n2 = 0; /* einstein: dv += ∂L/∂γ·κγ³·v, ∂L/∂κ += ∂L/∂γ·½‖v‖²γ³ */
+    const double kap = c.hp[h].v[PN_P_curvature];
+    if (c.g) {
+        const double gj = c.g[y], g3 = gj * gj * gj;
+        ein = sg * kap * g3;
+        for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
+        if (t == 0 && a.kcurv) a.kcurv[y] = sg != 0 ? sg * 0.5 * n2 * g3 : 0.0;
+    }
+    if (a.dv)
+        for (int64_t d = t; d < c.Dv; d += WTPR) a.dv[y * c.Dv + d] += dVrow[d] + (sg != 0 ? (float)(ein * vr[d]) : 0.0f);
 }
 
 /* ---- preparation: terms, flags, Lorentz factors, the checks ------------------------------------ */
@@ -1196,7 +1415,7 @@ bool tiled_launch(const char *op, pn_status *s, K kf, int64_t nblk, int threads,
 /* the forward on tensor cores (precision bf16 / f16, f32 tensors); false: not launched */
 template <typename S> bool wmma_forward(const char *op, pn_status *s, int prec, const dcall<float> &c, float *out,
                                         float *stat) {
-    const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv);
+    const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, WL_FWD);
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     if (prec == PN_PREC_BF16) {
@@ -1208,6 +1427,26 @@ template <typename S> bool wmma_forward(const char *op, pn_status *s, int prec, 
 }
 template <typename S> bool wmma_forward(const char *, pn_status *, int, const dcall<double> &, double *, double *) {
     return false; /* f64 tensors never ask (the front end refuses precision on them) */
+}
+
+/* one side of the backward on tensor cores (0: the query side, 1: the key side); false: not
+ * launched */
+template <typename S> bool wmma_backward(const char *op, pn_status *s, int prec, int side, const dcall<float> &c,
+                                         const dbw<float> &a) {
+    const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, side ? WL_BWK : WL_BWQ);
+    const int64_t nblk = side ? c.BH * ((c.Nk + WK - 1) / WK) : c.BH * ((c.Nq + WQ - 1) / WQ);
+    const size_t bytes = (size_t)L.total + 128;
+    if (prec == PN_PREC_BF16) {
+        auto kq = wbwq_kernel<__nv_bfloat16, S>;
+        auto kk = wbwk_kernel<__nv_bfloat16, S>;
+        return side ? tiled_launch(op, s, kk, nblk, WT, bytes, c, a, L) : tiled_launch(op, s, kq, nblk, WT, bytes, c, a, L);
+    }
+    auto kq = wbwq_kernel<__half, S>;
+    auto kk = wbwk_kernel<__half, S>;
+    return side ? tiled_launch(op, s, kk, nblk, WT, bytes, c, a, L) : tiled_launch(op, s, kq, nblk, WT, bytes, c, a, L);
+}
+template <typename S> bool wmma_backward(const char *, pn_status *, int, int, const dcall<double> &, const dbw<double> &) {
+    return false;
 }
 
 template <typename T>
@@ -1297,10 +1536,11 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
         auto tq = tbwq_kernel<T, S>;
         auto tk = tbwk_kernel<T, S>;
         const tlay Lq = tlay_of(c.D, c.Dv, TL_BWQ), Lk = tlay_of(c.D, c.Dv, TL_BWK);
-        if (!s && BH * Nq > 0 &&
+        const bool tc = o->precision != PN_PREC_NATIVE && !a.weights; /* tensor cores */
+        if (!s && BH * Nq > 0 && !(tc && wmma_backward<S>(op, &s, o->precision, 0, c, a)) &&
             !tiled_launch(op, &s, tq, BH * ((Nq + TQ - 1) / TQ), TT, (size_t)Lq.total * sizeof(T), c, a, Lq))
             s = pn_cu_check(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
-        if (!s && BH * Nk > 0 &&
+        if (!s && BH * Nk > 0 && !(tc && wmma_backward<S>(op, &s, o->precision, 1, c, a)) &&
             !tiled_launch(op, &s, tk, BH * ((Nk + TK - 1) / TK), TT, (size_t)Lk.total * sizeof(T), c, a, Lk))
             s = pn_cu_check(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && gb_t && pn_numel(gb_t) > 0) {

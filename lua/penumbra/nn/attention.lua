@@ -2,6 +2,7 @@
 --
 -- MultiheadAttention(d_model, heads, {score='dot', map=nil|'psi'|'xi'|'pseudopolar'|'exp0',
 --   normalize='softmax', causal=false, dropout=0, bias=true, model=, squared=, alibi=,
+--   precision='native'|'bf16'|'f16' (pn.attention's: tensor cores for f32 on CUDA),
 --   qk_dim=d_model/heads, <param>=, learn_<param>=false})
 -- forward(x_q, x_kv [, {mask=, bias=}]) with x (B, N, d_model) → (B, Nq, d_model).
 -- The score's parameters and its default map come from its registry description
@@ -15,7 +16,8 @@ return function(nn, pn)
 
   local options = require 'penumbra.options'
   local MHA_OPTS = { qk_dim = { 'integer', min = 1 }, score = 'string', map = 'string', bias = 'boolean',
-                     normalize = 'string', causal = 'boolean', model = 'string', squared = 'boolean', alibi = 'boolean' }
+                     normalize = 'string', causal = 'boolean', model = 'string', squared = 'boolean', alibi = 'boolean',
+                     precision = { 'string', one_of = { 'native', 'bf16', 'f16' } } }
 
   function MHA:init(d, heads, o)
     local score = type(o) == 'table' and o.score or 'dot'
@@ -65,7 +67,7 @@ return function(nn, pn)
     extra = extra or {}
     local o = self.o
     local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
-                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi }
+                   bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi, precision = o.precision }
     score_params.fill(opts, self.desc, o, self, self.learned)
     return self:map_qk(self:heads_of(self.q_proj(xq), self.dk)), opts
   end

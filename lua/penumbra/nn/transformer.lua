@@ -42,7 +42,8 @@ return function(nn, pn)
                     map = { 'string', one_of = { 'none', 'psi', 'xi', 'pseudopolar', 'exp0' } }, qk_dim = count,
                     self_attn = { 'string', one_of = { 'softmax', 'cosine', 'power' } }, max_positions = count,
                     pad = { 'integer', min = 0 }, bos = { 'integer', min = 0 }, eos = { 'integer', min = 0 },
-                    model = 'string', normalize = 'string', squared = 'boolean' }
+                    model = 'string', normalize = 'string', squared = 'boolean',
+                    precision = { 'string', one_of = { 'native', 'bf16', 'f16' } } }
 
   -- (n, d) sinusoidal table: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(…)
   local function sinusoids(n, d)
@@ -166,7 +167,7 @@ return function(nn, pn)
     self.o, self.d = c, c.d_model
     local function attn_opts(causal)
       local a = { score = score, map = o.map, qk_dim = o.qk_dim, causal = causal or nil, model = o.model,
-                  normalize = o.normalize, squared = o.squared }
+                  normalize = o.normalize, squared = o.squared, precision = o.precision }
       for _, p in ipairs(desc.params) do
         a[p.name] = o[p.name]
         a['learn_' .. p.name] = o['learn_' .. p.name]

@@ -29,8 +29,8 @@
 --   alibi      = false   ALiBi slopes per head (needs causal)
 --   precision  = 'native' (default: the tensors' dtype) | 'bf16' | 'f16'   dense attention of f32
 --                tensors on CUDA: Q·Kᵀ and P·V on tensor cores with inputs rounded to bfloat16 /
---                half and f32 accumulation (the forward; the backward and attention_weights run
---                in f32); an error on the CPU and for f64 tensors
+--                half and f32 accumulation (forward and backward; attention_weights runs in
+--                f32); an error on the CPU and for f64 tensors
 --   graph only: a_l, a_r ((H, D) tensors for gat), dropout (on the weights), train
 -- A fully masked row gives output 0 and zero gradients.
 return function(pn, M, B)

@@ -22,6 +22,8 @@
 -- Presets (preset=base | small) set the defaults of the model and schedule keys; any key given
 -- on the command line wins. base: 3 + 3 layers, d = 256, 4 heads, FFN 1024, vocab 8000.
 -- small: 2 + 2 layers, d = 128, 4 heads, FFN 256, vocab 4000, 2 epochs.
+-- device=cuda precision=bf16 (or f16): the softmax attentions' products on tensor cores with
+-- inputs rounded to bfloat16 / half (pn.attention's `precision`); everything else in f32.
 local pn = require 'penumbra'
 local ffi = require 'ffi'
 local tr = require 'penumbra.data.translation'
@@ -42,7 +44,8 @@ function R.model_opts(cfg, vocab)
               prenorm = cfg.prenorm, score = cfg.score, self_attn = cfg.self_attn,
               map = cfg.map ~= 'default' and cfg.map or nil, qk_dim = cfg.qk_dim > 0 and cfg.qk_dim or nil,
               model = cfg.hyper_model ~= 'default' and cfg.hyper_model or nil, pad = 0, bos = 2, eos = 3,
-              max_positions = cfg.max_len + 2 }
+              max_positions = cfg.max_len + 2,
+              precision = cfg.precision ~= 'native' and cfg.precision or nil }
   local desc = pn.attention_variant(cfg.score)
   if desc.params.r and cfg.r > 0 then o.r = cfg.r end
   return o
@@ -195,7 +198,7 @@ local function experiment(o)
     self_attn = o.self_attn or 'softmax', prenorm = false, act_dropout = 0, label_smoothing = 0.1,
     weight_decay = 0.0001, clip = 1.0, max_len = 256, eval_tokens = 6000, beam = 5, val_beam = 1, lenpen = 1.0,
     average = 5, samples = 5, attention_maps = 3, train_limit = 0, eval_limit = 0, seed = 0, threads = 0, quiet = false, patience = 100,
-    device = 'cpu',
+    device = 'cpu', precision = 'native',
   }
   for k, v in pairs(preset) do config[k] = v end
   local count = { 'integer', min = 1 }
@@ -208,6 +211,7 @@ local function experiment(o)
                map = { 'string', one_of = { 'default', 'none', 'psi', 'xi', 'pseudopolar', 'exp0' } },
                hyper_model = { 'string', one_of = { 'default', 'hyperboloid', 'halfspace', 'poincare' } },
                qk_dim = { 'integer', min = 0 }, r = { 'number', min = 0 },
+               precision = { 'string', one_of = { 'native', 'bf16', 'f16' } },
                self_attn = { 'string', one_of = { 'softmax', 'cosine', 'power' } },
                d_model = count, heads = count, ff = count, enc_layers = { 'integer', min = 0 }, dec_layers = count,
                vocab = { 'integer', min = 8 }, max_tokens = count, warmup = count, lr = { 'number', above = 0 },
@@ -255,6 +259,10 @@ local function experiment(o)
     end
     if (d.train.skipped or {}).empty and d.train.skipped.empty > 0 then
       say(cfg, 'nmt: train: %d pairs with an empty side skipped', d.train.skipped.empty)
+    end
+    if cfg.precision ~= 'native' and cfg.device ~= 'cuda' then
+      error(string.format('nmt: precision=%s runs attention on CUDA tensor cores; it needs device=cuda (device=%s)',
+        cfg.precision, cfg.device), 0)
     end
     local model = R.model(cfg, { vocab = tok.vocab_size })
     if cfg.device ~= 'cpu' then model:to(cfg.device) end -- before the optimiser takes its parameters
