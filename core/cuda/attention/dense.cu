@@ -487,27 +487,28 @@ template <typename T> __device__ T gdot_sh(const dcall<T> &c, const T *a, const 
     return acc;
 }
 
-/* the sum / max / or of v over the TPR lanes of a row */
-template <typename T> __device__ T row_sum(T v) {
-    for (int o = 1; o < TPR; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+/* the sum / max / or of v over the L neighbouring lanes that share a row (butterflies: every
+ * lane ends with the same, order-independent value) */
+template <int L, typename T> __device__ T lanes_sum(T v) {
+    for (int o = 1; o < L; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-template <typename T> __device__ T row_max(T v) {
-    for (int o = 1; o < TPR; o <<= 1) {
+template <int L, typename T> __device__ T lanes_max(T v) {
+    for (int o = 1; o < L; o <<= 1) {
         const T w = __shfl_xor_sync(0xffffffffu, v, o);
         v = w > v ? w : v;
     }
     return v;
 }
-__device__ inline int row_or(int v) {
-    for (int o = 1; o < TPR; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+template <int L> __device__ int lanes_or(int v) {
+    for (int o = 1; o < L; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-/* the block's keys [j0, j0 + 32) staged: S::key under head hd, terms, γ, NaN flags */
-template <typename T, typename S, typename Hd>
+/* the block's keys [j0, j0 + N) staged: S::key under head hd, terms, γ, NaN flags */
+template <int N, typename T, typename S, typename Hd>
 __device__ void stage_keys(const dcall<T> &c, const Hd &hd, int64_t bh, int64_t j0, kstage<T> *ks) {
-    for (int jl = threadIdx.x; jl < TK; jl += blockDim.x) {
+    for (int jl = threadIdx.x; jl < N; jl += blockDim.x) {
         const int64_t j = j0 + jl, y = bh * c.Nk + j;
         kstage<T> &z = ks[jl];
         const bool in = j < c.Nk;
@@ -542,7 +543,7 @@ template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L
         __syncthreads(); /* the previous tile's readers are done */
         tile_load(Ks, L.ld, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D);
         tile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv);
-        stage_keys<T, S>(c, r.hd, bh, j0, ks);
+        stage_keys<TK, T, S>(c, r.hd, bh, j0, ks);
         __syncthreads();
         T s[TK / TPR];
         T tmax = (T)-INFINITY;
@@ -562,8 +563,8 @@ template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L
         }
         T alpha = 1;
         if (soft) {
-            nan |= row_or(tnan);
-            const T mt = row_max(tmax), mn = mt > m ? mt : m;
+            nan |= lanes_or<TPR>(tnan);
+            const T mt = lanes_max<TPR>(tmax), mn = mt > m ? mt : m;
             if (mn != (T)-INFINITY && mn != m) alpha = m == (T)-INFINITY ? (T)0 : pn_exp(m - mn);
             m = mn;
         }
@@ -576,7 +577,7 @@ template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L
             Pr[jl] = p;
             ps += p;
         }
-        l = l * alpha + row_sum(ps);
+        l = l * alpha + lanes_sum<TPR>(ps);
         __syncwarp();
         /* the row's visible keys of this tile (the row kernel never touches the others' v) */
         const int nv = kend - j0 < TK ? (int)(kend - j0 > 0 ? kend - j0 : 0) : TK;
@@ -627,7 +628,7 @@ template <typename T, typename S> __global__ void tbwq_kernel(dcall<T> c, dbw<T>
         __syncthreads();
         tile_load(Ks, L.ld, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D);
         if (!a.weights) tile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv);
-        stage_keys<T, S>(c, r.hd, bh, j0, ks);
+        stage_keys<TK, T, S>(c, r.hd, bh, j0, ks);
         __syncthreads();
         for (int jj = 0; jj < TK / TPR; jj++) {
             const int jl = t + TPR * jj;
@@ -663,8 +664,8 @@ template <typename T, typename S> __global__ void tbwq_kernel(dcall<T> c, dbw<T>
         }
         __syncwarp();
     }
-    aq0 = row_sum(aq0), aq1 = row_sum(aq1);
-    b0 = row_sum(b0), b1 = row_sum(b1), b2 = row_sum(b2);
+    aq0 = lanes_sum<TPR>(aq0), aq1 = lanes_sum<TPR>(aq1);
+    b0 = lanes_sum<TPR>(b0), b1 = lanes_sum<TPR>(b1), b2 = lanes_sum<TPR>(b2);
     if (!live) return;
     const double tq[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
     T *dqi = a.dq + r.x * c.D;
@@ -772,7 +773,7 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
         }
         __syncwarp();
     }
-    s0 = row_sum(s0), s1 = row_sum(s1), sg = row_sum(sg);
+    s0 = lanes_sum<TPR>(s0), s1 = lanes_sum<TPR>(s1), sg = lanes_sum<TPR>(sg);
     if (!live) return;
     const double tk[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
     T *dkj = a.dk + y * c.D;
@@ -879,23 +880,6 @@ template <typename H> __device__ void wnorms(const H *t, int64_t ld, int64_t w, 
     }
 }
 
-/* the sum / max / or over the WTPR lanes of a row */
-template <typename T> __device__ T wrow_sum(T v) {
-    for (int o = 1; o < WTPR; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ inline float wrow_max(float v) {
-    for (int o = 1; o < WTPR; o <<= 1) {
-        const float w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
-__device__ inline int wrow_or(int v) {
-    for (int o = 1; o < WTPR; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* The warp's 16 × 64 f32 tile out (ld lds) = A·Bᵀ: A the warp's 16 rows (ld lda), B 64 rows (ld
  * ldb), both kp wide (a multiple of 16). */
 template <typename H> __device__ void w_abt(const H *A, int64_t lda, const H *B, int64_t ldb, int64_t kp, float *out,
@@ -946,21 +930,6 @@ __device__ void w_ab_into(const H *A, int64_t lda, const H *B, int64_t ldb, int6
     }
 }
 
-/* the block's 64 keys [j0, j0 + 64) staged (stage_keys for the tensor-core tiles) */
-template <typename S, typename Hd>
-__device__ void wstage_keys(const dcall<float> &c, const Hd &hd, int64_t bh, int64_t j0, kstage<float> *ks) {
-    for (int jl = threadIdx.x; jl < WK; jl += blockDim.x) {
-        const int64_t j = j0 + jl, y = bh * c.Nk + j;
-        kstage<float> &z = ks[jl];
-        const bool in = j < c.Nk;
-        z.t0 = in && (S::terms & T_K0) ? c.kt[0][y] : 0.0f;
-        z.t1 = in && (S::terms & T_K1) ? c.kt[1][y] : 0.0f;
-        z.kx = S::key(&hd, z.t0, z.t1);
-        z.gv = in && c.g ? c.g[y] : 1.0f;
-        z.bad = in ? c.kbad[y] : 0;
-    }
-}
-
 /* G of a pair from the product tile: q·k, or −½‖q − k‖² = q·k − ½‖q‖² − ½‖k‖² (rounded rows) */
 __device__ inline float w_G(const dcall<float> &c, float qk, float qn, float kn) {
     return !c.gemm ? 0.0f : c.diff ? qk - 0.5f * (qn + kn) : qk;
@@ -994,7 +963,7 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
         __syncthreads(); /* the previous tile's readers are done */
         wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
         wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
-        wstage_keys<S>(c, r.hd, bh, j0, ks);
+        stage_keys<WK, float, S>(c, r.hd, bh, j0, ks);
         __syncthreads();
         if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
         if (c.gemm) w_abt(Qs + w * 16 * L.ldq, L.ldq, Ks, L.ldq, L.Dp, Sw, L.lds); /* S_w = Q_w·Kᵀ */
@@ -1017,8 +986,8 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
         }
         float alpha = 1;
         if (soft) {
-            nan |= wrow_or(tnan);
-            const float mt = wrow_max(tmax), mn = mt > m ? mt : m;
+            nan |= lanes_or<WTPR>(tnan);
+            const float mt = lanes_max<WTPR>(tmax), mn = mt > m ? mt : m;
             if (mn != -INFINITY && mn != m) alpha = m == -INFINITY ? 0.0f : pn_exp(m - mn);
             m = mn;
         }
@@ -1031,7 +1000,7 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
             Prow[jl] = to16<H>(p);
             ps += p;
         }
-        l = l * alpha + wrow_sum(ps);
+        l = l * alpha + lanes_sum<WTPR>(ps);
         __syncwarp();
         w_ab_into(Pw, L.ldp, Vs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, Orow, alpha, nan != 0, t); /* O_w = O_w·α + P_w·V */
     }
@@ -1081,7 +1050,7 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
         __syncthreads();
         wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
         wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
-        wstage_keys<S>(c, r.hd, bh, j0, ks);
+        stage_keys<WK, float, S>(c, r.hd, bh, j0, ks);
         __syncthreads();
         if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
         if (c.gemm) w_abt(Qs + w * 16 * L.ldq, L.ldq, Ks, L.ldq, L.Dp, Sw, L.lds);
@@ -1110,8 +1079,8 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
         __syncwarp();
         if (c.gemm) w_ab_into(Gw, L.ldp, Ks, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dQrow, 1.0f, false, t);
     }
-    aq0 = wrow_sum(aq0), aq1 = wrow_sum(aq1), gsum = wrow_sum(gsum);
-    b0 = wrow_sum(b0), b1 = wrow_sum(b1), b2 = wrow_sum(b2);
+    aq0 = lanes_sum<WTPR>(aq0), aq1 = lanes_sum<WTPR>(aq1), gsum = lanes_sum<WTPR>(gsum);
+    b0 = lanes_sum<WTPR>(b0), b1 = lanes_sum<WTPR>(b1), b2 = lanes_sum<WTPR>(b2);
     if (!live) return;
     const double tq[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
     float *dqi = a.dq + r.x * c.D;
@@ -1208,7 +1177,7 @@ template <typename H, typename S> __global__ void wbwk_kernel(dcall<float> c, db
         w_ab_into(Pw, L.ldp, dOs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, dVrow, 1.0f, false, t);
         if (c.gemm) w_ab_into(Gw, L.ldp, Qs, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dKrow, 1.0f, false, t);
     }
-    s0 = wrow_sum(s0), s1 = wrow_sum(s1), sg = wrow_sum(sg), gsum = wrow_sum(gsum);
+    s0 = lanes_sum<WTPR>(s0), s1 = lanes_sum<WTPR>(s1), sg = lanes_sum<WTPR>(sg), gsum = lanes_sum<WTPR>(gsum);
     if (!live) return;
     const float *kr = c.k + y * c.D, *vr = c.v + y * c.Dv;
     const double tk[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
