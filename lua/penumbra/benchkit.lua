@@ -10,6 +10,9 @@
 --                                      every module in `modules` ('torch,h5py') → path, what it
 --                                      printed (module versions) — or nil, a line saying how to
 --                                      install them
+--   bk.peer(cmd, name)                a peer process kept for the whole run, driven over its stdin
+--                                      with answers on a FIFO (see below) → p with p.hello,
+--                                      p:ask(line), p:close()
 --   bk.time_calls(fn, n, into, warm)   ms per call of fn: `warm` untimed calls, then n timed
 --                                      ones (a full GC before each) appended to `into`
 --   bk.header(title, extra)            prints title + UTC time + host, the CPU, OPENBLAS_CORETYPE
@@ -102,6 +105,58 @@ function M.python(modules)
   return nil, string.format('no Python with %s (tried %s): python3 -m venv build/venv-peers && ' ..
     'build/venv-peers/bin/pip install %s', table.concat(mods, ', '), table.concat(tried, ', '),
     table.concat(mods, ' '))
+end
+
+-- A peer that must stay alive between rounds (its compiled graphs, its loaded model) reads one
+-- command a line on stdin and answers one line a command on a FIFO: io.popen gives only one
+-- direction. `cmd` is a shell command line whose '%s' (one) is replaced by the FIFO's quoted path;
+-- the peer must open that path for writing first thing and write a first line (p.hello) when it
+-- is ready. Its stdout and stderr go to a file beside the FIFO, shown when it fails (this
+-- process's stdout stays the benchmark's). p:ask(line) → the reply line (an "error …" line
+-- included: the caller decides); it raises, with that file's text, when the peer has died.
+-- p:close() sends `quit` and removes the FIFO. `name` names the peer in error messages.
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+function M.peer(cmd, name)
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute('mkdir -p ' .. sh_quote(dir)))
+  local fifo, errf = dir .. '/reply', dir .. '/peer.err'
+  assert(os.execute('mkfifo ' .. sh_quote(fifo)))
+  -- a write to a peer that died must fail (and be reported), not end this process by SIGPIPE
+  pcall(ffi.cdef, 'typedef void (*pn_sighandler_t)(int); pn_sighandler_t signal(int, pn_sighandler_t);')
+  ffi.C.signal(13, ffi.cast('pn_sighandler_t', 1)) -- SIGPIPE, SIG_IGN
+  -- The shell holds a write end of its own from the start and, when the peer exits (for
+  -- whatever reason, even before it opened the FIFO), writes a last line there and closes it:
+  -- this side's reads never wait for a peer that is gone.
+  local proc = io.popen(string.format('( exec 3>%s; %s >%s 2>&1 3>&-; echo "error peer-exited $?" >&3 )',
+    sh_quote(fifo), cmd:gsub('%%s', function() return sh_quote(fifo) end, 1), sh_quote(errf)), 'w')
+  local reply = assert(io.open(fifo, 'r')) -- returns once the peer (or the shell) has opened its end
+  local p = { name = name or 'peer' }
+  local function failed(what)
+    local f = io.open(errf)
+    local err = f and f:read('*a') or ''
+    if f then f:close() end
+    os.execute('rm -rf ' .. sh_quote(dir))
+    error(p.name .. ' failed (' .. what .. ')' .. (err ~= '' and (':\n' .. err) or ''), 0)
+  end
+  function p.ask(_, line)
+    if not (proc:write(line, '\n') and proc:flush()) then failed('its input closed before "' .. line .. '"') end
+    local r = reply:read('*l')
+    if not r or r:match('^error peer%-exited') then failed('no reply to "' .. line .. '"; ' .. (r or 'EOF')) end
+    return r
+  end
+  function p.close()
+    if not proc then return end
+    pcall(function() proc:write('quit\n'); proc:flush() end)
+    repeat until not reply:read('*l') -- 'bye', then the shell's last line, then EOF
+    reply:close()
+    proc:close()
+    proc = nil
+    os.execute('rm -rf ' .. sh_quote(dir))
+  end
+  p.hello = reply:read('*l')
+  if not p.hello or p.hello:match('^error peer%-exited') then failed('it exited at start; ' .. (p.hello or 'EOF')) end
+  return p
 end
 
 function M.header(title, extra)
