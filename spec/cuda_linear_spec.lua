@@ -1,8 +1,8 @@
 -- cuda_linear_spec.lua — the CUDA twins of the linear-attention family against the CPU kernels:
 -- attention/cosine.c (Cottention: causal and bidirectional, key masks, the learned m),
 -- attention/rope.c (θ given or base^(−2i/D), the learned rate's running sum), attention/power.c
--- (φᵖ for p = 2 and 4; power attention quadratic, gated, bidirectional, p = 4 and the chunked
--- request, which the device answers with its quadratic kernels) and attention/lin_state.c (the
+-- (φᵖ for p = 2 and 4; power attention quadratic, gated, bidirectional, p = 4; the chunked form
+-- has its own spec, cuda_power_chunk_spec.lua) and attention/lin_state.c (the
 -- recurrent cosine and power states stepped on the device, reordered between steps). Values and
 -- the gradients of every input, awkward sizes (N = 1, primes, more work items than a block has
 -- threads), a zero query row, a fully masked batch row. f32 within 1e-5 relative, f64 within
@@ -146,8 +146,6 @@ describe('cuda power attention', function()
     { 'p = 2, gated, causal', 2, 2, 9, 4, 3, { p = 2, log_gate = true } },
     { 'p = 2, gated, bidirectional', 2, 2, 9, 4, 3, { p = 2, log_gate = true, causal = false } },
     { 'p = 4, scaled, bidirectional', 1, 2, 6, 3, 2, { p = 4, causal = false, scale = 0.7 } },
-    { 'p = 2, gated, chunked (chunk = 4)', 2, 1, 12, 3, 4, { p = 2, log_gate = true, chunk = 4 } },
-    { 'p = 4, chunked (chunk = 3)', 1, 2, 9, 3, 2, { p = 4, chunk = 3, scale = 0.5 } },
     { 'more rows than a block has threads', 1, 1, 70, 2, 2, { p = 2, log_gate = true } },
   }
   for _, c in ipairs(CASES) do

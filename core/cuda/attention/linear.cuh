@@ -49,6 +49,48 @@ __device__ inline void lin_phi_grad(const lin_tab &t, const double *x, const dou
     sympow_grad_raw(t.D, t.p, t.Dp, t.idx, t.w, x, gphi, gx);
 }
 
+/* upload t's arrays for every p, p = 2 included: kernels that take φ one feature at a time
+ * (lin_phi_one, lin_phi_grad_part; power.cu's chunked form) read the table for p = 2 too */
+inline pn_status lin_tab_upload_full(const char *op, const pn_sympow_table *t, lin_scratch &s, lin_tab *out) {
+    out->D = t->D, out->Dp = t->Dp, out->p = t->p, out->idx = NULL, out->w = NULL;
+    int32_t *idx = (int32_t *)lin_alloc(s, t->Dp * t->p, PN_I32);
+    double *w = (double *)lin_alloc(s, t->Dp, PN_F64);
+    if (!idx || !w) return pn_error(PN_ERR_OOM, "%s: out of device memory for the symmetric power table", op);
+    PN_TRY(pn_cuda_upload(idx, t->idx, sizeof(int32_t) * (size_t)(t->Dp * t->p)));
+    PN_TRY(pn_cuda_upload(w, t->w, sizeof(double) * (size_t)t->Dp));
+    out->idx = idx, out->w = w;
+    return PN_OK;
+}
+
+/* feature a of φᵖ(x) = w_a Π_r x[idx[a, r]], multiplied in sympow_apply_raw's order (so bitwise
+ * its value; for p = 2 also sympow2_apply's, (√2·x_a)·x_b). Needs lin_tab_upload_full. */
+__device__ inline double lin_phi_one(const lin_tab &t, const double *x, int64_t a) {
+    const int32_t *ix = t.idx + a * t.p;
+    double v = t.w[a];
+    for (int r = 0; r < t.p; r++) v *= x[ix[r]];
+    return v;
+}
+
+/* gx (D) += the part of J_φ(x)ᵀ gphi from the n features [a0, a0 + n), gphi (n) indexed from a0:
+ * sympow_grad_raw's loop over those features (prefix·suffix products, exact at zeros), so n-wide
+ * slices in increasing a0 add every term in its order (p = 2's sympow2_grad sums the same terms in
+ * another order). Needs lin_tab_upload_full. */
+__device__ inline void lin_phi_grad_part(const lin_tab &t, const double *x, const double *gphi, int64_t a0, int64_t n,
+                                         double *gx) {
+    double pre[PN_SYMPOW_MAX_P + 1];
+    for (int64_t f = 0; f < n; f++) {
+        if (gphi[f] == 0) continue;
+        const int32_t *ix = t.idx + (a0 + f) * t.p;
+        pre[0] = 1;
+        for (int r = 0; r < t.p; r++) pre[r + 1] = pre[r] * x[ix[r]];
+        double suf = gphi[f] * t.w[a0 + f];
+        for (int r = t.p - 1; r >= 0; r--) {
+            gx[ix[r]] += pre[r] * suf;
+            suf *= x[ix[r]];
+        }
+    }
+}
+
 } // namespace
 
 #endif /* PN_CUDA_ATTENTION_LINEAR_CUH */

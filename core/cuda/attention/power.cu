@@ -1,24 +1,45 @@
 /* power.cu — the CUDA twin of attention/power.c: the symmetric power embedding φᵖ and power
- * attention (forward and backward).
+ * attention (forward and backward), in f64 for both dtypes as the CPU.
  *
  * φᵖ: one thread per row, through sympow_apply_raw / sympow_grad_raw (linear_math.h, the very
  * functions the CPU runs) on f64 copies of the row; the table's arrays (p > 2) are uploaded for
  * the call (linear.cuh).
  *
- * Power attention, first (correctness) step: the quadratic form in log space, as power.c's
- * chunk = 0, with L the cumulative log gates (one thread per (b, h)):
+ * Quadratic form (chunk = 0; causal or not): log space, as power.c's, with L the cumulative log
+ * gates (one thread per (b, h)):
  *   row pass     one thread per query i: the row max of log B_ij, Z_i = Σ_j exp(log B_ij − max),
  *                out_i (and for the backward o_i and g_i·o_i kept in f64 scratch)
  *   row grads    one thread per query i: g q_i = scale Σ_j ∂s_ij k_j, and the gate terms where i is
  *                the later index (+∂log B_ij) or the earlier one (−)
  *   column grads one thread per key j: g k_j = Σ_i ∂s_ij qs_i, g v_j = Σ_i A_ij g_i and j's gate terms
  *   gates        one thread per (b, h): g log_gate = the reverse running sum of g L.
- * Every sum has one owner and a fixed order: deterministic, no atomics. The chunked request
- * (chunk > 0, causal) runs through the same quadratic kernels: both forms compute the same
- * function (power.c: "two parallel forms, which agree"), in f64 for both dtypes, and the specs
- * check the device's result against the CPU's chunked one (f32 1e-5, f64 1e-12 relative); the
- * quadratic form also stays finite where the chunked one's (scale·q·k)^p would overflow. The
- * chunked tensor-core kernels come later (issue 17). */
+ *
+ * Chunked form (chunk = c > 0, causal, c divides N: power.c checks), power.c's chunk_forward /
+ * chunk_backward with the same maths and f64 sums (section "chunked form"): v gets a column of
+ * ones, ṽ = [v, 1], so the normaliser z rides along as the last column of the φᵖ state S̃ = [S, z]
+ * (Dφ × (Dv + 1)), and every product is a tile product through shared memory (16-wide tiles of
+ * rows, keys and φ features; one thread per output element summing in order, the shape a wmma
+ * call would take later):
+ *   states    a block per (b, h, chunk, 16 features): Σ_j f_j φ(k_j) ṽ_jᵀ over the chunk's keys
+ *             (f_j = exp(L_end − L_j)); then a scan over the chunks in order, one thread per
+ *             (b, h, state element): S̃ entering chunk m+1 = decay_m·S̃ entering m + chunk m's sum
+ *   rows      a block per (b, h, chunk, 16 query rows): the gated quadratic form inside the chunk
+ *             (T_ij = exp(L_i − L_j)(qs_i·k_j)^p, j ≤ i, through key tiles) plus e_i φ(qs_i)ᵀ S̃
+ *             through feature tiles; out = num/den (0 where den = 0); in the backward the rows'
+ *             G_i = g_i/den_i and gd_i = −g_i·out_i/den_i instead
+ *   backward  the state products again with the queries (Σ_i e_i φ(qs_i) [G_i, gd_i]ᵀ), a reverse
+ *             scan (the gradient of each chunk boundary's state), then a query-side block per
+ *             (b, h, chunk, 16 rows): g q (intra ds·K, inter J_φᵀ through lin_phi_grad_part) and
+ *             the rows' gate terms; a key-side block per (b, h, chunk, 16 keys): g k, g v (intra
+ *             and the state update's) and the keys' gate terms; a block per (b, h, chunk) for
+ *             each decay's term (a fixed reduction tree); one thread per (b, h) for g log_gate.
+ * Memory: the chunk-boundary states, their gradients (backward) and per-row arrays: O(N/c·Dφ·Dv
+ * + N·Dv) per (b, h), no N² term. Every sum has one owner and a fixed order: deterministic, no
+ * atomics. Overflow: like power.c's chunked form (and its recurrent state) this one is not in log
+ * space: where (scale·q·k)^p or φ(scale·q) overflows f64, the CPU neither falls back nor raises; it
+ * returns the non-finite values its arithmetic gives, and so does the device (the quadratic form
+ * stays finite there). Tiles too wide for the device's shared memory (D or Dv in the hundreds) run
+ * the quadratic kernels, which compute the same function. */
 #include "linear.cuh"
 
 namespace {
@@ -219,6 +240,589 @@ pn_status pw_setup(const char *op, const pn_tensor *q, const pn_tensor *v, const
 
 enum { PW_THREADS = 64 }; /* rows per block: each thread walks a whole row */
 
+/* ---- chunked form ----------------------------------------------------------------------------
+ * power.c's chunk_forward / chunk_backward on the device, f64 throughout. Per (b, h): chunks of
+ * c rows, ṽ_j = [v_j, 1] (Dw = Dv + 1 columns, the last one carries the normaliser), and the
+ * augmented state S̃ = [S, z] (Dp × Dw). Slots m = 0 … nc − 2 of the state buffers hold one
+ * matrix per chunk boundary: St[m] is the state entering chunk m + 1, Dt[m] its gradient.
+ * Le_m = L at the last row of chunk m; decay_m = exp(Le_m − Le_{m−1}) (Le_{−1} = 0).
+ *
+ * Work in shared-memory tiles of CT rows (or keys, or φ features), products through bmm (one
+ * thread per output element summing its k in order: deterministic; each product is a CT-wide
+ * tile product, the shape a wmma call would take). A block runs one (b, h, chunk, tile). */
+constexpr int CT = 16, CTH = 128; /* tile width; threads per block (a power of two: pwc_gdec's tree) */
+
+/* The named shared slabs of one kernel, CT rows each × a leading dimension (odd, so the
+ * column-parallel reads of neighbouring threads fall in different banks); offsets in doubles, -1 =
+ * unused. X query rows scale·q (K_STATE: its x rows), K key rows, V ṽ rows (K_STATE: its Y rows),
+ * G G̃ rows, P P2 P3 (query, key) pair tiles, PH φ features of rows, T a second feature tile, ACC a
+ * Dw-wide and ACCD a D-wide accumulator, ST a tile of a state's rows, LQ LK L of the rows and keys,
+ * R1 R2 R3 per-row scalars. */
+enum { S_X, S_K, S_V, S_G, S_P, S_P2, S_P3, S_PH, S_T, S_ACC, S_ACCD, S_ST, S_LQ, S_LK, S_R1, S_R2, S_R3, S_N };
+enum { K_STATE, K_FWD, K_BWQ, K_BWK };
+struct pwc_lay {
+    int ldD, ldW, ldT;
+    int64_t off[S_N];
+    int64_t total; /* doubles */
+};
+
+#define PWC_B(s) (1u << (s))
+/* the slabs each kernel uses (see the kernels) and their widths */
+inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw) {
+    const unsigned tiles = PWC_B(S_X) | PWC_B(S_K) | PWC_B(S_V) | PWC_B(S_P) | PWC_B(S_PH) | PWC_B(S_ST) |
+                           PWC_B(S_LQ) | PWC_B(S_LK);
+    const unsigned bw = tiles | PWC_B(S_G) | PWC_B(S_P2) | PWC_B(S_T) | PWC_B(S_ACCD) | PWC_B(S_R1) | PWC_B(S_R2);
+    const unsigned use[] = {
+        /* K_STATE */ PWC_B(S_X) | PWC_B(S_V) | PWC_B(S_PH) | PWC_B(S_ACC) | PWC_B(S_LQ),
+        /* K_FWD   */ tiles | PWC_B(S_ACC),
+        /* K_BWQ   */ bw,
+        /* K_BWK   */ bw | PWC_B(S_P3) | PWC_B(S_ACC) | PWC_B(S_R3)};
+    pwc_lay L;
+    L.ldD = (int)(D | 1), L.ldW = (int)(Dw | 1), L.ldT = CT | 1;
+    L.total = 0;
+    for (int s = 0; s < S_N; s++) {
+        L.off[s] = -1;
+        if (!(use[kind] & PWC_B(s))) continue;
+        const int64_t w = s == S_X || s == S_K || s == S_ACCD               ? L.ldD
+                          : s == S_V || s == S_G || s == S_ACC || s == S_ST ? L.ldW
+                          : s >= S_LQ                                       ? 1
+                                                                            : L.ldT;
+        L.off[s] = L.total;
+        L.total += CT * w;
+    }
+    return L;
+}
+#undef PWC_B
+
+struct pwc_geo {
+    int64_t BH, N, D, Dv, Dw, Dp, c, nc, nt; /* nt: CT-tiles per chunk */
+    int p;
+    double scale;
+    const double *L; /* (BH, N) cumulative log gates */
+    lin_tab tab;     /* lin_tab_upload_full */
+};
+
+/* L at the last row of chunk m of one (b, h) row of L; 0 before the first chunk */
+__device__ inline double pwc_le(const pwc_geo &a, const double *L, int64_t m) { return m >= 0 ? L[m * a.c + a.c - 1] : 0; }
+
+/* C (m × n, row stride ldc) = (acc ? C : 0) + Σ_{l<kk} A(i, l)·B(l, j), A(i, l) = A[i·ai + l·al],
+ * B(l, j) = B[l·bl + j·bj]: the strides give the transposes. Each thread owns whole elements of C
+ * and adds their terms in l order. */
+__device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj, int m,
+                           int n, int kk, bool acc) {
+    for (int e = threadIdx.x; e < m * n; e += blockDim.x) {
+        const int i = e / n, j = e - i * n;
+        double s = acc ? C[i * ldc + j] : 0;
+        for (int l = 0; l < kk; l++) s += A[i * ai + l * al] * B[l * bl + j * bj];
+        C[i * ldc + j] = s;
+    }
+}
+
+/* rows [r0, r0 + n) of src (rows of w values, contiguous) times mul into dst (leading dim ld);
+ * with ones, a last column of 1 (ṽ = [v, 1]). Rows ≥ n stay unwritten and are never read. */
+template <class T>
+__device__ inline void ld_rows(double *dst, int ld, const T *src, int64_t w, int64_t r0, int n, double mul, bool ones) {
+    const int64_t W = w + (ones ? 1 : 0);
+    for (int64_t e = threadIdx.x; e < n * W; e += blockDim.x) {
+        const int64_t r = e / W, d = e - r * W;
+        dst[r * ld + d] = d < w ? (double)src[(r0 + r) * w + d] * mul : 1.0;
+    }
+}
+
+__device__ inline void ld_L(double *dst, const double *L, int64_t r0, int n) {
+    for (int r = threadIdx.x; r < n; r += blockDim.x) dst[r] = L[r0 + r];
+}
+
+/* the tile's pairs (query row r of X, key cc of K): s = qs·k into P (and with g, G̃·ṽ into P2) */
+__device__ inline void pwc_pairs(const pwc_geo &a, const pwc_lay &y, double *sm, int nq, int nk, bool g) {
+    bmm(sm + y.off[S_P], y.ldT, sm + y.off[S_X], y.ldD, 1, sm + y.off[S_K], 1, y.ldD, nq, nk, (int)a.D, false);
+    if (g) bmm(sm + y.off[S_P2], y.ldT, sm + y.off[S_G], y.ldW, 1, sm + y.off[S_V], 1, y.ldW, nq, nk, (int)a.Dw, false);
+}
+
+/* State products. keys (x = k, Y = ṽ): St[m] ← Σ_{j ∈ chunk m} f_j φ(k_j) ṽ_jᵀ, f_j = exp(Le_m − L_j),
+ * m < nc − 1 (the scan then adds the decayed earlier states). queries (x = scale·q, Y = G̃ = [G, gd]
+ * from Gw): Dt[m] ← Σ_{i ∈ chunk m+1} e_i φ(qs_i) G̃_iᵀ, e_i = exp(L_i − Le_m) (∂ of the rows of
+ * chunk m + 1 wrt the state entering it). A block per (bh, m, CT features); out (BH, nc−1, Dp, Dw). */
+template <class T>
+__global__ void pwc_state(pwc_geo a, pwc_lay y, int queries, const T *x, const T *v, const double *Gw, double *out) {
+    PN_SHARED_DYN(double, sm);
+    const int64_t nft = (a.Dp + CT - 1) / CT, ns = a.nc - 1, nblk = a.BH * ns * nft;
+    double *X = sm + y.off[S_X], *Y = sm + y.off[S_V], *Ph = sm + y.off[S_PH], *Acc = sm + y.off[S_ACC],
+           *W = sm + y.off[S_LQ];
+    for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+        const int64_t bh = blk / (ns * nft), m = blk / nft % ns, a0 = blk % nft * CT, s0 = (m + queries) * a.c;
+        const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+        const double *L = a.L + bh * a.N, Lref = pwc_le(a, L, m);
+        for (int64_t r0 = s0; r0 < s0 + a.c; r0 += CT) {
+            const int n = (int)(s0 + a.c - r0 < CT ? s0 + a.c - r0 : CT);
+            __syncthreads(); /* the previous tile's readers are done */
+            ld_rows(X, y.ldD, x + bh * a.N * a.D, a.D, r0, n, queries ? a.scale : 1.0, false);
+            if (queries) ld_rows(Y, y.ldW, Gw + bh * a.N * a.Dw, a.Dw, r0, n, 1.0, false);
+            else ld_rows(Y, y.ldW, v + bh * a.N * a.Dv, a.Dv, r0, n, 1.0, true);
+            for (int r = threadIdx.x; r < n; r += blockDim.x) /* power.c's chunk_phi weights */
+                W[r] = queries ? exp(L[r0 + r] - Lref) : exp(-(L[r0 + r] - Lref));
+            __syncthreads();
+            for (int e = threadIdx.x; e < n * nf; e += blockDim.x) {
+                const int r = e / nf, f = e - r * nf;
+                Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * W[r];
+            }
+            __syncthreads();
+            bmm(Acc, y.ldW, Ph, 1, y.ldT, Y, y.ldW, 1, nf, (int)a.Dw, n, r0 > s0); /* Acc += Phᵀ Y */
+        }
+        __syncthreads();
+        double *o = out + ((bh * ns + m) * a.Dp + a0) * a.Dw;
+        for (int64_t e = threadIdx.x; e < nf * a.Dw; e += blockDim.x) {
+            const int64_t f = e / a.Dw, w = e - f * a.Dw;
+            o[e] = Acc[f * y.ldW + w];
+        }
+    }
+}
+
+/* The scan over chunk boundaries, one thread per (bh, element of Dp × Dw), in chunk order.
+ * Forward: St[m] += decay_m St[m−1] (m = 1 … nc−2): the chunk products become the states entering
+ * the chunks. Reverse: Dt[m] += decay_{m+1} Dt[m+1] (m = nc−3 … 0): the gradient of the state
+ * entering chunk m + 1 collects the later chunks' rows through the decays. */
+__global__ void pwc_scan(pwc_geo a, double *S, int reverse) {
+    const int64_t E = a.Dp * a.Dw, ns = a.nc - 1;
+    PN_CU_LOOP(it, a.BH * E) {
+        const int64_t bh = it / E;
+        const double *L = a.L + bh * a.N;
+        double *s = S + bh * ns * E + (it - bh * E);
+        if (!reverse)
+            for (int64_t m = 1; m < ns; m++) s[m * E] += exp(pwc_le(a, L, m) - pwc_le(a, L, m - 1)) * s[(m - 1) * E];
+        else
+            for (int64_t m = ns - 2; m >= 0; m--) s[m * E] += exp(pwc_le(a, L, m + 1) - pwc_le(a, L, m)) * s[(m + 1) * E];
+    }
+}
+
+/* the elementwise step of the intra-chunk tile: pairs j ≤ i of query rows [i0, i0+nq), keys [j0, j0+nk).
+ * Forward (bw = false): P ← T_ij = E_ij s_ij^p (0 off the causal triangle), chunk_rows's maths.
+ * Backward: with dT_ij = G̃_i·ṽ_j in P2, chunk_backward's maths: P ← ds_ij = dT E p s^{p−1},
+ * P2 ← T_ij = E s^{p−1} s, and (keys side, P3 given) P3 ← dT·T; the query side (P3 NULL) keeps
+ * dT·T in P2 instead of T. */
+__device__ inline void pwc_tri(const pwc_geo &a, const pwc_lay &y, double *sm, int64_t i0, int nq, int64_t j0, int nk,
+                               bool bw, bool keys) {
+    double *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *P3 = keys ? sm + y.off[S_P3] : NULL;
+    const double *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK];
+    for (int e = threadIdx.x; e < nq * nk; e += blockDim.x) {
+        const int r = e / nk, cc = e - r * nk;
+        const int x = r * y.ldT + cc;
+        if (j0 + cc > i0 + r) {
+            P[x] = 0;
+            if (bw) P2[x] = 0;
+            if (P3) P3[x] = 0;
+            continue;
+        }
+        const double E = exp(Lq[r] - Lk[cc]), s = P[x];
+        if (!bw) {
+            P[x] = E * ipow(s, a.p);
+            continue;
+        }
+        const double sp1 = ipow(s, a.p - 1), Tv = E * sp1 * s, dT = P2[x];
+        P[x] = dT * E * a.p * sp1;
+        if (P3) P2[x] = Tv, P3[x] = dT * Tv;
+        else P2[x] = dT * Tv;
+    }
+}
+
+/* Rows of one (bh, chunk, CT query rows): num_i, den_i = Σ_{j ≤ i in the chunk} T_ij ṽ_j + e_i φ(qs_i)ᵀ
+ * S̃ (the state entering the chunk, none for the first), out_i = num_i/den_i (0 where den_i = 0).
+ * With g (the backward): Gw_i ← [g_i/den_i, −g_i·out_i/den_i] instead of out (chunk_backward's G, gd). */
+template <class T>
+__global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v, const double *St, const T *g, T *out,
+                        double *Gw) {
+    PN_SHARED_DYN(double, sm);
+    const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1;
+    double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *P = sm + y.off[S_P],
+           *Acc = sm + y.off[S_ACC], *Ph = sm + y.off[S_PH], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ],
+           *Lk = sm + y.off[S_LK];
+    for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+        const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
+                      i0 = s0 + blk % a.nt * CT;
+        const int nq = (int)(s1 - i0 < CT ? s1 - i0 : CT);
+        const double *L = a.L + bh * a.N;
+        __syncthreads(); /* the previous block's readers are done */
+        ld_rows(X, y.ldD, q + bh * a.N * a.D, a.D, i0, nq, a.scale, false);
+        ld_L(Lq, L, i0, nq);
+        for (int e = threadIdx.x; e < nq * a.Dw; e += blockDim.x) Acc[e / a.Dw * y.ldW + e % a.Dw] = 0;
+        for (int64_t j0 = s0; j0 < i0 + nq; j0 += CT) { /* intra-chunk, keys up to the tile's last row */
+            const int nk = (int)(s1 - j0 < CT ? s1 - j0 : CT);
+            __syncthreads();
+            ld_rows(K, y.ldD, k + bh * a.N * a.D, a.D, j0, nk, 1.0, false);
+            ld_rows(V, y.ldW, v + bh * a.N * a.Dv, a.Dv, j0, nk, 1.0, true);
+            ld_L(Lk, L, j0, nk);
+            __syncthreads();
+            pwc_pairs(a, y, sm, nq, nk, false);
+            __syncthreads();
+            pwc_tri(a, y, sm, i0, nq, j0, nk, false, false);
+            __syncthreads();
+            bmm(Acc, y.ldW, P, y.ldT, 1, V, y.ldW, 1, nq, (int)a.Dw, nk, true); /* += T Ṽ */
+        }
+        if (ci > 0) { /* inter-chunk: the state entering the chunk */
+            const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
+            for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
+                const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+                __syncthreads();
+                for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
+                    const int r = e / nf, f = e - r * nf;
+                    Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * exp(Lq[r] - Lp);
+                }
+                ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
+                __syncthreads();
+                bmm(Acc, y.ldW, Ph, y.ldT, 1, Sx, y.ldW, 1, nq, (int)a.Dw, nf, true); /* += Φq_e S̃ */
+            }
+        }
+        __syncthreads();
+        const int64_t Dv = a.Dv;
+        if (!g) {
+            for (int e = threadIdx.x; e < nq * Dv; e += blockDim.x) {
+                const int r = (int)(e / Dv), x = (int)(e - r * Dv);
+                const double den = Acc[r * y.ldW + Dv], inv = den != 0 ? 1.0 / den : 0;
+                out[(bh * a.N + i0 + r) * Dv + x] = (T)(Acc[r * y.ldW + x] * inv);
+            }
+            continue;
+        }
+        for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: the row's g·out */
+            const int64_t row = bh * a.N + i0 + r;
+            const double den = Acc[r * y.ldW + Dv], *nr = Acc + r * y.ldW;
+            double *G = Gw + row * a.Dw;
+            if (den == 0) {
+                for (int64_t x = 0; x <= Dv; x++) G[x] = 0;
+                continue;
+            }
+            const double inv = 1.0 / den;
+            double go = 0;
+            for (int64_t x = 0; x < Dv; x++) go += (double)g[row * Dv + x] * (nr[x] * inv);
+            for (int64_t x = 0; x < Dv; x++) G[x] = (double)g[row * Dv + x] * inv;
+            G[Dv] = -go * inv;
+        }
+    }
+}
+
+/* The query side of the backward, one (bh, chunk, CT query rows) per block:
+ *   intra   g qs_i = Σ_j ds_ij k_j;  gLr_i += Σ_j dT_ij T_ij  (i the later index of E_ij)
+ *   inter   SG_i = S̃ G̃_i;  g qs_i += J_φ(qs_i)ᵀ (e_i SG_i);  ge_i = e_i φ(qs_i)·SG_i, added to gLr_i
+ *           (and subtracted at the previous chunk's last row by pwc_gates)
+ * gq = scale·g qs. */
+template <class T>
+__global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v, const double *Gw, const double *St,
+                        T *gq, double *gLr, double *ge) {
+    PN_SHARED_DYN(double, sm);
+    const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1, D = a.D;
+    double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
+           *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *Ph = sm + y.off[S_PH], *SG = sm + y.off[S_T],
+           *Gq = sm + y.off[S_ACCD], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK],
+           *gl = sm + y.off[S_R1], *gev = sm + y.off[S_R2];
+    for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+        const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
+                      i0 = s0 + blk % a.nt * CT;
+        const int nq = (int)(s1 - i0 < CT ? s1 - i0 : CT);
+        const double *L = a.L + bh * a.N;
+        __syncthreads();
+        ld_rows(X, y.ldD, q + bh * a.N * D, D, i0, nq, a.scale, false);
+        ld_rows(G, y.ldW, Gw + bh * a.N * a.Dw, a.Dw, i0, nq, 1.0, false);
+        ld_L(Lq, L, i0, nq);
+        for (int e = threadIdx.x; e < nq * D; e += blockDim.x) Gq[e / D * y.ldD + e % D] = 0;
+        for (int r = threadIdx.x; r < nq; r += blockDim.x) gl[r] = gev[r] = 0;
+        for (int64_t j0 = s0; j0 < i0 + nq; j0 += CT) {
+            const int nk = (int)(s1 - j0 < CT ? s1 - j0 : CT);
+            __syncthreads();
+            ld_rows(K, y.ldD, k + bh * a.N * D, D, j0, nk, 1.0, false);
+            ld_rows(V, y.ldW, v + bh * a.N * a.Dv, a.Dv, j0, nk, 1.0, true);
+            ld_L(Lk, L, j0, nk);
+            __syncthreads();
+            pwc_pairs(a, y, sm, nq, nk, true);
+            __syncthreads();
+            pwc_tri(a, y, sm, i0, nq, j0, nk, true, false);
+            __syncthreads();
+            bmm(Gq, y.ldD, P, y.ldT, 1, K, y.ldD, 1, nq, (int)D, nk, true); /* += ds K */
+            for (int r = threadIdx.x; r < nq; r += blockDim.x)
+                for (int cc = 0; cc < nk; cc++) gl[r] += P2[r * y.ldT + cc];
+        }
+        if (ci > 0) {
+            const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
+            for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
+                const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+                __syncthreads();
+                for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
+                    const int r = e / nf, f = e - r * nf;
+                    Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * exp(Lq[r] - Lp);
+                }
+                ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
+                __syncthreads();
+                bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
+                __syncthreads();
+                for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
+                    double *sg = SG + r * y.ldT;
+                    const double *ph = Ph + r * y.ldT, e = exp(Lq[r] - Lp);
+                    double acc = gev[r];
+                    for (int f = 0; f < nf; f++) {
+                        acc += ph[f] * sg[f];
+                        sg[f] *= e;
+                    }
+                    gev[r] = acc;
+                    lin_phi_grad_part(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD);
+                }
+            }
+        }
+        __syncthreads();
+        if (gq)
+            for (int e = threadIdx.x; e < nq * D; e += blockDim.x) {
+                const int r = (int)(e / D), d = (int)(e - r * D);
+                gq[(bh * a.N + i0 + r) * D + d] = (T)(Gq[r * y.ldD + d] * a.scale);
+            }
+        for (int r = threadIdx.x; r < nq; r += blockDim.x) {
+            gLr[bh * a.N + i0 + r] = gl[r] + gev[r];
+            ge[bh * a.N + i0 + r] = gev[r];
+        }
+    }
+}
+
+/* The key side of the backward, one (bh, chunk, CT keys) per block:
+ *   intra   g k_j = Σ_i ds_ij qs_i;  g v_j = Σ_i T_ij G_i;  gLc_j −= Σ_i dT_ij T_ij  (j the earlier index)
+ *   state   (not the last chunk; D̃ = Dt[chunk], the gradient of the state leaving it)
+ *           t_j = f_j D̃ ṽ_j;  g k_j += J_φ(k_j)ᵀ t_j;  gf_j = φ(k_j)·t_j, subtracted from gLc_j (and
+ *           added at the chunk's last row by pwc_gates);  g v_j += f_j φ(k_j)ᵀ D̃[:, :Dv] */
+template <class T>
+__global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v, const double *Gw, const double *Dt,
+                        T *gk, T *gv, double *gLc, double *gf) {
+    PN_SHARED_DYN(double, sm);
+    const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1, D = a.D, Dv = a.Dv;
+    double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
+           *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *P3 = sm + y.off[S_P3], *Ph = sm + y.off[S_PH],
+           *Tt = sm + y.off[S_T], *Gv = sm + y.off[S_ACC], *Gk = sm + y.off[S_ACCD], *Dx = sm + y.off[S_ST],
+           *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK], *gl = sm + y.off[S_R1], *gfv = sm + y.off[S_R2],
+           *fk = sm + y.off[S_R3];
+    for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+        const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
+                      j0 = s0 + blk % a.nt * CT;
+        const int nk = (int)(s1 - j0 < CT ? s1 - j0 : CT);
+        const double *L = a.L + bh * a.N;
+        __syncthreads();
+        ld_rows(K, y.ldD, k + bh * a.N * D, D, j0, nk, 1.0, false);
+        ld_rows(V, y.ldW, v + bh * a.N * Dv, Dv, j0, nk, 1.0, true);
+        ld_L(Lk, L, j0, nk);
+        for (int e = threadIdx.x; e < nk * D; e += blockDim.x) Gk[e / D * y.ldD + e % D] = 0;
+        for (int e = threadIdx.x; e < nk * Dv; e += blockDim.x) Gv[e / Dv * y.ldW + e % Dv] = 0;
+        for (int r = threadIdx.x; r < nk; r += blockDim.x) gl[r] = gfv[r] = 0;
+        for (int64_t i0 = j0; i0 < s1; i0 += CT) { /* the chunk's queries at or after the tile's first key */
+            const int nq = (int)(s1 - i0 < CT ? s1 - i0 : CT);
+            __syncthreads();
+            ld_rows(X, y.ldD, q + bh * a.N * D, D, i0, nq, a.scale, false);
+            ld_rows(G, y.ldW, Gw + bh * a.N * a.Dw, a.Dw, i0, nq, 1.0, false);
+            ld_L(Lq, L, i0, nq);
+            __syncthreads();
+            pwc_pairs(a, y, sm, nq, nk, true);
+            __syncthreads();
+            pwc_tri(a, y, sm, i0, nq, j0, nk, true, true);
+            __syncthreads();
+            bmm(Gk, y.ldD, P, 1, y.ldT, X, y.ldD, 1, nk, (int)D, nq, true);  /* += dsᵀ Qs */
+            bmm(Gv, y.ldW, P2, 1, y.ldT, G, y.ldW, 1, nk, (int)Dv, nq, true); /* += Tᵀ G */
+            for (int cc = threadIdx.x; cc < nk; cc += blockDim.x)
+                for (int r = 0; r < nq; r++) gl[cc] += P3[r * y.ldT + cc];
+        }
+        if (ci < ns) { /* the update that produced the state leaving this chunk */
+            const double Le = pwc_le(a, L, ci), *Ds = Dt + (bh * ns + ci) * a.Dp * a.Dw;
+            for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) fk[cc] = exp(Le - Lk[cc]);
+            for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
+                const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+                __syncthreads();
+                for (int e = threadIdx.x; e < nk * nf; e += blockDim.x) {
+                    const int cc = e / nf, f = e - cc * nf;
+                    Ph[cc * y.ldT + f] = lin_phi_one(a.tab, K + cc * y.ldD, a0 + f);
+                }
+                ld_rows(Dx, y.ldW, Ds, a.Dw, a0, nf, 1.0, false);
+                __syncthreads();
+                bmm(Tt, y.ldT, V, y.ldW, 1, Dx, 1, y.ldW, nk, nf, (int)a.Dw, false); /* Ṽ D̃ᵀ */
+                __syncthreads();
+                for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) { /* one thread per key */
+                    double *t = Tt + cc * y.ldT, *ph = Ph + cc * y.ldT, acc = gfv[cc];
+                    for (int f = 0; f < nf; f++) {
+                        t[f] *= fk[cc];
+                        acc += ph[f] * t[f];
+                        ph[f] *= fk[cc];
+                    }
+                    gfv[cc] = acc;
+                    lin_phi_grad_part(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD);
+                }
+                __syncthreads();
+                bmm(Gv, y.ldW, Ph, y.ldT, 1, Dx, y.ldW, 1, nk, (int)Dv, nf, true); /* += diag(f) φ(K) D̃ */
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < nk * D; e += blockDim.x) {
+            const int r = (int)(e / D), d = (int)(e - r * D);
+            if (gk) gk[(bh * a.N + j0 + r) * D + d] = (T)Gk[r * y.ldD + d];
+        }
+        for (int e = threadIdx.x; e < nk * Dv; e += blockDim.x) {
+            const int r = (int)(e / Dv), x = (int)(e - r * Dv);
+            if (gv) gv[(bh * a.N + j0 + r) * Dv + x] = (T)Gv[r * y.ldW + x];
+        }
+        for (int r = threadIdx.x; r < nk; r += blockDim.x) {
+            gLc[bh * a.N + j0 + r] = -gl[r] - gfv[r];
+            gf[bh * a.N + j0 + r] = gfv[r];
+        }
+    }
+}
+
+/* gdec (BH, nc): chunk ci's decay term decay_ci ⟨D̃ leaving ci, S̃ entering ci⟩ for 0 < ci < nc − 1,
+ * else 0; a block per (bh, ci), the dot product reduced by a fixed tree */
+__global__ void pwc_gdec(pwc_geo a, const double *St, const double *Dt, double *gdec) {
+    PN_SHARED(double, red, CTH);
+    const int64_t ns = a.nc - 1, E = a.Dp * a.Dw;
+    for (int64_t blk = blockIdx.x; blk < a.BH * a.nc; blk += gridDim.x) {
+        const int64_t bh = blk / a.nc, ci = blk % a.nc;
+        const bool live = ci >= 1 && ci < ns;
+        double s = 0;
+        if (live) {
+            const double *Dx = Dt + (bh * ns + ci) * E, *Sx = St + (bh * ns + ci - 1) * E;
+            for (int64_t x = threadIdx.x; x < E; x += blockDim.x) s += Dx[x] * Sx[x];
+        }
+        red[threadIdx.x] = s;
+        __syncthreads();
+        for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+            if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            const double *L = a.L + bh * a.N;
+            gdec[blk] = live ? exp(pwc_le(a, L, ci) - pwc_le(a, L, ci - 1)) * red[0] : 0;
+        }
+        __syncthreads(); /* red is rewritten for the next block */
+    }
+}
+
+/* glg (BH, N) ← Σ_{t' ≥ t} gL_t', with gL_t = gLr_t + gLc_t and, at the last row t of chunk m < nc − 1,
+ * the boundary terms: + Σ_{j ∈ m} gf_j + gdec_m (added at the later index) − Σ_{i ∈ m+1} ge_i − gdec_{m+1}
+ * (subtracted at the earlier one). One thread per (b, h), in power.c's order. */
+template <class T>
+__global__ void pwc_gates(pwc_geo a, const double *gLr, const double *gLc, const double *ge, const double *gf,
+                          const double *gdec, T *glg) {
+    PN_CU_LOOP(bh, a.BH) {
+        const int64_t o = bh * a.N, c = a.c;
+        double acc = 0;
+        for (int64_t t = a.N - 1; t >= 0; t--) {
+            double x = gLr[o + t] + gLc[o + t];
+            const int64_t m = t / c;
+            if (t == m * c + c - 1 && m + 1 < a.nc) {
+                double sf = 0, se = 0;
+                for (int64_t j = m * c; j <= t; j++) sf += gf[o + j];
+                for (int64_t i = t + 1; i <= t + c; i++) se += ge[o + i];
+                x += sf + gdec[bh * a.nc + m] - se - gdec[bh * a.nc + m + 1];
+            }
+            glg[o + t] = (T)(acc += x);
+        }
+    }
+}
+
+/* ---- chunked form: the host side ---- */
+struct pwc_plan {
+    pwc_geo a;
+    pwc_lay ls, lf, lq, lk; /* K_STATE, K_FWD, K_BWQ, K_BWK */
+};
+
+/* Launch kf over nblk blocks (a grid capped at INT32_MAX; the kernels loop over the rest) of CTH
+ * threads with y's dynamic shared memory, asking for more than the default 48 KiB when needed. */
+template <typename K, typename... A>
+pn_status pwc_launch(const char *op, K kf, int64_t nblk, const pwc_lay &y, A... args) {
+    if (nblk < 1) return PN_OK;
+    const size_t bytes = (size_t)y.total * sizeof(double);
+    if (bytes > 48 * 1024)
+        PN_CU_TRY(op, cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    const unsigned grid = (unsigned)(nblk < INT32_MAX ? nblk : INT32_MAX);
+    return pn_cu_check(op, PN_LAUNCH(kf, grid, CTH, bytes, pn_cu_stream(), args...));
+}
+
+/* The plan of a chunked call: *use false (nothing allocated) when its tiles do not fit the device's
+ * shared memory (D or Dv in the hundreds in f64), and the caller runs the quadratic kernels, which
+ * compute the same function. Else L, the φ table on the device, the geometry; the state buffers'
+ * sizes checked for overflow. */
+pn_status pwc_plan_of(const char *op, const pn_tensor *q, const pn_tensor *v, const pn_tensor *lg, int p, int64_t chunk,
+                      double scale, const pn_sympow_table *tab, bool bw, lin_scratch &s, pwc_plan *P, bool *use) {
+    const int64_t D = q->sizes[3], Dw = v->sizes[3] + 1;
+    P->ls = pwc_lay_of(K_STATE, D, Dw), P->lf = pwc_lay_of(K_FWD, D, Dw);
+    P->lq = pwc_lay_of(K_BWQ, D, Dw), P->lk = pwc_lay_of(K_BWK, D, Dw);
+    int64_t need = P->ls.total > P->lf.total ? P->ls.total : P->lf.total;
+    if (bw) need = P->lk.total > need ? P->lk.total : need; /* K_BWK holds every slab of K_BWQ */
+    *use = D < INT32_MAX / 2 && Dw < INT32_MAX / 2 && (size_t)need * sizeof(double) <= pn_cu_smem_optin();
+    if (!*use) return PN_OK;
+    pwc_geo &a = P->a;
+    a.BH = q->sizes[0] * q->sizes[1], a.N = q->sizes[2], a.D = D, a.Dv = Dw - 1, a.Dw = Dw, a.Dp = tab->Dp;
+    a.c = chunk, a.nc = a.N / chunk, a.nt = (chunk + CT - 1) / CT, a.p = p, a.scale = scale;
+    const int64_t st[4] = {a.BH, a.nc > 1 ? a.nc - 1 : 1, a.Dp, Dw}, rows[3] = {a.BH, a.N, Dw};
+    PN_TRY(pn_check_shape(op, 4, st, PN_F64));   /* the state buffers (BH, nc − 1, Dp, Dw) */
+    PN_TRY(pn_check_shape(op, 3, rows, PN_F64)); /* G̃ (BH, N, Dw) */
+    pw_geo g;
+    PN_TRY(pw_setup(op, q, v, lg, p, 1, scale, s, &g));
+    a.L = g.L;
+    return lin_tab_upload_full(op, tab, s, &a.tab);
+}
+
+/* St (BH, nc − 1, Dp, Dw) ← the state entering each chunk after the first */
+template <class T> pn_status pwc_states(const char *op, const pwc_plan &P, const T *k, const T *v, double *St) {
+    const pwc_geo &a = P.a;
+    const int64_t nft = (a.Dp + CT - 1) / CT, E = a.Dp * a.Dw;
+    auto ks = pwc_state<T>;
+    PN_TRY(pwc_launch(op, ks, a.BH * (a.nc - 1) * nft, P.ls, a, P.ls, 0, k, v, (const double *)NULL, St));
+    if (a.nc > 2) PN_CU_TRY(op, PN_LAUNCH(pwc_scan, pn_cu_blocks(a.BH * E), PN_CU_THREADS, 0, pn_cu_stream(), a, St, 0));
+    return PN_OK;
+}
+
+/* out (T) or, with g, Gw (BH, N, Dw) = [G, gd] */
+template <class T>
+pn_status pwc_forward(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *g,
+                      const pwc_plan &P, lin_scratch &s, pn_tensor *out, double **Gw, double **St) {
+    const pwc_geo &a = P.a;
+    *St = (double *)lin_alloc(s, a.BH * (a.nc - 1) * a.Dp * a.Dw, PN_F64);
+    if (g) *Gw = (double *)lin_alloc(s, a.BH * a.N * a.Dw, PN_F64);
+    if (!*St || (g && !*Gw))
+        return pn_error(PN_ERR_OOM, "%s: out of device memory for the chunk states of q %s, v %s", op, pn_shape_str(q),
+                        pn_shape_str(v));
+    const T *K = (const T *)pn_ptr(k), *V = (const T *)pn_ptr(v);
+    PN_TRY(pwc_states<T>(op, P, K, V, *St));
+    auto kf = pwc_fwd<T>;
+    return pwc_launch(op, kf, a.BH * a.nc * a.nt, P.lf, a, P.lf, (const T *)pn_ptr(q), K, V, (const double *)*St,
+                      g ? (const T *)pn_ptr(g) : (const T *)NULL, out ? (T *)pn_ptr(out) : (T *)NULL,
+                      g ? *Gw : (double *)NULL);
+}
+
+template <class T>
+pn_status pwc_backward(const char *op, const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *g,
+                       const pwc_plan &P, lin_scratch &s, pn_tensor *gq, pn_tensor *gk, pn_tensor *gv, pn_tensor *glg) {
+    const pwc_geo &a = P.a;
+    double *Gw = NULL, *St = NULL;
+    PN_TRY(pwc_forward<T>(op, q, k, v, g, P, s, NULL, &Gw, &St));
+    const int64_t rows = a.BH * a.N, nft = (a.Dp + CT - 1) / CT, E = a.Dp * a.Dw;
+    double *Dt = (double *)lin_alloc(s, a.BH * (a.nc - 1) * E, PN_F64), *r4 = (double *)lin_alloc(s, 4 * rows, PN_F64),
+           *gdec = (double *)lin_alloc(s, a.BH * a.nc, PN_F64);
+    if (!Dt || !r4 || !gdec)
+        return pn_error(PN_ERR_OOM, "%s: backward out of device memory for the chunk states of q %s, v %s", op,
+                        pn_shape_str(q), pn_shape_str(v));
+    double *gLr = r4, *gLc = r4 + rows, *ge = gLc + rows, *gf = ge + rows;
+    const T *Q = (const T *)pn_ptr(q), *K = (const T *)pn_ptr(k), *V = (const T *)pn_ptr(v);
+    auto ks = pwc_state<T>; /* the gradient of each chunk boundary's state: its rows, then the later ones */
+    PN_TRY(pwc_launch(op, ks, a.BH * (a.nc - 1) * nft, P.ls, a, P.ls, 1, Q, V, (const double *)Gw, Dt));
+    if (a.nc > 2) PN_CU_TRY(op, PN_LAUNCH(pwc_scan, pn_cu_blocks(a.BH * E), PN_CU_THREADS, 0, pn_cu_stream(), a, Dt, 1));
+    const int64_t nblk = a.BH * a.nc * a.nt;
+    if (gq || glg) {
+        auto kq = pwc_bwq<T>;
+        PN_TRY(pwc_launch(op, kq, nblk, P.lq, a, P.lq, Q, K, V, (const double *)Gw, (const double *)St,
+                          gq ? (T *)pn_ptr(gq) : (T *)NULL, gLr, ge));
+    }
+    if (gk || gv || glg) {
+        auto kk = pwc_bwk<T>;
+        PN_TRY(pwc_launch(op, kk, nblk, P.lk, a, P.lk, Q, K, V, (const double *)Gw, (const double *)Dt,
+                          gk ? (T *)pn_ptr(gk) : (T *)NULL, gv ? (T *)pn_ptr(gv) : (T *)NULL, gLc, gf));
+    }
+    if (!glg) return PN_OK;
+    const unsigned nb = (unsigned)(a.BH * a.nc < 65535 ? a.BH * a.nc : 65535);
+    PN_CU_TRY(op, PN_LAUNCH(pwc_gdec, nb, CTH, 0, pn_cu_stream(), a, (const double *)St, (const double *)Dt, gdec));
+    auto kg = pwc_gates<T>;
+    return pn_cu_check(op, PN_LAUNCH(kg, pn_cu_blocks(a.BH), PN_CU_THREADS, 0, pn_cu_stream(), a, (const double *)gLr,
+                                     (const double *)gLc, (const double *)ge, (const double *)gf,
+                                     (const double *)gdec, (T *)pn_ptr(glg)));
+}
+
 } // namespace
 
 /* x (…, D), out (…, Dp) contiguous */
@@ -260,14 +864,27 @@ pn_status pn_cuda_sympow_bwd(const pn_sympow_table *t, const pn_tensor *x, const
     return st;
 }
 
-/* q, k (B, H, N, D), v, out (B, H, N, Dv), lg (B, H, N) or NULL, contiguous; chunk and tab: see
- * the file comment (the quadratic kernels serve both forms) */
+/* q, k (B, H, N, D), v, out (B, H, N, Dv), lg (B, H, N) or NULL, contiguous; chunk > 0 (causal,
+ * dividing N: power.c checks) with tab its φ table runs the chunked kernels, chunk = 0 (or tiles
+ * too wide for the device's shared memory) the quadratic ones */
 pn_status pn_cuda_power_fwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *lg, int p,
                             int causal, int64_t chunk, double scale, const pn_sympow_table *tab, pn_tensor *out) {
-    (void)chunk, (void)tab;
     const char *op = "power_attention";
     if (pn_numel(out) == 0) return PN_OK;
     lin_scratch s = {};
+    if (chunk > 0 && causal && tab) {
+        pwc_plan P;
+        bool use;
+        pn_status st = pwc_plan_of(op, q, v, lg, p, chunk, scale, tab, false, s, &P, &use);
+        if (!st && use) {
+            double *Gw, *St;
+            PN_CU_FLOAT_SWITCH(q->dt, T, { st = pwc_forward<T>(op, q, k, v, NULL, P, s, out, &Gw, &St); });
+        }
+        if (st || use) {
+            lin_free(s);
+            return st;
+        }
+    }
     pw_geo a;
     pn_status st = pw_setup(op, q, v, lg, p, causal, scale, s, &a);
     const int64_t rows = a.B * a.H * a.N;
@@ -288,9 +905,19 @@ pn_status pn_cuda_power_fwd(const pn_tensor *q, const pn_tensor *k, const pn_ten
 pn_status pn_cuda_power_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v, const pn_tensor *lg, int p,
                             int causal, int64_t chunk, double scale, const pn_sympow_table *tab, const pn_tensor *g,
                             pn_tensor *gq, pn_tensor *gk, pn_tensor *gv, pn_tensor *glg) {
-    (void)chunk, (void)tab;
     const char *op = "power_attention";
     lin_scratch s = {};
+    if (q->sizes[0] * q->sizes[1] * q->sizes[2] == 0) return PN_OK; /* no rows: every gradient is empty */
+    if (chunk > 0 && causal && tab) {
+        pwc_plan P;
+        bool use;
+        pn_status st = pwc_plan_of(op, q, v, lg, p, chunk, scale, tab, true, s, &P, &use);
+        if (!st && use) PN_CU_FLOAT_SWITCH(q->dt, T, { st = pwc_backward<T>(op, q, k, v, g, P, s, gq, gk, gv, glg); });
+        if (st || use) {
+            lin_free(s);
+            return st;
+        }
+    }
     pw_geo a;
     pn_status st = pw_setup(op, q, v, lg, p, causal, scale, s, &a);
     if (st) {
