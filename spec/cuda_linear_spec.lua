@@ -115,8 +115,8 @@ describe('cuda linear family: NaN in, NaN out where the CPU has it', function()
     each(function(dt)
       local nan = function(i) return function(vals) vals[i] = 0 / 0 end end
       local q, k = rnd({ 1, 2, 5, 3 }, dt, 130), rnd({ 1, 2, 5, 3 }, dt, 131)
-      -- bidirectional: the CPU's causal chunk GEMM also spreads a NaN of v_j to the rows before j
-      -- (0·NaN of the masked upper triangle), which the device's scan does not
+      -- bidirectional here (every row sees v_j); the causal NaN patterns, on both devices, are
+      -- linear_attention_spec's and cuda_cosine_chunk_spec's
       compare('cosine NaN ' .. dt, TOL_COS[dt], function(_, q_, k_, v_)
         return pn.cosine_attention(q_, k_, v_, 0.3, { causal = false })
       end, { q, k, rnd({ 1, 2, 5, 2 }, dt, 132, -1, 1, nan(7)) })

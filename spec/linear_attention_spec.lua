@@ -244,6 +244,93 @@ describe('cosine_attention', function()
     end
   end)
 
+  -- NaN in, NaN out exactly where the maths puts it. One NaN planted in head 1 of q, k, v or the
+  -- cotangent g at row j (1-based), column c; cause[x](t, e) says whether element (t, e) of head 1
+  -- of x (out and the gradients of q, k, v) depends on it — rows of head 2 never do. Every other
+  -- element must be finite and equal the run with the NaN replaced by 0.5. N = 70 spans two chunks
+  -- of 64: j = 30 has rows on both sides in its chunk, j = 66 sits in the second.
+  it('spreads a NaN only where the maths does (causal chunks, masked keys, bidirectional; values and gradients)', function()
+    local B, H, N, D, Dv = 1, 2, 70, 3, 2
+    local function with(t, i, x)
+      local vals = flat(t)
+      vals[i] = x
+      return pn.tensor(vals, { dtype = t:dtype() }):reshape(t:shape())
+    end
+    -- run: out and the gradients (flat), for inputs ins = { q, k, v, g } and options o
+    local function run(ins, o, dt)
+      local q, k, v = ins.q:clone():requires_grad_(), ins.k:clone():requires_grad_(), ins.v:clone():requires_grad_()
+      local m = pn.tensor({ 0.4, -0.2 }, { dtype = dt, requires_grad = true })
+      local out = pn.cosine_attention(q, k, v, m, o)
+      out:backward(ins.g)
+      return { out = flat(out), q = flat(q.grad), k = flat(k.grad), v = flat(v.grad), m = flat(m.grad) }
+    end
+    local W = { out = Dv, q = D, k = D, v = Dv }
+    local ALL = function() return true end
+    local NONE = function() return false end
+    -- { input, j, c, causal, key masked at j, cause }
+    local function cases(j, c)
+      local ge, le, eq = function(t) return t >= j end, function(t) return t <= j end, function(t) return t == j end
+      local col = function(rows) return function(t, e) return rows(t) and e == c end end
+      return {
+        { 'v', j, c, true, false, { out = col(ge), q = ge, k = eq, v = NONE } },
+        { 'k', j, c, true, false, { out = ge, q = ge, k = eq, v = eq } },
+        { 'q', j, c, true, false, { out = eq, q = eq, k = le, v = le } },
+        { 'g', j, c, true, false, { out = NONE, q = eq, k = le, v = col(le) } },
+        { 'v', j, c, false, false, { out = col(ALL), q = ALL, k = eq, v = NONE } },
+        { 'v', j, c, true, true, { out = NONE, q = NONE, k = NONE, v = NONE } },
+        { 'k', j, c, true, true, { out = NONE, q = NONE, k = NONE, v = NONE } },
+        { 'v', j, c, false, true, { out = NONE, q = NONE, k = NONE, v = NONE } },
+      }
+    end
+    for _, dt in ipairs({ 'f64', 'f32' }) do
+      local tol = dt == 'f64' and 1e-10 or 2e-5
+      pn.manual_seed(6)
+      local base = { q = randn({ B, H, N, D }, dt), k = randn({ B, H, N, D }, dt), v = randn({ B, H, N, Dv }, dt),
+                     g = randn({ B, H, N, Dv }, dt) }
+      for _, jc in ipairs({ { 30, 2 }, { 66, 1 } }) do
+        for _, cs in ipairs(cases(jc[1], jc[2])) do
+          local which, j, c, causal, masked, cause = unpack(cs)
+          local what = string.format('%s NaN in %s at row %d (causal=%s, masked=%s)', dt, which, j, tostring(causal),
+            tostring(masked))
+          local o = { causal = causal }
+          if masked then
+            local mv = {}
+            for t = 1, N do mv[t] = t == j and 0 or 1 end
+            o.key_mask = pn.tensor({ mv }, { dtype = 'u8' })
+          end
+          local i = (j - 1) * ((which == 'q' or which == 'k') and D or Dv) + c -- head 1, B = 1
+          local bad, ref = {}, {}
+          for name, t in pairs(base) do bad[name], ref[name] = t, t end
+          bad[which], ref[which] = with(base[which], i, 0 / 0), with(base[which], i, 0.5)
+          local got, want = run(bad, o, dt), run(ref, o, dt)
+          for x, w in pairs(W) do
+            for h = 1, H do
+              for t = 1, N do
+                for e = 1, w do
+                  local idx = ((h - 1) * N + t - 1) * w + e
+                  local g, r = got[x][idx], want[x][idx]
+                  if h == 1 and cause[x](t, e) then
+                    assert.is_true(g ~= g, string.format('%s: %s[%d, %d, %d] = %s, expected NaN', what, x, h, t, e, g))
+                  else
+                    assert.is_true(g == g and math.abs(g - r) <= tol * (1 + math.abs(r)),
+                      string.format('%s: %s[%d, %d, %d] = %s, expected %s', what, x, h, t, e, g, r))
+                  end
+                end
+              end
+            end
+          end
+          local spread = masked == false
+          assert.is_true((got.m[1] ~= got.m[1]) == spread, what .. ': g m of head 1')
+          assert.is_true(math.abs(got.m[2] - want.m[2]) <= tol * (1 + math.abs(want.m[2])), what .. ': g m of head 2')
+          if masked then -- the masked key's gradients are 0
+            for e = 1, D do assert.are.equal(0, got.k[(j - 1) * D + e]) end
+            for e = 1, Dv do assert.are.equal(0, got.v[(j - 1) * Dv + e]) end
+          end
+        end
+      end
+    end
+  end)
+
   it('raises named errors for bad shapes and dtypes', function()
     local q, k, v = randn({ 1, 2, 4, 3 }), randn({ 1, 2, 4, 3 }), randn({ 1, 2, 4, 2 })
     assert_error_matching(function() pn.cosine_attention(q, k, v, pn.zeros({ 3 }, { dtype = 'f64' })) end,

@@ -5,7 +5,15 @@
  * the maths). Chunk-local products run as GEMMs in the tensor's dtype; the running sums
  * over the whole sequence (the state S, its reverse twin R) are kept in f64 and handed to
  * the GEMMs as a copy in real (for f64 that copy is S itself). Scratch is O(c·D + D·Dv)
- * per thread, whatever N. */
+ * per thread, whatever N.
+ *
+ * NaN in, NaN out only where the maths puts it. A causal chunk's product (P ⊙ tril)·X multiplies
+ * the masked-out pairs by 0, and 0·NaN = NaN: a non-finite row of X would reach the rows that must
+ * not see it (a NaN v_j the outputs of rows t < j, a NaN k̂_j the g q̂ of rows t < j, a NaN q̂_t the
+ * g k̂ of rows j > t, a NaN g_t the g v of rows j > t); likewise a masked key's v through its
+ * k̂ = 0. So every chunk scans the operand it multiplies (O(c·D), nothing beside the GEMMs' c²·D)
+ * and, only when it holds a non-finite value, takes the exact path: the visible pairs alone
+ * multiplied (cos_intra) and the v rows of masked keys read as 0 (cos_clean_v). */
 
 /* One thread's scratch. */
 typedef struct {
@@ -82,11 +90,56 @@ static void SFX(cos_tril)(real *P, int64_t cl) {
         for (int64_t j = i + 1; j < cl; j++) P[i * cl + j] = 0;
 }
 
+/* true when every entry of x (n) is finite (x − x is 0 exactly then, NaN for ±inf and NaN);
+ * no float sum, so the loop vectorises */
+static bool SFX(cos_finite)(const real *x, int64_t n) {
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= x[i] - x[i] == 0;
+    return ok;
+}
+
+/* The chunk's v rows [s0, s0 + cl) as the products read them: Vc itself when finite (*fin set),
+ * else, with a key mask, a copy in buf (cl, Dv) whose masked keys' rows are 0 — a masked key
+ * never contributes, and its k̂ = 0 times a NaN of its v would. */
+static const real *SFX(cos_clean_v)(const cos_args *a, int64_t b, int64_t s0, int64_t cl, const real *Vc, real *buf,
+                                    bool *fin) {
+    const int64_t Dv = a->Dv;
+    *fin = SFX(cos_finite)(Vc, cl * Dv);
+    if (*fin || !a->mask) return Vc;
+    for (int64_t i = 0; i < cl; i++) {
+        if (is_key(a, b, s0 + i)) memcpy(buf + i * Dv, Vc + i * Dv, sizeof(real) * (size_t)Dv);
+        else memset(buf + i * Dv, 0, sizeof(real) * (size_t)Dv);
+    }
+    return buf;
+}
+
 /* C (m, n) = A (m, k) · B, with B (k, n) or, transposed, B (n, k); beta 0 or 1 */
 static inline void SFX(cos_gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const real *A, const real *B,
                                  real beta, real *Cm) {
     GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
          (blasint)k, 1, A, (blasint)(ta ? m : k), B, (blasint)(tb ? k : n), beta, Cm, (blasint)n);
+}
+
+/* The intra-chunk product of the causal form, P (cl, cl) against X (cl, n) into Cm (cl, n):
+ *   trans = false: Cm_i = Σ_{j ≤ i} P_ij X_j     ((P ⊙ tril) X)
+ *   trans = true:  Cm_j = Σ_{i ≥ j} P_ij X_i     ((P ⊙ tril)ᵀ X)
+ * finite: X has no NaN/inf, so the masked pairs may be zeroed in P and the product be one GEMM;
+ * else only the visible pairs are multiplied (rows of Cm in a fixed order), so a non-finite X_j
+ * reaches exactly the rows that see j. P is changed in the GEMM case (tril). */
+static void SFX(cos_intra)(bool trans, bool finite, real *P, int64_t cl, const real *X, int64_t n, real *Cm) {
+    if (finite) {
+        SFX(cos_tril)(P, cl);
+        SFX(cos_gemm)(trans, false, cl, n, cl, P, X, 0, Cm);
+        return;
+    }
+    memset(Cm, 0, sizeof(real) * (size_t)(cl * n));
+    for (int64_t i = 0; i < cl; i++)
+        for (int64_t j = 0; j <= i; j++) {
+            const real p = P[i * cl + j];
+            const real *x = X + (trans ? i : j) * n;
+            real *c = Cm + (trans ? j : i) * n;
+            for (int64_t e = 0; e < n; e++) c[e] += p * x[e];
+        }
 }
 
 /* n_t for the rows [s0, s0 + cl) of the causal form, running count *cnt of real keys */
@@ -121,8 +174,9 @@ static bool SFX(cos_forward)(const cos_args *a, void *out_) {
             if (!a->causal) { /* S = Σ_j k̂_j v_jᵀ over every real key */
                 for (int64_t s0 = 0; s0 < N; s0 += c) {
                     const int64_t cl = N - s0 < c ? N - s0 : c;
+                    bool fin;
                     SFX(cos_load_norm)(a, b, s0, cl, K + oqk + s0 * D, w.k, w.rk, true);
-                    SFX(cos_state_add)(&w, cl, D, Dv, w.k, V + ov + s0 * Dv);
+                    SFX(cos_state_add)(&w, cl, D, Dv, w.k, SFX(cos_clean_v)(a, b, s0, cl, V + ov + s0 * Dv, w.v, &fin));
                     SFX(cos_counts)(a, b, s0, cl, &run, w.cnt);
                 }
             }
@@ -132,11 +186,12 @@ static bool SFX(cos_forward)(const cos_args *a, void *out_) {
                 const real *Vc = V + ov + s0 * Dv;
                 SFX(cos_load_norm)(a, b, s0, cl, Q + oqk + s0 * D, w.q, w.rq, false);
                 if (a->causal) {
+                    bool fin;
+                    Vc = SFX(cos_clean_v)(a, b, s0, cl, Vc, w.v, &fin);
                     SFX(cos_load_norm)(a, b, s0, cl, K + oqk + s0 * D, w.k, w.rk, true);
                     SFX(cos_counts)(a, b, s0, cl, &run, w.cnt);
                     SFX(cos_gemm)(false, true, cl, cl, D, w.q, w.k, 0, w.P); /* P = Q̂ K̂ᵀ */
-                    SFX(cos_tril)(w.P, cl);
-                    SFX(cos_gemm)(false, false, cl, Dv, cl, w.P, Vc, 0, w.o1); /* intra-chunk */
+                    SFX(cos_intra)(false, fin, w.P, cl, Vc, Dv, w.o1);         /* intra-chunk */
                     if (s0 > 0) SFX(cos_gemm)(false, false, cl, Dv, D, w.q, w.Sr, 1, w.o1); /* + Q̂ S */
                 } else {
                     SFX(cos_gemm)(false, false, cl, Dv, D, w.q, w.Sr, 0, w.o1);
@@ -199,8 +254,10 @@ static bool SFX(cos_backward)(const cos_args *a, const void *g_, void *gq_, void
                 if (!a->causal)
                     for (int64_t s0 = 0; s0 < N; s0 += c) {
                         const int64_t cl = N - s0 < c ? N - s0 : c;
+                        bool fin;
                         SFX(cos_load_norm)(a, b, s0, cl, K + oqk + s0 * D, w.k, w.rk, true);
-                        SFX(cos_state_add)(&w, cl, D, Dv, w.k, V + ov + s0 * Dv);
+                        SFX(cos_state_add)(&w, cl, D, Dv, w.k,
+                                           SFX(cos_clean_v)(a, b, s0, cl, V + ov + s0 * Dv, w.v, &fin));
                     }
                 int64_t run = 0;
                 double gm = 0;
@@ -212,10 +269,11 @@ static bool SFX(cos_backward)(const cos_args *a, const void *g_, void *gq_, void
                     SFX(cos_load_g)(Gr + ov + s0 * Dv, w.g, cl, Dv, w.cnt, total, a->causal, s);
                     real *gQ = w.o1;
                     if (a->causal) {
+                        bool fin;
+                        Vc = SFX(cos_clean_v)(a, b, s0, cl, Vc, w.v, &fin);
                         SFX(cos_load_norm)(a, b, s0, cl, K + oqk + s0 * D, w.k, w.rk, true);
                         SFX(cos_gemm)(false, true, cl, cl, Dv, w.g, Vc, 0, w.P); /* A_ij = G_i·v_j */
-                        SFX(cos_tril)(w.P, cl);
-                        SFX(cos_gemm)(false, false, cl, D, cl, w.P, w.k, 0, gQ);
+                        SFX(cos_intra)(false, SFX(cos_finite)(w.k, cl * D), w.P, cl, w.k, D, gQ);
                         if (s0 > 0) SFX(cos_gemm)(false, true, cl, D, Dv, w.g, w.Sr, 1, gQ); /* + G Sᵀ */
                     } else {
                         SFX(cos_gemm)(false, true, cl, D, Dv, w.g, w.Sr, 0, gQ);
@@ -265,16 +323,14 @@ static bool SFX(cos_backward)(const cos_args *a, const void *g_, void *gq_, void
                     if (gk) {
                         if (a->causal) {
                             SFX(cos_gemm)(false, true, cl, cl, Dv, w.g, Vc, 0, w.P); /* A_ij = G_i·v_j */
-                            SFX(cos_tril)(w.P, cl);
-                            SFX(cos_gemm)(true, false, cl, D, cl, w.P, w.q, 0, gK); /* Aᵀ Q̂ */
+                            SFX(cos_intra)(true, SFX(cos_finite)(w.q, cl * D), w.P, cl, w.q, D, gK); /* Aᵀ Q̂ */
                         }
                         if (later) SFX(cos_gemm)(false, true, cl, D, Dv, Vc, w.Sr, a->causal ? 1 : 0, gK); /* + V Rᵀ */
                     }
                     if (gv) {
                         if (a->causal) {
                             SFX(cos_gemm)(false, true, cl, cl, D, w.q, w.k, 0, w.P); /* P = Q̂ K̂ᵀ */
-                            SFX(cos_tril)(w.P, cl);
-                            SFX(cos_gemm)(true, false, cl, Dv, cl, w.P, w.g, 0, gV); /* Pᵀ G */
+                            SFX(cos_intra)(true, SFX(cos_finite)(w.g, cl * Dv), w.P, cl, w.g, Dv, gV); /* Pᵀ G */
                         }
                         if (later) SFX(cos_gemm)(false, false, cl, Dv, D, w.k, w.Sr, a->causal ? 1 : 0, gV); /* + K̂ R */
                     }
