@@ -28,27 +28,6 @@ struct lin_tab {
     const double *w;    /* (Dp) */
 };
 
-/* upload t's arrays into scratch of s (p = 2 reads neither: sympow2_* needs no table) */
-inline pn_status lin_tab_upload(const char *op, const pn_sympow_table *t, lin_scratch &s, lin_tab *out) {
-    out->D = t->D, out->Dp = t->Dp, out->p = t->p, out->idx = NULL, out->w = NULL;
-    if (t->p == 2) return PN_OK;
-    int32_t *idx = (int32_t *)lin_alloc(s, t->Dp * t->p, PN_I32);
-    double *w = (double *)lin_alloc(s, t->Dp, PN_F64);
-    if (!idx || !w) return pn_error(PN_ERR_OOM, "%s: out of device memory for the symmetric power table", op);
-    PN_TRY(pn_cuda_upload(idx, t->idx, sizeof(int32_t) * (size_t)(t->Dp * t->p)));
-    PN_TRY(pn_cuda_upload(w, t->w, sizeof(double) * (size_t)t->Dp));
-    out->idx = idx, out->w = w;
-    return PN_OK;
-}
-
-__device__ inline void lin_phi(const lin_tab &t, const double *x, double *phi) {
-    sympow_apply_raw(t.D, t.p, t.Dp, t.idx, t.w, x, phi);
-}
-
-__device__ inline void lin_phi_grad(const lin_tab &t, const double *x, const double *gphi, double *gx) {
-    sympow_grad_raw(t.D, t.p, t.Dp, t.idx, t.w, x, gphi, gx);
-}
-
 /* upload t's arrays for every p, p = 2 included: kernels that take φ one feature at a time
  * (lin_phi_one, lin_phi_grad_part; power.cu's chunked form) read the table for p = 2 too */
 inline pn_status lin_tab_upload_full(const char *op, const pn_sympow_table *t, lin_scratch &s, lin_tab *out) {
@@ -61,6 +40,22 @@ inline pn_status lin_tab_upload_full(const char *op, const pn_sympow_table *t, l
     out->idx = idx, out->w = w;
     return PN_OK;
 }
+
+/* upload t's arrays into scratch of s (p = 2 reads neither: sympow2_* needs no table) */
+inline pn_status lin_tab_upload(const char *op, const pn_sympow_table *t, lin_scratch &s, lin_tab *out) {
+    if (t->p != 2) return lin_tab_upload_full(op, t, s, out);
+    out->D = t->D, out->Dp = t->Dp, out->p = t->p, out->idx = NULL, out->w = NULL;
+    return PN_OK;
+}
+
+__device__ inline void lin_phi(const lin_tab &t, const double *x, double *phi) {
+    sympow_apply_raw(t.D, t.p, t.Dp, t.idx, t.w, x, phi);
+}
+
+__device__ inline void lin_phi_grad(const lin_tab &t, const double *x, const double *gphi, double *gx) {
+    sympow_grad_raw(t.D, t.p, t.Dp, t.idx, t.w, x, gphi, gx);
+}
+
 
 /* feature a of φᵖ(x) = w_a Π_r x[idx[a, r]], multiplied in sympow_apply_raw's order (so bitwise
  * its value; for p = 2 also sympow2_apply's, (√2·x_a)·x_b). Needs lin_tab_upload_full. */

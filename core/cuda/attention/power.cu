@@ -333,6 +333,17 @@ __device__ inline void ld_L(double *dst, const double *L, int64_t r0, int n) {
     for (int r = threadIdx.x; r < n; r += blockDim.x) dst[r] = L[r0 + r];
 }
 
+/* the inter-chunk operands of φ features [a0, a0 + nf): Ph (nq, nf) = φ(x_r)_a·e^(L_r − Lp) for the
+ * nq rows of X, and Sx (nf, Dw) the state S's rows a0 … */
+__device__ inline void ld_phi_state(const pwc_geo &a, const pwc_lay &y, const double *X, const double *Lq, double Lp,
+                                    const double *S, int64_t a0, int nq, int nf, double *Ph, double *Sx) {
+    for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
+        const int r = e / nf, f = e - r * nf;
+        Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * exp(Lq[r] - Lp);
+    }
+    ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
+}
+
 /* the tile's pairs (query row r of X, key cc of K): s = qs·k into P (and with g, G̃·ṽ into P2) */
 __device__ inline void pwc_pairs(const pwc_geo &a, const pwc_lay &y, double *sm, int nq, int nk, bool g) {
     bmm(sm + y.off[S_P], y.ldT, sm + y.off[S_X], y.ldD, 1, sm + y.off[S_K], 1, y.ldD, nq, nk, (int)a.D, false);
@@ -463,11 +474,7 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
             for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
                 const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
                 __syncthreads();
-                for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
-                    const int r = e / nf, f = e - r * nf;
-                    Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * exp(Lq[r] - Lp);
-                }
-                ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
+                ld_phi_state(a, y, X, Lq, Lp, S, a0, nq, nf, Ph, Sx);
                 __syncthreads();
                 bmm(Acc, y.ldW, Ph, y.ldT, 1, Sx, y.ldW, 1, nq, (int)a.Dw, nf, true); /* += Φq_e S̃ */
             }
@@ -544,11 +551,7 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
             for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
                 const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
                 __syncthreads();
-                for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
-                    const int r = e / nf, f = e - r * nf;
-                    Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * exp(Lq[r] - Lp);
-                }
-                ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
+                ld_phi_state(a, y, X, Lq, Lp, S, a0, nq, nf, Ph, Sx);
                 __syncthreads();
                 bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
                 __syncthreads();
