@@ -188,6 +188,15 @@ describe('nn.Transformer', function()
     ok, e = pcall(function() return m(ids({ { 4, 5 } }), ids({ { BOS } }), pn.ones({ 1, 1, 1, 3 }, { dtype = 'u8' })) end)
     assert.is_false(ok)
     assert.truthy(tostring(e):find('src_mask'))
+    -- precision: one of its values; tensor cores exist on CUDA only, so on the CPU the attention says so
+    ok, e = pcall(pn.nn.Transformer, { vocab = 10, d_model = 8, heads = 2, precision = 'tf32' })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("precision must be one of native, bf16, f16, got 'tf32'", 1, true), tostring(e))
+    local b = pn.nn.Transformer({ vocab = 10, d_model = 8, heads = 2, ff = 8, enc_layers = 1, dec_layers = 1,
+      precision = 'bf16' })
+    ok, e = pcall(function() return b(ids({ { 4, 5 } }), ids({ { BOS } })) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("precision = 'bf16' runs on CUDA tensor cores", 1, true), tostring(e))
   end)
 end)
 
