@@ -520,6 +520,19 @@ __device__ void stage_keys(const dcall<T> &c, const Hd &hd, int64_t bh, int64_t 
     }
 }
 
+/* ∂G's share of a row's gradient over the lane's columns d = t, t + TPR, … < Dg: acc[d] += Σ_l
+ * w_l·(x_l[d] − y[d]) for a distance score, w_l·x_l[d] for a dot product (x: the n shared rows of
+ * the other side, leading dimension ld; y: the row itself), pairs with w_l = 0 skipped */
+template <typename T>
+__device__ void grad_cols(const dcall<T> &c, T *acc, const T *w, const T *x, int64_t ld, const T *y, int n, int t) {
+    for (int64_t d = t; d < c.Dg; d += TPR) {
+        T a = acc[d];
+        for (int l = 0; l < n; l++)
+            if (w[l] != 0) a += w[l] * (c.diff ? x[l * ld + d] - y[d] : x[l * ld + d]);
+        acc[d] = a;
+    }
+}
+
 /* forward: a block per (bh, TQ query rows); out (BH, Nq, Dv), stat (BH, Nq) as fwd_kernel's */
 template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L, T *out, T *stat) {
     PN_SHARED_DYN(T, sm);
@@ -654,14 +667,7 @@ template <typename T, typename S> __global__ void tbwq_kernel(dcall<T> c, dbw<T>
             Gr[jl] = g;
         }
         __syncwarp();
-        for (int64_t d = t; d < c.Dg; d += TPR) { /* ∂G/∂q = k (dot) or k − q (distance) */
-            T acc = dQ[d];
-            for (int jl = 0; jl < TK; jl++) {
-                const T g = Gr[jl];
-                if (g != 0) acc += g * (c.diff ? Ks[jl * L.ld + d] - qs[d] : Ks[jl * L.ld + d]);
-            }
-            dQ[d] = acc;
-        }
+        grad_cols(c, dQ, Gr, Ks, L.ld, qs, TK, t); /* ∂G/∂q = k (dot) or k − q (distance) */
         __syncwarp();
     }
     aq0 = lanes_sum<TPR>(aq0), aq1 = lanes_sum<TPR>(aq1);
@@ -763,14 +769,7 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
                     if (Pt[il] != 0) acc += Pt[il] * dOs[il * L.ldv + d];
                 dV[d] = acc;
             }
-        for (int64_t d = t; d < c.Dg; d += TPR) { /* ∂G/∂k = q (dot) or q − k (distance) */
-            T acc = dK[d];
-            for (int il = 0; il < TQ; il++) {
-                const T g = Gt[il];
-                if (g != 0) acc += g * (c.diff ? Qs[il * L.ld + d] - kr[d] : Qs[il * L.ld + d]);
-            }
-            dK[d] = acc;
-        }
+        grad_cols(c, dK, Gt, Qs, L.ld, kr, TQ, t); /* ∂G/∂k = q (dot) or q − k (distance) */
         __syncwarp();
     }
     s0 = lanes_sum<TPR>(s0), s1 = lanes_sum<TPR>(s1), sg = lanes_sum<TPR>(sg);
