@@ -322,9 +322,9 @@ __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, 
  * with ones, a last column of 1 (ṽ = [v, 1]). Rows ≥ n stay unwritten and are never read. */
 template <class T>
 __device__ inline void ld_rows(double *dst, int ld, const T *src, int64_t w, int64_t r0, int n, double mul, bool ones) {
-    const int64_t W = w + (ones ? 1 : 0);
-    for (int64_t e = threadIdx.x; e < n * W; e += blockDim.x) {
-        const int64_t r = e / W, d = e - r * W;
+    const int W = (int)w + (ones ? 1 : 0); /* 32-bit: a 64-bit division per element dominates a tile */
+    for (int e = threadIdx.x; e < n * W; e += blockDim.x) {
+        const int r = e / W, d = e - r * W;
         dst[r * ld + d] = d < w ? (double)src[(r0 + r) * w + d] * mul : 1.0;
     }
 }
@@ -382,8 +382,9 @@ __global__ void pwc_state(pwc_geo a, pwc_lay y, int queries, const T *x, const T
         }
         __syncthreads();
         double *o = out + ((bh * ns + m) * a.Dp + a0) * a.Dw;
-        for (int64_t e = threadIdx.x; e < nf * a.Dw; e += blockDim.x) {
-            const int64_t f = e / a.Dw, w = e - f * a.Dw;
+        const int Dw = (int)a.Dw;
+        for (int e = threadIdx.x; e < nf * Dw; e += blockDim.x) {
+            const int f = e / Dw, w = e - f * Dw;
             o[e] = Acc[f * y.ldW + w];
         }
     }
