@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On the GPU machine, in the repository root, after tools/gpu/bundle.sh packed .gpu/bundle.tar.gz
+# here: unpack it, put luajit and our libraries on the paths, and run the stages named:
+#   info      nvidia-smi, nvcc, the OS, what pn.cuda sees
+#   specs     every CUDA spec on the GPU (the interpreter-only ones skip)
+#   bench     experiments/perf/attention_gpu.lua $BENCH_ARGS (e.g. "scores=dot n=4096 d=64,128")
+#   probe     tools/gpu/probe.lua: one dense call's time, bf16 / f32 / CPU agreement
+#   sanitize  compute-sanitizer memcheck and racecheck on tools/gpu/sanitize.lua
+#   ncu       Nsight Compute sections of the first kernel matching $NCU_KERNEL (default wfwd)
+#             during probe.lua
+# Each stage has its own timeout (T_<STAGE>, seconds) and writes its log under $OUT, so one that
+# hangs leaves the others' results. The peer (PyTorch) runs the machine's python3 without our
+# libraries on its path.
+set -u
+OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
+R=$PWD B=${PN_PREFIX:-/opt/pn}
+t0=$(date +%s)
+say() { echo "[$(($(date +%s) - t0))s] $*"; }
+if [ ! -x "$B/bin/luajit" ]; then
+  mkdir -p "$B" && tar -C "$B" -xzf .gpu/bundle.tar.gz || { echo "run.sh: cannot unpack .gpu/bundle.tar.gz"; exit 1; }
+fi
+# luajit's default module paths include /usr/local/{share,lib}/lua/5.1
+mkdir -p /usr/local/share/lua /usr/local/lib/lua
+cp -a "$B/lua/share/5.1" /usr/local/share/lua/ && cp -a "$B/lua/lib/5.1" /usr/local/lib/lua/
+mkdir -p build && cp -a "$B/build/." build/ && touch build/libpenumbra.so build/penumbra_ffi.h # not stale
+CL=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -e "$d/libcublas.so.13" ] && CL="$CL:$d"; done
+if [ -z "$CL" ]; then
+  for n in libcublas.so.13 libcudart.so.13; do
+    f=$(find /usr /opt -name "$n" 2>/dev/null | head -n 1); [ -n "$f" ] && CL="$CL:$(dirname "$f")"
+  done
+fi
+export LD_LIBRARY_PATH="$B/lib$CL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PATH="$B/bin:$PATH"
+printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$(command -v python3 || echo /nonexistent)" > "$B/peer-python"
+chmod +x "$B/peer-python"
+# what ./bench sets, so luajit can run directly (compute-sanitizer and ncu want the real binary)
+export PENUMBRA_PEER_PYTHON="$B/peer-python" OMP_WAIT_POLICY=passive PENUMBRA_HOME="$R" PENUMBRA_BUILD="$R/build" \
+  LUA_PATH="$R/lua/?.lua;$R/lua/?/init.lua;$R/bindings/?.lua;$R/?.lua;;"
+PN="luajit $R/lua/penumbra/cli.lua"
+say "setup done"
+for stage in "$@"; do
+  case $stage in
+  info)
+    { nvidia-smi; nvcc --version | tail -n 1; head -n 1 /etc/os-release
+      $PN "$R/tools/gpu/probe.lua" mode=info; } 2>&1 | tee "$OUT/info.log" ;;
+  specs)
+    say specs; timeout "${T_SPECS:-240}" $PN test spec/cuda_spec.lua $(ls spec/cuda_*_spec.lua) > "$OUT/specs.log" 2>&1
+    say "specs rc=$?"; tail -n 16 "$OUT/specs.log" ;;
+  bench)
+    say "bench ${BENCH_ARGS:-}"; timeout "${T_BENCH:-300}" $PN experiments/perf/attention_gpu.lua ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+    say "bench rc=$?"; grep -E '^\| |^targets|^causal|^peer' "$OUT/bench.log" | head -n 80 ;;
+  probe)
+    say probe; timeout "${T_PROBE:-120}" $PN "$R/tools/gpu/probe.lua" 2>&1 | tee "$OUT/probe.log" ;;
+  sanitize)
+    # application-only: the sanitizer follows no child process; stdout line-buffered in the script
+    for tool in memcheck racecheck; do
+      say "$tool"; timeout "${T_SANITIZE:-150}" compute-sanitizer --tool "$tool" --target-processes application-only \
+        --print-limit 20 luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/sanitize.lua" > "$OUT/$tool.log" 2>&1
+      say "$tool rc=$?"; grep -E 'SUMMARY|sanitize.lua|rror|hazard' "$OUT/$tool.log" | head -n 12
+    done ;;
+  ncu)
+    k=${NCU_KERNEL:-wfwd}; say "ncu $k"
+    timeout "${T_NCU:-120}" ncu -k "regex:$k" --launch-count 1 --section SpeedOfLight --section Occupancy \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+      --section SourceCounters luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" > "$OUT/ncu_$k.log" 2>&1
+    say "ncu rc=$?"; grep -v '^==PROF==' "$OUT/ncu_$k.log" | grep -E '^  [a-z_ ]*void|  [A-Z][A-Za-z /.()-]+  +[%a-zA-Z/]* +[0-9]' | head -n 50 ;;
+  *) echo "run.sh: unknown stage '$stage' (info, specs, bench, probe, sanitize, ncu)" ;;
+  esac
+done
+say end
