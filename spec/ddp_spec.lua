@@ -1,12 +1,15 @@
 -- The runner's data parallelism (lua/penumbra/ddp.lua): `./bench -n 2 --oversubscribe` trains
 -- one model on 2 ranks and logs the losses one process logs, to 1e-5 relative, step by step —
--- ppi_gat on a tiny synthetic set (4 training graphs, batches of 2: 2 optimiser steps an epoch,
--- 12 epochs) and nmt_multi30k_dot with the small preset on 64 pairs (token batches of 256: 6
--- steps an epoch, 3 epochs), dropout off (each rank draws its own dropout masks, so with dropout
--- the runs agree in distribution only). 24 and 18 optimiser steps: f32 training amplifies
--- rounding, and beyond that one process drifts from ITSELF run with another thread count as far
--- as 2 ranks drift from it (measured, NMT: threads=1 vs threads=2, 3.6e-5 relative after 36
--- steps; 2 ranks vs threads=2, 3e-8). Both runs write their run files into a temporary
+-- nmt_multi30k_dot with the small preset on 64 pairs (token batches of 256: 6 steps an epoch, 9
+-- epochs: 54 optimiser steps) and ppi_gat on a tiny synthetic set (4 training graphs, batches of
+-- 2: 2 optimiser steps an epoch) over 24 steps in f32 and 50 in f64 (dtype=f64), dropout off
+-- (each rank draws its own dropout masks, so with dropout the runs agree in distribution only).
+-- Why f64 for PPI's 50 steps: the two runs differ only in the rounding of the gradient sums (a
+-- batch's sum against the sum of two shares' sums), and f32 training amplifies rounding — PPI in
+-- f32 drifts to 3e-5 relative by step 50, as one process drifts from ITSELF run with another
+-- thread count (measured, NMT: threads=1 vs threads=2, 3.6e-5 relative after 36 steps); in f64
+-- the same 50 steps agree to 1e-15 (measured 9e-16), which shows the sharding, the weights and
+-- the all-reduce are the single process's arithmetic. Both runs write their run files into a temporary
 -- PENUMBRA_RUNS; the losses are read back from them. Also: each rank really trains on its
 -- share (a script records what every rank saw), gradients in several small buckets give the
 -- very same losses as in one, a recipe that cannot be split is a named error, a global batch
@@ -69,7 +72,7 @@ local function assert_rel(got, want, rtol, what)
 end
 
 -- one process, then 2 ranks, with the same arguments: the same losses
-local function equivalence(script, args, shard, names)
+local function equivalence(script, args, shard, names, rtol)
   local one, two = tmpdir(), tmpdir()
   local out1, code1 = bench('', script, args, one)
   assert.equal(0, code1, out1)
@@ -82,7 +85,7 @@ local function equivalence(script, args, shard, names)
   assert.equal(2, #(tostring(b.attrs.hosts) .. ','):gsub('[^,]', ''), 'one host per rank: ' .. tostring(b.attrs.hosts))
   assert.equal(shard, b.attrs.shard)
   assert.is_nil(a.attrs.ranks, 'one process records no ranks')
-  for _, k in ipairs(names) do assert_rel(b.metrics[k], a.metrics[k], 1e-5, script .. ' ' .. k) end
+  for _, k in ipairs(names) do assert_rel(b.metrics[k], a.metrics[k], rtol or 1e-5, script .. ' ' .. k) end
   -- one run file, and only rank 0 printed: the summary once
   local _, summaries = out2:gsub('== [%w_]+ %(seed %d+%): finished', '')
   assert.equal(1, summaries, out2)
@@ -97,11 +100,17 @@ describe('data parallelism across 2 ranks (./bench -n 2)', function()
     assert.equal(1, lines, 'rank 1 printed too:\n' .. out)
   end)
 
-  it_mpi('nmt_multi30k_dot preset=small: the same per-epoch losses as one process (dropout off)', function()
+  it_mpi('ppi_gat dtype=f64: the same losses as one process to 1e-13 over 50 optimiser steps', function()
+    local _, a = equivalence(ROOT .. '/experiments/ppi_gat.lua', 'dataset=synthetic synthetic_graphs=6 ' ..
+      'synthetic_nodes=40 hidden=8 epochs=25 threads=1 dtype=f64', 'graphs', { 'loss', 'val_loss' }, 1e-13)
+    assert.equal(25, #a.metrics.loss)
+  end)
+
+  it_mpi('nmt_multi30k_dot preset=small: the same per-epoch losses as one process over 54 steps (dropout off)', function()
     local _, a = equivalence(ROOT .. '/experiments/nmt_multi30k_dot.lua', 'preset=small train_limit=64 eval_limit=4 ' ..
-      'epochs=3 max_tokens=256 dropout=0 beam=1 average=1 attention_maps=0 samples=0 threads=1', 'sentences',
+      'epochs=9 max_tokens=256 dropout=0 beam=1 average=1 attention_maps=0 samples=0 threads=1', 'sentences',
       { 'loss', 'val_loss', 'updates' })
-    assert.same({ 6, 12, 18 }, a.metrics.updates) -- several optimiser steps an epoch, as many on 2 ranks
+    assert.same({ 6, 12, 18, 24, 30, 36, 42, 48, 54 }, a.metrics.updates) -- several steps an epoch, as many on 2 ranks
   end)
 
   -- a tiny experiment on the synthetic PPI graphs (4 training graphs, batches of 2) that records

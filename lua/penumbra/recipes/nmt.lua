@@ -198,7 +198,7 @@ local function experiment(o)
     self_attn = o.self_attn or 'softmax', prenorm = false, act_dropout = 0, label_smoothing = 0.1,
     weight_decay = 0.0001, clip = 1.0, max_len = 256, eval_tokens = 6000, beam = 5, val_beam = 1, lenpen = 1.0,
     average = 5, samples = 5, attention_maps = 3, train_limit = 0, eval_limit = 0, seed = 0, threads = 0, quiet = false, patience = 100,
-    device = 'cpu', precision = 'native',
+    device = 'cpu', precision = 'native', dtype = 'f32',
   }
   for k, v in pairs(preset) do config[k] = v end
   local count = { 'integer', min = 1 }
@@ -212,6 +212,7 @@ local function experiment(o)
                hyper_model = { 'string', one_of = { 'default', 'hyperboloid', 'halfspace', 'poincare' } },
                qk_dim = { 'integer', min = 0 }, r = { 'number', min = 0 },
                precision = { 'string', one_of = { 'native', 'bf16', 'f16' } },
+               dtype = { 'string', one_of = { 'f32', 'f64' } },
                self_attn = { 'string', one_of = { 'softmax', 'cosine', 'power' } },
                d_model = count, heads = count, ff = count, enc_layers = { 'integer', min = 0 }, dec_layers = count,
                vocab = { 'integer', min = 8 }, max_tokens = count, warmup = count, lr = { 'number', above = 0 },
@@ -265,6 +266,7 @@ local function experiment(o)
         cfg.precision, cfg.device), 0)
     end
     local model = R.model(cfg, { vocab = tok.vocab_size })
+    if cfg.dtype ~= 'f32' then model:to(cfg.dtype) end -- f64: for checks where f32 rounding drifts (ddp_spec)
     if cfg.device ~= 'cpu' then model:to(cfg.device) end -- before the optimiser takes its parameters
     state.model = model
     state.opt = pn.optim.Adam(model, { lr = cfg.lr, betas = { 0.9, 0.98 }, eps = 1e-8, weight_decay = cfg.weight_decay })

@@ -92,7 +92,7 @@ local function experiment(o)
     score = o.score, dataset = 'auto', path = '', synthetic_graphs = 24, synthetic_nodes = 2400, data_seed = 0,
     epochs = o.epochs or 10, patience = 100, eval_every = 1, batch = 2, lr = o.lr or 0.005, weight_decay = 0,
     hidden = 256, heads = '4,4,6', residual = true, qk_dim = 0, map = 'default', gamma = o.gamma or 1, r = o.r or 0,
-    seed = 0, threads = 0,
+    seed = 0, threads = 0, dtype = 'f32',
   }
   local count = { 'integer', min = 1 }
   return pn.experiment{
@@ -103,7 +103,8 @@ local function experiment(o)
                dataset = { 'string', one_of = { 'auto', 'real', 'synthetic' } }, synthetic_graphs = { 'integer', min = 3 },
                synthetic_nodes = { 'integer', min = 20 }, batch = count, lr = { 'number', above = 0 },
                weight_decay = { 'number', min = 0 }, hidden = count, qk_dim = { 'integer', min = 0 },
-               gamma = { 'number', above = 0 }, r = { 'number', min = 0 } },
+               gamma = { 'number', above = 0 }, r = { 'number', min = 0 },
+               dtype = { 'string', one_of = { 'f32', 'f64' } } },
     monitor = 'val_f1', mode = 'max', also = { val_loss = 'min' },
     -- ./bench -n N: each rank takes its share of every batch's graphs (d:batches('train', …))
     shard = 'graphs',
@@ -116,6 +117,12 @@ local function experiment(o)
       run:set('data', d:describe())
       run:set('dataset_file', d.path)
       local model = R.model(cfg, d)
+      if cfg.dtype ~= 'f32' then -- f64: for checks where f32 rounding drifts (ddp_spec)
+        model:to(cfg.dtype)
+        for _, gs in pairs(d.graphs) do
+          for _, g in ipairs(gs) do g.x, g.y = g.x:to(cfg.dtype), g.y:to(cfg.dtype) end
+        end
+      end
       run:set('parameters', model:num_parameters())
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
       return { d = d, model = model, opt = opt, source = source, val = d:batches('val', cfg.batch),
