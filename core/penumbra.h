@@ -127,6 +127,7 @@ int pn_kernel_present(int dev, int i);
  * recorded by autograd. Without MPI in the build, a launched process gets an error naming the
  * apt-get line. */
 int pn_dist_built(void);        /* 1 when this libpenumbra links MPI */
+int pn_dist_nccl_built(void);   /* 1 when it has the NCCL engine: the collectives take cuda tensors too */
 int pn_dist_launched(void);     /* 1 when an MPI launcher started this process (its environment says so) */
 pn_status pn_dist_init(void);   /* idempotent; the calls below run it first */
 int pn_dist_active(void);       /* joined MPI with more than one rank (does not initialise) */

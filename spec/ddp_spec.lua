@@ -113,6 +113,19 @@ describe('data parallelism across 2 ranks (./bench -n 2)', function()
     assert.same({ 6, 12, 18, 24, 30, 36, 42, 48, 54 }, a.metrics.updates) -- several steps an epoch, as many on 2 ranks
   end)
 
+  -- device=cuda: parameters, gradients and buckets on each rank's GPU, the buckets through NCCL
+  -- (on a GPU for real; in the interpreter build, which CI runs, its NCCL subset over MPI)
+  local it_nccl = (pn.cuda.available() and pn.dist.nccl_built()) and it_mpi or function(name)
+    pending(name .. ' — needs CUDA (a GPU or the interpreter build) and NCCL')
+  end
+  it_nccl('nmt_multi30k_dot device=cuda (NCCL): the same per-epoch losses as one process on the device', function()
+    local _, a, b = equivalence(ROOT .. '/experiments/nmt_multi30k_dot.lua', 'preset=small train_limit=32 eval_limit=2 ' ..
+      'epochs=3 max_tokens=256 dropout=0 beam=1 average=1 attention_maps=0 samples=0 threads=1 device=cuda', 'sentences',
+      { 'loss', 'val_loss', 'updates' })
+    assert.same({ 3, 6, 9 }, a.metrics.updates)
+    assert.truthy(tostring(b.attrs.cuda_device or ''):find('device', 1, true), 'the run ran on CUDA: ' .. tostring(b.attrs.cuda_device))
+  end)
+
   -- a tiny experiment on the synthetic PPI graphs (4 training graphs, batches of 2) that records
   -- what each rank trained on, and on rank fail_rank at step fail_step, when asked, raises
   -- (how=raise), kills itself with SIGKILL (how=kill: no Lua error, no MPI_Abort, as a crash in

@@ -60,13 +60,14 @@ local function lua_list(t)
   return '{' .. table.concat(s, ',') .. '}'
 end
 
--- the child: every collective on every dtype, results printed one line each
-local function collectives_script()
+-- the child: every collective on every dtype, results printed one line each; dev: the tensors'
+-- device ('cuda': through NCCL — in the interpreter build its subset over MPI)
+local function collectives_script(dev)
   local input = {}
   for _, dt in ipairs(DTYPES) do
     input[#input + 1] = string.format('%s = { [0] = %s, [1] = %s }', dt, lua_list(IN[dt][0]), lua_list(IN[dt][1]))
   end
-  return [[
+  return "local DEV = '" .. dev .. "'\n" .. [[
 local pn = require 'penumbra'
 local d = pn.dist
 local r = d.rank()
@@ -81,7 +82,7 @@ local function shown_error(case, fn)
   local ok, e = pcall(fn)
   io.write('R', r, ' ', case, ' ', ok and 'NO ERROR' or tostring(e):gsub('\n', ' '), '\n')
 end
-local function input(dt) return pn.tensor(IN[dt][r], { dtype = dt }):view(2, 3) end
+local function input(dt) return pn.tensor(IN[dt][r], { dtype = dt }):view(2, 3):to(DEV) end
 for _, dt in ipairs({ 'f32', 'f64', 'i32', 'i64', 'u8' }) do
   for _, op in ipairs({ 'sum', 'mean', 'max', 'min' }) do
     if op == 'mean' and (dt == 'i32' or dt == 'i64' or dt == 'u8') then
@@ -93,7 +94,7 @@ for _, dt in ipairs({ 'f32', 'f64', 'i32', 'i64', 'u8' }) do
     end
   end
   -- a transposed (strided) view: reduced in place through its storage
-  local base = pn.tensor(IN[dt][r], { dtype = dt }):view(2, 3):t():contiguous()
+  local base = pn.tensor(IN[dt][r], { dtype = dt }):view(2, 3):t():contiguous():to(DEV)
   d.all_reduce(base:t(), 'sum')
   show('strided_' .. dt, base:t())
   for root = 0, 1 do
@@ -108,25 +109,28 @@ end
 -- NaN on one rank wins max and min on every rank
 for _, dt in ipairs({ 'f32', 'f64' }) do
   for _, op in ipairs({ 'max', 'min' }) do
-    local t = pn.tensor(r == 1 and { 0 / 0, 1 } or { 5, 0 / 0 }, { dtype = dt })
+    local t = pn.tensor(r == 1 and { 0 / 0, 1 } or { 5, 0 / 0 }, { dtype = dt }):to(DEV)
     show('nan' .. op .. '_' .. dt, d.all_reduce(t, op))
   end
 end
 -- a 0-dim tensor and a barrier
-local s = pn.tensor(r + 1, { dtype = 'f64' })
+local s = pn.tensor(r + 1, { dtype = 'f64' }):to(DEV)
 show('scalar', d.all_reduce(s, 'sum'))
 d.barrier()
 -- errors every rank gives alike (never a hang)
-shown_error('mismatch', function() d.all_gather(pn.zeros(r == 1 and 3 or 2)) end)
-shown_error('mismatch_dtype', function() d.all_reduce(pn.zeros(2, { dtype = r == 1 and 'f64' or 'f32' })) end)
-shown_error('root', function() d.broadcast(pn.zeros(2), 2) end)
-shown_error('rootdiff', function() d.broadcast(pn.zeros(2), r) end)
+shown_error('mismatch', function() d.all_gather(pn.zeros(r == 1 and 3 or 2):to(DEV)) end)
+shown_error('mismatch_dtype', function() d.all_reduce(pn.zeros(2, { dtype = r == 1 and 'f64' or 'f32' }):to(DEV)) end)
+shown_error('root', function() d.broadcast(pn.zeros(2):to(DEV), 2) end)
+shown_error('rootdiff', function() d.broadcast(pn.zeros(2):to(DEV), r) end)
+shown_error('mismatch_device', function() d.all_reduce(r == 1 and pn.zeros(2) or pn.zeros(2):to(DEV)) end)
+io.write('R', r, ' where ', d.all_gather(pn.zeros(1):to(DEV)):device(), '\n')
 io.write('R', r, ' done ok\n')
 ]]
 end
 
 describe('pn.dist on 2 ranks (mpirun)', function()
-  local function check_collectives(out, code, what)
+  local function check_collectives(out, code, what, dev)
+    dev = dev or 'cpu'
     assert.equal(0, code, what .. ': exit status\n' .. out)
     local got = parse(out)
     for r = 0, 1 do
@@ -156,11 +160,20 @@ describe('pn.dist on 2 ranks (mpirun)', function()
       assert.matches('rank 1 passed t [2] f64 but rank 0 passed [2] f32', got[r].mismatch_dtype or '', 1, true)
       assert.matches('root 2 is out of range for 2 ranks (ranks count from 0: 0 … 1)', got[r].root or '', 1, true)
       assert.matches('rank 1 passed root 1 but rank 0 passed 0', got[r].rootdiff or '', 1, true)
+      assert.equal(dev, got[r].where, what .. ': all_gather keeps the device')
+      if dev == 'cuda' then
+        assert.matches('rank 1 passed a cpu tensor but rank 0 a cuda one', got[r].mismatch_device or '', 1, true)
+      end
     end
   end
 
-  local script
-  setup(function() if MPI then script = write(collectives_script()) end end)
+  local script, cuda_script
+  setup(function()
+    if MPI then
+      script = write(collectives_script('cpu'))
+      cuda_script = write(collectives_script('cuda'))
+    end
+  end)
 
   it_mpi('all_reduce (sum, mean, max, min), broadcast and all_gather give the hand-worked results on every dtype', function()
     local out, code = bench('-n 2 --oversubscribe', script)
@@ -170,6 +183,16 @@ describe('pn.dist on 2 ranks (mpirun)', function()
   it_mpi('gives the same results when every buffer goes to MPI in pieces (PENUMBRA_DIST_CHUNK=4)', function()
     local out, code = bench('-n 2 --oversubscribe', script, 'PENUMBRA_DIST_CHUNK=4')
     check_collectives(out, code, 'in pieces')
+  end)
+
+  -- cuda tensors go through NCCL (core/dist/nccl.cu): on a GPU for real, in the interpreter
+  -- build on its NCCL subset over MPI (emu/nccl.h), which CI runs
+  local it_nccl = (MPI and pn.cuda.available() and pn.dist.nccl_built()) and it_mpi or function(name)
+    pending(name .. ' — needs CUDA (a GPU or the interpreter build) and NCCL')
+  end
+  it_nccl('on cuda tensors (NCCL): the same hand-worked results on every dtype, NaN kept, a cpu/cuda mix named', function()
+    local out, code = bench('-n 2 --oversubscribe', cuda_script)
+    check_collectives(out, code, 'cuda tensors', 'cuda')
   end)
 
   it_mpi('a rank that raises ends every rank promptly, nonzero, with the message naming the rank', function()
@@ -367,10 +390,18 @@ describe('pn.dist in a single process', function()
   end)
 
   local it_cuda = pn.cuda.available() and it or pending
-  it_cuda('refuses device tensors, naming the NCCL path that is not built yet', function()
-    local t = pn.ones(3):to('cuda')
-    check.assert_error_matching(function() d.all_reduce(t) end, 'dist.all_reduce', 'cuda tensor', 'NCCL')
-    check.assert_error_matching(function() d.broadcast(t) end, 'dist.broadcast', 'NCCL')
-    check.assert_error_matching(function() d.all_gather(t) end, 'dist.all_gather', 'NCCL')
+  it_cuda('device tensors: left as they are (all_gather: (1, …) on the device) with NCCL, refused by name without', function()
+    local t = pn.tensor({ 1, 2, 3 }):to('cuda')
+    if d.nccl_built() then
+      assert.same({ 1, 2, 3 }, d.all_reduce(t, 'mean'):totable())
+      assert.same({ 1, 2, 3 }, d.broadcast(t, 0):totable())
+      local g = d.all_gather(t)
+      assert.equal('cuda', g:device())
+      assert.same({ { 1, 2, 3 } }, g:totable())
+    else
+      check.assert_error_matching(function() d.all_reduce(t) end, 'dist.all_reduce', 'cuda tensor', 'NCCL')
+      check.assert_error_matching(function() d.broadcast(t) end, 'dist.broadcast', 'NCCL')
+      check.assert_error_matching(function() d.all_gather(t) end, 'dist.all_gather', 'NCCL')
+    end
   end)
 end)

@@ -35,6 +35,12 @@ static void probe(void) {
             return;
         }
         g_device = (int)d;
+    } else {
+        /* several ranks on one machine (./bench -n): rank i of the machine takes its device i (mod
+         * the count), as NCCL needs one device per rank */
+        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        if (!lr) lr = getenv("MPI_LOCALRANKID");
+        if (lr && *lr) g_device = (int)(strtol(lr, NULL, 10) % n);
     }
     cudaDeviceProp prop;
     if (cudaSetDevice(g_device) != cudaSuccess || cudaGetDeviceProperties(&prop, g_device) != cudaSuccess ||

@@ -1,6 +1,6 @@
 /* dist.c — pn_dist_*: several processes (ranks) working on one job (penumbra.h, "several
  * processes"). Argument checks, the single-process path and the agreement between ranks live
- * here; the communication itself is an engine's (dist.h: mpi.c now, NCCL later).
+ * here; the communication itself is an engine's (dist.h: mpi.c for host tensors, nccl.cu for device tensors).
  *
  * A collective must be entered by every rank, so no rank may return early on its own: each
  * checks its arguments, then all exchange a signature (its verdict, dtype, shape, op or root)
@@ -11,6 +11,7 @@
  * timeout passed or MPI failed (mpi.c); then the ranks cannot exchange any more, and the buffers
  * of the call that gave up are kept (never freed: MPI may still write into them). */
 #include "dist/dist.h"
+#include "backend.h" /* pn_device_name */
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static pn_status init_failed;  /* a failed MPI start is not retried: the same er
 static char init_msg[1024];
 
 int pn_dist_built(void) { return pn_mpi_built(); }
+int pn_dist_nccl_built(void) { return pn_nccl_built(); }
 
 /* ---- the timeout of a wait in a collective ------------------------------------------- */
 #define TIMEOUT_DEFAULT_S 300.0
@@ -97,7 +99,7 @@ pn_status pn_dist_barrier(void) {
 }
 
 /* ---- the agreement ------------------------------------------------------------------ */
-enum { SIG_STATUS, SIG_ARG, SIG_DT, SIG_ND, SIG_DIMS, SIG_N = SIG_DIMS + PN_MAX_DIMS };
+enum { SIG_STATUS, SIG_ARG, SIG_DT, SIG_DEV, SIG_ND, SIG_DIMS, SIG_N = SIG_DIMS + PN_MAX_DIMS };
 
 /* Small all-reduces ride on the agreement: each rank's record has room for INLINE_BYTES of its
  * values after the signature (up to INLINE_MAX_RANKS ranks, so that the all-gather stays small),
@@ -131,6 +133,7 @@ static pn_status agree(const char *op, const char *argname, pn_status local, int
     mine[SIG_ARG] = arg;
     if (t && !local) {
         mine[SIG_DT] = t->dt;
+        mine[SIG_DEV] = t->dev;
         mine[SIG_ND] = t->nd;
         for (int d = 0; d < t->nd; d++) mine[SIG_DIMS + d] = t->sizes[d];
     }
@@ -148,6 +151,10 @@ static pn_status agree(const char *op, const char *argname, pn_status local, int
         } else if (argname && s[SIG_ARG] != s0[SIG_ARG]) {
             st = pn_error(PN_ERR_ARG, "%s: rank %d passed %s %lld but rank 0 passed %lld; every rank must pass the same",
                           op, r, argname, (long long)s[SIG_ARG], (long long)s0[SIG_ARG]);
+        } else if (s[SIG_DEV] != s0[SIG_DEV]) {
+            st = pn_error(PN_ERR_DEVICE, "%s: rank %d passed a %s tensor but rank 0 a %s one; every rank must pass "
+                          "t on the same kind of device", op, r, pn_device_name((int)s[SIG_DEV]),
+                          pn_device_name((int)s0[SIG_DEV]));
         } else if (s[SIG_DT] != s0[SIG_DT] || s[SIG_ND] != s0[SIG_ND] ||
                    memcmp(s + SIG_DIMS, s0 + SIG_DIMS, PN_MAX_DIMS * sizeof *s) != 0) {
             st = pn_error(PN_ERR_SHAPE, "%s: rank %d passed t %s %s but rank 0 passed %s %s; every rank must pass "
@@ -167,11 +174,36 @@ static pn_status agree(const char *op, const char *argname, pn_status local, int
 
 static pn_status check_tensor(const char *op, const pn_tensor *t) {
     if (!t) return pn_error(PN_ERR_ARG, "%s: t is nil", op);
-    if (t->dev != PN_CPU)
-        return pn_error(PN_ERR_DEVICE, "%s: t %s is a cuda tensor; only CPU tensors are supported yet (the NCCL "
-                        "path for device tensors is not built): move it with t:to('cpu')", op, pn_shape_str(t));
+    if (t->dev != PN_CPU && !pn_nccl_built())
+        return pn_error(PN_ERR_DEVICE, "%s: t %s is a cuda tensor, and this libpenumbra was built without NCCL (the "
+                        "engine of device tensors: the CUDA toolkit's libnccl); move it with t:to('cpu')", op,
+                        pn_shape_str(t));
     return PN_OK;
 }
+
+/* After an all-reduce max / min of floats on the device: NCCL does not promise that a NaN wins,
+ * so the NaN positions (any rank's) are all-reduced too and put back — NaN in, NaN out. */
+static pn_status restore_nan(const char *lb, pn_tensor *c, pn_tensor *nan_here) {
+    pn_status st = pn_nccl_all_reduce(lb, pn_ptr(nan_here), pn_numel(nan_here), PN_U8, PN_MAX);
+    if (st) return st;
+    int prev = pn_set_grad_enabled(0);
+    pn_tensor *nan = pn_full(0, NULL, NAN, c->dt, c->dev), *w = nan ? pn_where(nan_here, nan, c) : NULL;
+    st = w ? pn_copy_(c, w) : PN_ERR_OOM;
+    pn_release(w);
+    pn_release(nan);
+    pn_set_grad_enabled(prev);
+    return st;
+}
+
+#ifndef PN_HAVE_NCCL
+int pn_nccl_built(void) { return 0; }
+static pn_status no_nccl(const char *op) {
+    return pn_error(PN_ERR_DEVICE, "%s: this libpenumbra has no NCCL engine for device tensors", op);
+}
+pn_status pn_nccl_all_reduce(const char *op, void *p, int64_t n, int dtype, int red) { return no_nccl(op); }
+pn_status pn_nccl_broadcast(const char *op, void *p, int64_t n, int dtype, int root) { return no_nccl(op); }
+pn_status pn_nccl_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype) { return no_nccl(op); }
+#endif
 
 /* ---- the collectives ----------------------------------------------------------------- */
 /* what the engine's messages call a collective: "dist.all_reduce (24 bytes)", t's bytes on
@@ -204,14 +236,25 @@ pn_status pn_dist_all_reduce(pn_tensor *t, int op) {
     int64_t n = c ? pn_numel(c) : 0;
     size_t es = c ? pn_elsize(c->dt) : 0;
     int red = op == PN_MEAN ? PN_SUM : op;
+    const int dev = c && c->dev != PN_CPU;
+    /* a float max / min on the device: where this rank has NaN, before NCCL (restore_nan) */
+    pn_tensor *nan_here = NULL;
+    if (!local && dev && pn_is_float(t->dt) && (red == PN_MAX || red == PN_MIN) && !(nan_here = pn_compare(PN_NE, c, c)))
+        local = PN_ERR_OOM;
     int64_t *carried = NULL;
     const char *lb = label(name, local ? NULL : t);
-    pn_status st = agree(name, "op", local, op, t, c ? pn_ptr(c) : NULL, (size_t)n * es, &carried, lb);
+    /* device values do not ride on the (host) agreement */
+    pn_status st = agree(name, "op", local, op, t, c && !dev ? pn_ptr(c) : NULL, (size_t)n * es, &carried, lb);
     if (st || g_size == 1) {
         if (c) pn_release(c);
+        pn_release(nan_here);
         return st;
     }
-    if (carried) { /* small: every rank's values came with the agreement; reduced here in rank order */
+    if (dev) {
+        st = pn_nccl_all_reduce(lb, pn_ptr(c), n, c->dt, red);
+        if (!st && nan_here) st = restore_nan(lb, c, nan_here);
+        if (!st && op == PN_MEAN) st = pn_scale_(c, 1.0 / g_size);
+    } else if (carried) { /* small: every rank's values came with the agreement; reduced here in rank order */
         size_t rec = record_n();
         memcpy(pn_ptr(c), carried + SIG_N, (size_t)n * es);
         for (int r = 1; r < g_size && !st; r++)
@@ -220,7 +263,7 @@ pn_status pn_dist_all_reduce(pn_tensor *t, int op) {
     } else {
         st = pn_mpi_all_reduce(lb, pn_ptr(c), n, c->dt, red);
     }
-    if (!st && op == PN_MEAN) {
+    if (!st && op == PN_MEAN && !dev) {
         if (c->dt == PN_F32) {
             float *p = (float *)pn_ptr(c);
             for (int64_t i = 0; i < n; i++) p[i] /= (float)g_size;
@@ -235,6 +278,7 @@ pn_status pn_dist_all_reduce(pn_tensor *t, int op) {
     }
     keep_if_abandoned(c);
     pn_release(c);
+    pn_release(nan_here);
     return st;
 }
 
@@ -250,7 +294,8 @@ pn_status pn_dist_broadcast(pn_tensor *t, int root) {
     if (g_size == 1) return PN_OK;
     pn_tensor *c = pn_contig(t);
     if (!c) return PN_ERR_OOM;
-    pn_status st = pn_mpi_broadcast(lb, pn_ptr(c), pn_numel(c), c->dt, root);
+    pn_status st = c->dev != PN_CPU ? pn_nccl_broadcast(lb, pn_ptr(c), pn_numel(c), c->dt, root)
+                                     : pn_mpi_broadcast(lb, pn_ptr(c), pn_numel(c), c->dt, root);
     if (!st && g_rank != root) {
         if (c != t) st = pn_copy_(t, c);
         else pn_bump_version(t);
@@ -274,11 +319,17 @@ pn_tensor *pn_dist_all_gather(pn_tensor *t) {
     }
     const char *lb = label(name, local ? NULL : t);
     if (agree(name, NULL, local, 0, t, NULL, 0, NULL, lb)) return NULL;
-    pn_tensor *c = pn_contig(t), *out = c ? pn_empty(t->nd + 1, shape, t->dt, PN_CPU) : NULL;
+    pn_tensor *c = pn_contig(t), *out = c ? pn_empty(t->nd + 1, shape, t->dt, t->dev) : NULL;
     pn_status st = out ? PN_OK : PN_ERR_OOM;
     int64_t n = c ? pn_numel(c) : 0;
-    if (!st && g_size == 1) memcpy(pn_ptr(out), pn_ptr(c), (size_t)n * pn_elsize(c->dt));
-    else if (!st) st = pn_mpi_all_gather(lb, pn_ptr(c), pn_ptr(out), n, c->dt);
+    if (!st && g_size == 1) {
+        pn_tensor *o0 = pn_select(out, 0, 0);
+        st = o0 ? pn_copy_(o0, c) : PN_ERR_OOM;
+        pn_release(o0);
+    } else if (!st) {
+        st = t->dev != PN_CPU ? pn_nccl_all_gather(lb, pn_ptr(c), pn_ptr(out), n, c->dt)
+                              : pn_mpi_all_gather(lb, pn_ptr(c), pn_ptr(out), n, c->dt);
+    }
     if (st && c && out) {
         keep_if_abandoned(c);
         keep_if_abandoned(out);

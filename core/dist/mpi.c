@@ -172,42 +172,59 @@ static int gone_peer(void) {
     return -1;
 }
 
+void pn_mpi_watch_start(pn_mpi_watch_t *w) {
+    w->t0 = mono_now();
+    w->watch = w->t0 + WATCH_S;
+    w->signalled = -1;
+}
+
+/* the checks of a wait (top of the file), every WATCH_S: PN_OK while it may go on */
+pn_status pn_mpi_watch(const char *op, pn_mpi_watch_t *w) {
+    double t = mono_now(), limit = pn_dist_timeout();
+    if (t < w->watch) return PN_OK;
+    w->watch = t + WATCH_S;
+    int r = gone_peer();
+    if (r >= 0) {
+        lost_rank = r;
+        return give_up(PN_DIST_PEER_GONE, "%s: rank %d of %d (pid %ld, on this machine) is gone: it ended while "
+                       "this rank waited for it; its own output says why", op, r, n_ranks, (long)peer_pid[r]);
+    }
+    int sig = pn_interrupted();
+    if (sig && w->signalled < 0) w->signalled = t;
+    if (sig && t - w->signalled >= SIGNAL_GRACE_S)
+        return give_up(PN_DIST_SIGNAL, "%s: interrupted (%s) while waiting for the other ranks — %s", op,
+                       signal_name(sig), remote_peers ?
+                       "the job was stopped, or a rank on another machine died (its own output says)" :
+                       "the job was stopped (every other rank runs on this machine and is still there)");
+    if (limit > 0 && t - w->t0 >= limit)
+        return give_up(PN_DIST_TIMEOUT, "%s: no reply from the other ranks in %g s — a rank hangs, is far "
+                       "behind, or called another collective; PENUMBRA_DIST_TIMEOUT or pn.dist.set_timeout(s) "
+                       "sets the limit (0: none)", op, limit);
+    return PN_OK;
+}
+
+pn_status pn_mpi_fail(int why, const char *msg) { return give_up(why, "%s", msg); }
+
+void pn_mpi_nap(long *nap_ns) {
+    if (*nap_ns < NAP_MIN_NS) *nap_ns = NAP_MIN_NS;
+    struct timespec ts = { 0, *nap_ns };
+    nanosleep(&ts, NULL);
+    if (*nap_ns < NAP_MAX_NS) *nap_ns *= 2;
+}
+
 /* Waits for req (a collective moving `bytes` bytes from this rank), see the top of the file; op
  * names the call in the messages (dist.c: "dist.all_reduce (24 bytes)"). */
 static pn_status wait_for(const char *op, MPI_Request *req, size_t bytes) {
-    double t0 = mono_now(), limit = pn_dist_timeout();
-    double spin = SPIN_S + SPIN_PER_BYTE * (double)bytes, watch = t0 + WATCH_S, signalled = -1;
-    long nap = NAP_MIN_NS;
+    pn_mpi_watch_t w;
+    pn_mpi_watch_start(&w);
+    const double spin = SPIN_S + SPIN_PER_BYTE * (double)bytes;
+    long nap = 0;
     for (;;) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_error(op, "MPI_Test", rc);
         if (done) return PN_OK;
-        double t = mono_now();
-        if (t >= watch) {
-            watch = t + WATCH_S;
-            int r = gone_peer();
-            if (r >= 0) {
-                lost_rank = r;
-                return give_up(PN_DIST_PEER_GONE, "%s: rank %d of %d (pid %ld, on this machine) is gone: it ended while "
-                               "this rank waited for it; its own output says why", op, r, n_ranks, (long)peer_pid[r]);
-            }
-            int sig = pn_interrupted();
-            if (sig && signalled < 0) signalled = t;
-            if (sig && t - signalled >= SIGNAL_GRACE_S)
-                return give_up(PN_DIST_SIGNAL, "%s: interrupted (%s) while waiting for the other ranks — %s", op,
-                               signal_name(sig), remote_peers ?
-                               "the job was stopped, or a rank on another machine died (its own output says)" :
-                               "the job was stopped (every other rank runs on this machine and is still there)");
-            if (limit > 0 && t - t0 >= limit)
-                return give_up(PN_DIST_TIMEOUT, "%s: no reply from the other ranks in %g s — a rank hangs, is far "
-                               "behind, or called another collective; PENUMBRA_DIST_TIMEOUT or pn.dist.set_timeout(s) "
-                               "sets the limit (0: none)", op, limit);
-        }
-        if (t - t0 >= spin) {
-            struct timespec ts = { 0, nap };
-            nanosleep(&ts, NULL);
-            if (nap < NAP_MAX_NS) nap *= 2;
-        }
+        PN_TRY(pn_mpi_watch(op, &w));
+        if (mono_now() - w.t0 >= spin) pn_mpi_nap(&nap);
     }
 }
 
@@ -430,5 +447,9 @@ pn_status pn_mpi_reduce_local(const char *op, const void *in, void *inout, int64
 }
 pn_status pn_mpi_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype) { return no_mpi(); }
 void pn_mpi_abort(int code) { _Exit(code); }
+void pn_mpi_watch_start(pn_mpi_watch_t *w) { w->t0 = w->watch = 0, w->signalled = -1; }
+pn_status pn_mpi_watch(const char *op, pn_mpi_watch_t *w) { return PN_OK; }
+pn_status pn_mpi_fail(int why, const char *msg) { return pn_error(PN_ERR_STATE, "%s", msg); }
+void pn_mpi_nap(long *nap_ns) {}
 
 #endif

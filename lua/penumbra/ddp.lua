@@ -8,8 +8,11 @@
 --     'graphs', NMT: 'sentences'): its training step takes its batches from a shard-aware
 --     iterator (pn.data.ppi's d:batches('train', …), penumbra.data.translation.batches on a
 --     'train' encoding). Without it, -n > 1 is the error "recipe X cannot be split across ranks:
---     …" before anything runs (never a silent single-rank run). cfg.device = 'cuda' is refused
---     too (device tensors need NCCL: a later step). The hosts are gathered for the run file.
+--     …" before anything runs (never a silent single-rank run). With cfg.device = 'cuda' the
+--     parameters, gradients and buckets live on each rank's GPU (core/cuda/device.cu: the rank's
+--     local index) and the buckets go through NCCL (core/dist/nccl.cu; in the interpreter build
+--     its subset over MPI); a build without NCCL refuses by name. The hosts are gathered for
+--     the run file.
 --  2. Setup runs on rank 0 first, then on the others (so caches it fills — the BPE model, a
 --     converted or generated dataset — are written once and read by the rest). Then every
 --     parameter of def.model(state) is broadcast from rank 0 (through the gradients' buckets,
@@ -199,8 +202,8 @@ local function make_buckets(params, cap)
     b.items[#b.items + 1] = { index = i, p = p, offset = b.total, n = n, shape = p:shape() }
     b.total, b.bytes = b.total + n, b.bytes + bytes
   end
-  for k, b in ipairs(buckets) do
-    b.buf = pn.zeros({ b.total + (k == 1 and #params or 0) }, { dtype = b.dtype })
+  for k, b in ipairs(buckets) do -- on the parameters' device (one for all: M.setup checks)
+    b.buf = pn.zeros({ b.total + (k == 1 and #params or 0) }, { dtype = b.dtype, device = params[1]:device() })
   end
   return buckets
 end
@@ -327,9 +330,9 @@ function M.start(def, cfg, o)
     error("experiment '" .. def.name .. "': shard must be a string naming what a batch is split in ('graphs', " ..
       "'sentences'), got " .. type(def.shard), 0)
   end
-  if cfg.device == 'cuda' then
-    error(cannot_split(def.name, 'device=cuda needs the NCCL path, which is not built yet; run on the CPU ' ..
-      '(device=cpu) or without -n'), 0)
+  if cfg.device == 'cuda' and not dist.nccl_built() then
+    error(cannot_split(def.name, 'device=cuda needs NCCL, and this libpenumbra was built without it (the CUDA ' ..
+      'toolkit\'s libnccl); run on the CPU (device=cpu) or without -n'), 0)
   end
   -- every rank's host, in rank order
   local ph = io.popen('hostname 2>/dev/null')
@@ -362,8 +365,12 @@ function M.setup(def, cfg, run)
   end
   c.params = model:parameters()
   c.param_set = {}
-  for _, p in ipairs(c.params) do
-    if p:device() ~= 'cpu' then error(cannot_split(c.name, 'its parameters are on ' .. p:device() .. ' (NCCL: a later step)'), 0) end
+  for i, p in ipairs(c.params) do
+    if p:device() ~= c.params[1]:device() then
+      error(cannot_split(c.name, string.format('its parameters are on several devices (parameter 1 on %s, parameter ' ..
+        '%d on %s); the gradients go to the other ranks in buffers on one device', c.params[1]:device(), i,
+        p:device())), 0)
+    end
     c.param_set[addr(p)] = true
   end
   c.buckets = make_buckets(c.params, M.BUCKET_BYTES)

@@ -6,7 +6,8 @@
 --
 -- Collectives are called by every rank, in the same order, with tensors of the same shape and
 -- dtype (and the same op or root): a mismatch is an error on every rank naming the rank at
--- fault. CPU tensors only for now (NCCL for device tensors is a later step). all_reduce works in
+-- fault. CPU tensors go through MPI, cuda tensors through NCCL (in the interpreter build: its
+-- NCCL subset over MPI), every rank passing the same kind; all_reduce works in
 -- place, so one flat tensor holding many parameters goes in one call. No wait is endless: a
 -- collective raises a named error when a rank on this machine is gone, after a stop signal, after
 -- timeout() seconds or on an MPI error (core/dist/mpi.c), and the ranks cannot exchange after that.
@@ -43,6 +44,8 @@ end
 
 -- true when this libpenumbra was built with MPI
 function M.built() return C.pn_dist_built() ~= 0 end
+-- true when it also has the NCCL engine (cuda tensors in the collectives)
+function M.nccl_built() return C.pn_dist_nccl_built() ~= 0 end
 
 function M.barrier()
   B.check(C.pn_dist_barrier())

@@ -4,8 +4,8 @@
 # compute-sanitizer, ncu). Into .gpu/bundle.tar.gz (ignored; `echo /.gpu/ >> .git/info/exclude`):
 #   build/   the ordinary build's libpenumbra.so (nvcc, sm_80 + sm_90), penumbra_ffi.h, .deps-ok
 #   bin/     luajit                lua/     the Lua modules (busted and its friends, cjson, lfs)
-#   lib/     every shared library those load, except glibc's, the C++ runtime's and CUDA's,
-#            which the machine has in newer versions
+#   lib/     every shared library those load, except glibc's, the C++ runtime's and CUDA's
+#            (and NCCL's), which the machine has in newer versions
 # Then on the machine: tools/gpu/run.sh (see there). Only x86-64; about 38 MB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +21,7 @@ cp -aL /usr/lib/x86_64-linux-gnu/lua/5.1 "$T/lua/lib/"
 cp "$BUILD/libpenumbra.so" "$BUILD/penumbra_ffi.h" "$BUILD/.deps-ok" "$T/build/"
 { ldd "$T/bin/luajit" "$T/build/libpenumbra.so"; find "$T/lua/lib" -name '*.so' -exec ldd {} \; ; } |
   awk '/=>/ { print $3 }' | sort -u |
-  grep -v -E '/(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|ld-linux-x86-64)\.so' |
+  grep -v -E '/(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl|ld-linux-x86-64)\.so' |
   while read -r l; do cp -L "$l" "$T/lib/"; done
 mkdir -p "$ROOT/.gpu"
 tar -C "$T" -cf - . | gzip -6 > "$ROOT/.gpu/bundle.tar.gz"

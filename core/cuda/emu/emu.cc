@@ -384,13 +384,19 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+/* runs stream s's queue; call names the API function in the error */
+static cudaError_t drain(cudaStream_t s, const char *call) {
     Lock l(g_mu);
     CUstream_st *st = stream_of(s);
-    if (!st) return pn_emu_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream %p", (void *)s);
+    if (!st) return pn_emu_error(cudaErrorInvalidResourceHandle, "%s: unknown stream %p", call, (void *)s);
     run_upto(st, st->enq);
     return take_pending();
 }
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return drain(s, "cudaStreamSynchronize"); }
+
+/* the interpreter runs a stream's queue when asked about it: done at once (nothing stays pending) */
+cudaError_t cudaStreamQuery(cudaStream_t s) { return drain(s, "cudaStreamQuery"); }
 
 cudaError_t cudaDeviceSynchronize(void) {
     Lock l(g_mu);
