@@ -834,7 +834,8 @@ __device__ inline float from16(__half x) { return __half2float(x); }
  * dQ / dK over Dg) and acc2 (dV, the key side). an, bn: ‖row‖² of the rounded a and b rows. wmma
  * needs leading dimensions that are multiples of 8 (16-bit) or 4 (f32) and 32-byte aligned tiles;
  * the extra 8 / 4 elements move consecutive rows to other banks. */
-enum { WL_FWD, WL_BWQ, WL_BWK };
+/* WL_BWKF: the key side with dK and dV in wmma accumulators (widths ≤ WFR_MAX): no acc, acc2 */
+enum { WL_FWD, WL_BWQ, WL_BWK, WL_BWKF };
 struct wlay {
     int64_t Dp, Dvp, ldq, ldv, lds, ldp, ldo, ldo2;
     int64_t a, b, va, vb, s, dp, p, p2, acc, acc2, an, bn, total;
@@ -844,7 +845,7 @@ inline int64_t up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 inline wlay wlay_of(int64_t Dg, int64_t Dv, int kind) {
     wlay L;
-    const bool bw = kind != WL_FWD, bk = kind == WL_BWK;
+    const bool bw = kind != WL_FWD, bk = kind == WL_BWK || kind == WL_BWKF, fr = kind == WL_BWKF;
     L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv > 0 ? Dv : 1, 16);
     L.ldq = L.Dp + 8, L.ldv = L.Dvp + 8, L.lds = WK + 4, L.ldp = WK + 8;
     L.ldo = odd(kind == WL_FWD ? Dv : Dg), L.ldo2 = odd(Dv);
@@ -857,8 +858,8 @@ inline wlay wlay_of(int64_t Dg, int64_t Dv, int kind) {
     L.p = up(L.dp + (bw ? 64 * L.lds * 4 : 0), 128);
     L.p2 = up(L.p + 64 * L.ldp * 2, 128);
     L.acc = up(L.p2 + (bk ? 64 * L.ldp * 2 : 0), 128);
-    L.acc2 = up(L.acc + 64 * L.ldo * 4, 128);
-    L.an = up(L.acc2 + (bk ? 64 * L.ldo2 * 4 : 0), 128);
+    L.acc2 = up(L.acc + (fr ? 0 : 64 * L.ldo * 4), 128);
+    L.an = up(L.acc2 + (bk && !fr ? 64 * L.ldo2 * 4 : 0), 128);
     L.bn = up(L.an + 64 * 4, 128);
     L.total = up(L.bn + 64 * 4, 128);
     return L;
@@ -940,6 +941,27 @@ __device__ void w_ab_into(const H *A, int64_t lda, const H *B, int64_t ldb, int6
         if (!skip)
             for (int64_t d = t; d < cn; d += WTPR) orow[c0 + d] = orow[c0 + d] * alpha + trow[d];
         __syncwarp(); /* tmp is rewritten by the next chunk */
+    }
+}
+
+/* The warp's product A·B added into its accumulators acc[nb] (16 × 16 each, nb < wp / 16 ≤
+ * WFR_MAX / 16): A the warp's 16 × 64 (ld lda), B 64 rows of wp columns (ld ldb). Only mma_sync
+ * and the final store touch the fragments, so no code depends on their map. */
+enum { WFR_MAX = 64 };
+template <typename H>
+__device__ void w_ab_acc(const H *A, int64_t lda, const H *B, int64_t ldb, int64_t wp,
+                         nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> *acc) {
+    namespace wm = nvcuda::wmma;
+#pragma unroll
+    for (int nb = 0; nb < WFR_MAX / 16; nb++) {
+        if (nb * 16 >= wp) break;
+        for (int kb = 0; kb < 64; kb += 16) {
+            wm::fragment<wm::matrix_a, 16, 16, 16, H, wm::row_major> fa;
+            wm::fragment<wm::matrix_b, 16, 16, 16, H, wm::row_major> fb;
+            wm::load_matrix_sync(fa, A + kb, (unsigned)lda);
+            wm::load_matrix_sync(fb, B + kb * ldb + nb * 16, (unsigned)ldb);
+            wm::mma_sync(acc[nb], fa, fb, acc[nb]);
+        }
     }
 }
 
@@ -1112,7 +1134,10 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
 /* the backward's key side on tensor cores: a block per (bh, 64 keys); Sᵀ_w = K_w·Qᵀ and dPᵀ_w =
  * V_w·dOᵀ per query tile, the pair's dS and VJP per element (as tbwk_kernel), dV_w += Pᵀ_w·dO, dK_w
  * += ∂Gᵀ_w·Q (a distance score: − (Σ_i ∂G_ij)·k_j at the end, from the f32 k) */
-template <typename H, typename S> __global__ void wbwk_kernel(dcall<float> c, dbw<float> a, wlay L) {
+/* FR: dK and dV accumulate in wmma accumulators (Dp, Dvp ≤ WFR_MAX; the layout WL_BWKF), not in
+ * shared f32 rows — 33 KB less shared memory at D = 64, so two blocks fit an SM where one did
+ * (Nsight Compute on an H100, 2026-11-27: one block per SM, 17 % of issue slots used) */
+template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<float> c, dbw<float> a, wlay L) {
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(qstage<float>, qsg, WQ);
     unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
@@ -1129,8 +1154,15 @@ template <typename H, typename S> __global__ void wbwk_kernel(dcall<float> c, db
     H *Gw = Gt + w * 16 * L.ldp, *Grow = Gt + kk * L.ldp, *Pw = Pt + w * 16 * L.ldp, *Prow = Pt + kk * L.ldp;
     wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
     wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
-    for (int64_t d = t; d < c.Dg; d += WTPR) dKrow[d] = 0;
-    for (int64_t d = t; d < c.Dv; d += WTPR) dVrow[d] = 0;
+    namespace wm = nvcuda::wmma;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> fdk[FR ? WFR_MAX / 16 : 1], fdv[FR ? WFR_MAX / 16 : 1];
+    if (FR) {
+#pragma unroll
+        for (int nb = 0; nb < (FR ? WFR_MAX / 16 : 1); nb++) wm::fill_fragment(fdk[nb], 0.0f), wm::fill_fragment(fdv[nb], 0.0f);
+    } else {
+        for (int64_t d = t; d < c.Dg; d += WTPR) dKrow[d] = 0;
+        for (int64_t d = t; d < c.Dv; d += WTPR) dVrow[d] = 0;
+    }
     __syncthreads();
     if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
     const int want = wants<S>(&c.hp[h]);
@@ -1187,10 +1219,25 @@ template <typename H, typename S> __global__ void wbwk_kernel(dcall<float> c, db
             Grow[il] = to16<H>(g);
         }
         __syncwarp();
-        w_ab_into(Pw, L.ldp, dOs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, dVrow, 1.0f, false, t);
-        if (c.gemm) w_ab_into(Gw, L.ldp, Qs, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dKrow, 1.0f, false, t);
+        if (FR) {
+            w_ab_acc(Pw, L.ldp, dOs, L.ldv, L.Dvp, fdv);
+            if (c.gemm) w_ab_acc(Gw, L.ldp, Qs, L.ldq, L.Dp, fdk);
+        } else {
+            w_ab_into(Pw, L.ldp, dOs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, dVrow, 1.0f, false, t);
+            if (c.gemm) w_ab_into(Gw, L.ldp, Qs, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dKrow, 1.0f, false, t);
+        }
     }
     s0 = lanes_sum<WTPR>(s0), s1 = lanes_sum<WTPR>(s1), sg = lanes_sum<WTPR>(sg), gsum = lanes_sum<WTPR>(gsum);
+    if (FR) { /* the warp's accumulators into its own f32 tiles (free now), read below as rows */
+        __syncwarp();
+#pragma unroll
+        for (int nb = 0; nb < (FR ? WFR_MAX / 16 : 1); nb++) {
+            if (nb * 16 < L.Dvp) wm::store_matrix_sync(Sw + nb * 16, fdv[nb], (unsigned)L.lds, wm::mem_row_major);
+            if (c.gemm && nb * 16 < L.Dp) wm::store_matrix_sync(DPw + nb * 16, fdk[nb], (unsigned)L.lds, wm::mem_row_major);
+        }
+        __syncwarp();
+        dVrow = Sr, dKrow = DPr;
+    }
     if (!live) return;
     const float *kr = c.k + y * c.D, *vr = c.v + y * c.Dv;
     const double tk[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
@@ -1411,21 +1458,33 @@ template <typename S> bool wmma_forward(const char *, pn_status *, int, const dc
     return false; /* f64 tensors never ask (the front end refuses precision on them) */
 }
 
+/* the backward kernel of a side (key side: fr picks dK, dV in accumulators) in 16-bit type H */
+template <typename H, typename S>
+bool wmma_bw_launch(const char *op, pn_status *s, int side, bool fr, int64_t nblk, size_t bytes, const dcall<float> &c,
+                    const dbw<float> &a, const wlay &L) {
+    if (!side) {
+        auto kq = wbwq_kernel<H, S>;
+        return tiled_launch(op, s, kq, nblk, WT, bytes, c, a, L);
+    }
+    if (fr) {
+        auto kf = wbwk_kernel<H, S, true>;
+        return tiled_launch(op, s, kf, nblk, WT, bytes, c, a, L);
+    }
+    auto kk = wbwk_kernel<H, S, false>;
+    return tiled_launch(op, s, kk, nblk, WT, bytes, c, a, L);
+}
+
 /* one side of the backward on tensor cores (0: the query side, 1: the key side); false: not
  * launched */
 template <typename S> bool wmma_backward(const char *op, pn_status *s, int prec, int side, const dcall<float> &c,
                                          const dbw<float> &a) {
-    const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, side ? WL_BWK : WL_BWQ);
+    /* the key side keeps dK, dV in wmma accumulators when they are narrow enough (WL_BWKF) */
+    const bool fr = side && c.gemm && up(c.Dg, 16) <= WFR_MAX && up(c.Dv > 0 ? c.Dv : 1, 16) <= WFR_MAX;
+    const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, side ? (fr ? WL_BWKF : WL_BWK) : WL_BWQ);
     const int64_t nblk = side ? c.BH * ((c.Nk + WK - 1) / WK) : c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
-    if (prec == PN_PREC_BF16) {
-        auto kq = wbwq_kernel<__nv_bfloat16, S>;
-        auto kk = wbwk_kernel<__nv_bfloat16, S>;
-        return side ? tiled_launch(op, s, kk, nblk, WT, bytes, c, a, L) : tiled_launch(op, s, kq, nblk, WT, bytes, c, a, L);
-    }
-    auto kq = wbwq_kernel<__half, S>;
-    auto kk = wbwk_kernel<__half, S>;
-    return side ? tiled_launch(op, s, kk, nblk, WT, bytes, c, a, L) : tiled_launch(op, s, kq, nblk, WT, bytes, c, a, L);
+    return prec == PN_PREC_BF16 ? wmma_bw_launch<__nv_bfloat16, S>(op, s, side, fr, nblk, bytes, c, a, L)
+                                : wmma_bw_launch<__half, S>(op, s, side, fr, nblk, bytes, c, a, L);
 }
 template <typename S> bool wmma_backward(const char *, pn_status *, int, int, const dcall<double> &, const dbw<double> &) {
     return false;
