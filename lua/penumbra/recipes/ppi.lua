@@ -92,7 +92,7 @@ local function experiment(o)
     score = o.score, dataset = 'auto', path = '', synthetic_graphs = 24, synthetic_nodes = 2400, data_seed = 0,
     epochs = o.epochs or 10, patience = 100, eval_every = 1, batch = 2, lr = o.lr or 0.005, weight_decay = 0,
     hidden = 256, heads = '4,4,6', residual = true, qk_dim = 0, map = 'default', gamma = o.gamma or 1, r = o.r or 0,
-    seed = 0, threads = 0, dtype = 'f32',
+    seed = 0, threads = 0, dtype = 'f32', device = 'cpu',
   }
   local count = { 'integer', min = 1 }
   return pn.experiment{
@@ -104,7 +104,7 @@ local function experiment(o)
                synthetic_nodes = { 'integer', min = 20 }, batch = count, lr = { 'number', above = 0 },
                weight_decay = { 'number', min = 0 }, hidden = count, qk_dim = { 'integer', min = 0 },
                gamma = { 'number', above = 0 }, r = { 'number', min = 0 },
-               dtype = { 'string', one_of = { 'f32', 'f64' } } },
+               dtype = { 'string', one_of = { 'f32', 'f64' } }, device = { 'string', one_of = { 'cpu', 'cuda' } } },
     monitor = 'val_f1', mode = 'max', also = { val_loss = 'min' },
     -- ./bench -n N: each rank takes its share of every batch's graphs (d:batches('train', …))
     shard = 'graphs',
@@ -124,9 +124,13 @@ local function experiment(o)
         end
       end
       run:set('parameters', model:num_parameters())
+      -- device=cuda: the model there, each batch's features and labels moved as it is used (the
+      -- graph object stays on the host; the attention uploads it)
+      if cfg.device ~= 'cpu' then model:to(cfg.device) end -- before the optimiser takes its parameters
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
-      return { d = d, model = model, opt = opt, source = source, val = d:batches('val', cfg.batch),
-               test = d:batches('test', cfg.batch) }
+      return { d = d, model = model, opt = opt, source = source, device = cfg.device,
+               val = pn.to_device(d:batches('val', cfg.batch), cfg.device),
+               test = pn.to_device(d:batches('test', cfg.batch), cfg.device) }
     end,
     model = function(s) return s.model end,
     train = function(s, cfg, step)
@@ -134,6 +138,7 @@ local function experiment(o)
       model:train()
       local loss, nodes, counts = 0, 0, nil
       for _, b in ipairs(s.d:batches('train', cfg.batch, cfg.seed * 100003 + step)) do
+        b = pn.to_device(b, cfg.device)
         s.opt:zero_grad()
         local logits = model(b.x, b.graph)
         local l = pn.binary_cross_entropy_with_logits(logits, b.y)
