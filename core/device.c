@@ -23,4 +23,7 @@ int pn_cuda_set_tf32(int on) { return 0; } /* nothing to switch: no CUDA matmul 
 pn_status pn_cuda_emu_schedule(const char *spec) { return no_cuda("cuda.emu_schedule"); }
 const char *pn_cuda_emu_schedule_name(void) { return ""; }
 pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) { return no_cuda("cuda.emu_selftest"); }
+pn_status pn_cuda_mma_check(int half, const float *a, const float *b, const float *c, float *d) {
+    return no_cuda("cuda.mma_check");
+}
 #endif

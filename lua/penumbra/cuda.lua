@@ -64,4 +64,34 @@ function M.selftest(name, n)
   return true, vals
 end
 
+-- One warp's PTX mma.sync m16n8k16 (core/cuda/mma_ptx.cuh): a (16 × 16), b (16 × 8), c (16 × 8)
+-- as nested Lua tables (rows), precision 'bf16' (default) or 'f16'; returns d = a·b + c (16 × 8
+-- rows) as the tensor cores computed it from registers packed by the documented layout.
+function M.mma_check(a, b, c, precision)
+  precision = precision or 'bf16'
+  if precision ~= 'bf16' and precision ~= 'f16' then
+    error("cuda.mma_check: precision must be 'bf16' or 'f16', got '" .. tostring(precision) .. "'", 2)
+  end
+  local function flat(m, rows, cols, name)
+    if type(m) ~= 'table' or #m ~= rows then error(string.format('cuda.mma_check: %s must have %d rows', name, rows), 3) end
+    local buf = ffi.new('float[?]', rows * cols)
+    for i = 1, rows do
+      if type(m[i]) ~= 'table' or #m[i] ~= cols then
+        error(string.format('cuda.mma_check: row %d of %s must have %d numbers', i, name, cols), 3)
+      end
+      for j = 1, cols do buf[(i - 1) * cols + j - 1] = m[i][j] end
+    end
+    return buf
+  end
+  local fa, fb, fc = flat(a, 16, 16, 'a'), flat(b, 16, 8, 'b'), flat(c, 16, 8, 'c')
+  local d = ffi.new('float[128]')
+  if C.pn_cuda_mma_check(precision == 'f16' and 1 or 0, fa, fb, fc, d) ~= 0 then error(B.last_error(), 2) end
+  local out = {}
+  for i = 1, 16 do
+    out[i] = {}
+    for j = 1, 8 do out[i][j] = d[(i - 1) * 8 + j - 1] end
+  end
+  return out
+end
+
 return M

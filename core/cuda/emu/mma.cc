@@ -92,6 +92,7 @@ int same_args(int op, const call *const *L, char *err, size_t cap) {
             if (c->satf != c0->satf) return say(err, cap, "lanes 0 and %d pass different satf", l);
             continue;
         }
+        if (op == PN_EMU_MMA_16816) continue; /* registers only: nothing else to agree on */
         if (c->mem != c0->mem || c->ldm != c0->ldm || c->mem_lay != c0->mem_lay)
             return say(err, cap,
                        "every lane must pass the same pointer, ldm and layout: lane 0 %p ldm %u %s, lane %d %p ldm %u %s",
@@ -151,8 +152,44 @@ template <class Ptr> int gather(const desc &d, Ptr ptr, std::vector<float> &out,
 
 } // namespace
 
+/* PTX's mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: the registers in the layout PTX
+ * documents (mma_ptx.cuh; no drawn map: PTX fixes it). g = lane / 4, t = lane % 4; a 16-bit pair
+ * packs its lower column (or row, for B) in the low half. */
+static int mma_16816(const call *const lanes[32], char *err, size_t cap) {
+    const desc &d = *lanes[0]->d;
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        const uint32_t *a = (const uint32_t *)lanes[l]->a, *b = (const uint32_t *)lanes[l]->b;
+        const float *c = (const float *)lanes[l]->c;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = get(d, &a[0], h);
+            A[g + 8][2 * t + h] = get(d, &a[1], h);
+            A[g][2 * t + 8 + h] = get(d, &a[2], h);
+            A[g + 8][2 * t + 8 + h] = get(d, &a[3], h);
+            B[2 * t + h][g] = get(d, &b[0], h);
+            B[2 * t + 8 + h][g] = get(d, &b[1], h);
+            C[g][2 * t + h] = c[h];
+            C[g + 8][2 * t + h] = c[2 + h];
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        float *x = (float *)lanes[l]->x;
+        for (int i = 0; i < 4; i++) {
+            const int r = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+            float acc = C[r][col];
+            for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][col]; /* the product is exact in f32 */
+            x[i] = acc;
+        }
+    }
+    (void)err, (void)cap;
+    return 0;
+}
+
 int release(int op, const call *const lanes[32], char *err, size_t cap) {
     if (same_args(op, lanes, err, cap)) return -1;
+    if (op == PN_EMU_MMA_16816) return mma_16816(lanes, err, cap);
     const call &c0 = *lanes[0];
     const desc &d = *c0.d;
     if (op == PN_EMU_WMMA_LOAD || op == PN_EMU_WMMA_STORE) {

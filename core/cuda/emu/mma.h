@@ -195,4 +195,25 @@ inline void mma_sync(fragment<accumulator, m, n, k, Tc> &d, const fragment<matri
 } // namespace wmma
 } // namespace nvcuda
 
+/* ---- PTX mma.sync.aligned.m16n8k16 (core/cuda/mma_ptx.cuh's pn_mma_16816) -------------------
+ * A warp collective like wmma's, on registers in the layout PTX documents (mma.cc: mma_16816);
+ * H: __nv_bfloat16 or __half, the type packed in a and b. */
+namespace pn_emu_wmma {
+template <class H> struct mma16816 {
+    static_assert(elem_of<H>::v == ELEM_BF16 || elem_of<H>::v == ELEM_HALF, "pn_mma_16816: __nv_bfloat16 or __half");
+    static constexpr desc d = {USE_C, 16, 8, 16, elem_of<H>::v, LAY_NONE, 4, 16, 8, -1};
+};
+} // namespace pn_emu_wmma
+template <class H>
+inline void pn_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], const char *file,
+                             int line) {
+    pn_emu_wmma::call cl{};
+    cl.d = cl.da = cl.db = &pn_emu_wmma::mma16816<H>::d;
+    cl.a = a, cl.b = b, cl.c = c;
+    float out[4];
+    cl.x = out; /* d may alias c: the lanes' c are read before any d is written, via a copy */
+    pn_emu_wmma::collective(PN_EMU_MMA_16816, &cl, file, line);
+    for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
 #endif /* PN_CUDA_EMU_MMA_H */

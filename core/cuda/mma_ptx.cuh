@@ -1,0 +1,62 @@
+/* mma_ptx.cuh — one warp's D = A·B + C on tensor cores through PTX's
+ * mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, whose register layout PTX
+ * documents ("Matrix Fragments for mma.m16n8k16 with floating point type") — unlike wmma's
+ * fragment map, which CUDA leaves unspecified. A kernel that knows which row each accumulator
+ * element holds can rescale rows in registers (an online softmax on the accumulators, as
+ * FlashAttention-2 does), which wmma cannot do without a trip through shared memory.
+ *
+ * Layout, g = lane / 4, t = lane % 4; a 16-bit pair packs its lower column (for B its lower k) in
+ * the low half:
+ *   a[0] = A[g][2t, 2t+1]      a[1] = A[g+8][2t, 2t+1]   a[2] = A[g][2t+8, 2t+9]   a[3] = A[g+8][2t+8, 2t+9]
+ *   b[0] = B[2t, 2t+1][g]      b[1] = B[2t+8, 2t+9][g]               (A 16 × 16 row-major, B 16 × 8)
+ *   c[0], c[1] = C[g][2t, 2t+1]      c[2], c[3] = C[g+8][2t, 2t+1]     (C, D 16 × 8, f32)
+ * Every lane of the warp calls it (a warp collective: in the interpreter a lane missing is an
+ * error, as for wmma). d may be c. nvcc: the instruction itself (sm_80+); the interpreter:
+ * emu/mma.h's pn_emu_mma_16816, the same arithmetic in f32 with k in order.
+ *
+ * Status: the primitive and its check (spec/cuda_mma_spec.lua: D against A·B + C on the CPU for
+ * a pattern where every element differs, so a wrong register or half shows); the interpreter
+ * models the layout above; it has not yet run on a GPU, whose run of the same spec settles the
+ * layout. No attention kernel uses it yet. */
+#ifndef PN_MMA_PTX_CUH
+#define PN_MMA_PTX_CUH
+
+#include "cuda.cuh"
+
+#include <stdint.h>
+
+#ifdef PN_CUDA_EMU
+template <class H>
+inline void pn_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
+                         const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    pn_emu_mma_16816<H>(d, a, b, c, file, line);
+}
+#else
+template <class H> __device__ inline void pn_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+template <>
+__device__ inline void pn_mma_16816<__nv_bfloat16>(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+template <>
+__device__ inline void pn_mma_16816<__half>(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+#endif
+
+/* two 16-bit values packed as mma's registers hold them: lo in the low half */
+template <class H> __device__ inline uint32_t pn_pack16(H lo, H hi) {
+    uint16_t l, h;
+    memcpy(&l, &lo, 2);
+    memcpy(&h, &hi, 2);
+    return (uint32_t)l | ((uint32_t)h << 16);
+}
+
+#endif

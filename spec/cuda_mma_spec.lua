@@ -1,0 +1,51 @@
+-- PTX mma.sync m16n8k16 (core/cuda/mma_ptx.cuh): one warp packs A (16 × 16), B (16 × 8) and
+-- C (16 × 8) into its registers by the layout PTX documents and the tensor cores return D =
+-- A·B + C, compared here with the product on the CPU. Every element of A, B and C is a distinct
+-- small value exact in bf16 and f16 (and every sum exact in f32), so a register, a half or a
+-- row/column swapped in the layout changes D. In the interpreter build this checks the
+-- interpreter's model and the packing code; on a GPU the same spec checks the layout against
+-- the hardware. (Swapping two of A's registers in the packing code fails it: tried.)
+local pn = require 'penumbra'
+
+local it_cuda = pn.cuda.available() and it or pending
+
+local function mat(rows, cols, f)
+  local m = {}
+  for i = 1, rows do
+    m[i] = {}
+    for j = 1, cols do m[i][j] = f(i, j) end
+  end
+  return m
+end
+
+-- distinct values exact in bf16 (8 significant bits) and f16: multiples of 1/8 up to ±15.875
+local A = mat(16, 16, function(i, j) return (((i * 17 + j * 5) % 127) - 63) / 8 end)
+local B = mat(16, 8, function(i, j) return (((i * 11 + j * 13) % 61) - 30) / 4 end)
+local Cm = mat(16, 8, function(i, j) return i * 100 + j end)
+
+local function product(a, b, c)
+  return mat(16, 8, function(i, j)
+    local s = c[i][j]
+    for k = 1, 16 do s = s + a[i][k] * b[k][j] end
+    return s
+  end)
+end
+
+describe('PTX mma.sync m16n8k16 (pn_mma_16816)', function()
+  for _, prec in ipairs({ 'bf16', 'f16' }) do
+    it_cuda(prec .. ': D = A·B + C element for element, from registers in the documented layout', function()
+      local want, got = product(A, B, Cm), pn.cuda.mma_check(A, B, Cm, prec)
+      for i = 1, 16 do
+        for j = 1, 8 do
+          assert.equal(want[i][j], got[i][j], string.format('%s: D[%d][%d]', prec, i, j))
+        end
+      end
+    end)
+  end
+
+  it_cuda('refuses bad arguments by name', function()
+    assert.has_error(function() pn.cuda.mma_check(A, B, Cm, 'tf32') end,
+      "cuda.mma_check: precision must be 'bf16' or 'f16', got 'tf32'")
+    assert.has_error(function() pn.cuda.mma_check({}, B, Cm) end, 'cuda.mma_check: a must have 16 rows')
+  end)
+end)
