@@ -32,22 +32,21 @@ inline void pn_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], c
     pn_emu_mma_16816<H>(d, a, b, c, file, line);
 }
 #else
+/* the instruction for input type T ("bf16", "f16") */
+#define PN_MMA_16816_ASM(T)                                                                                     \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+                 "{%8, %9}, {%10, %11, %12, %13};\n"                                                             \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                               \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),     \
+                   "f"(c[2]), "f"(c[3]))
 template <class H> __device__ inline void pn_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
 template <>
 __device__ inline void pn_mma_16816<__nv_bfloat16>(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%10, %11, %12, %13};\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-                   "f"(c[3]));
+    PN_MMA_16816_ASM("bf16");
 }
 template <>
 __device__ inline void pn_mma_16816<__half>(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%10, %11, %12, %13};\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-                   "f"(c[3]));
+    PN_MMA_16816_ASM("f16");
 }
 #endif
 
