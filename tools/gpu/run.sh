@@ -52,9 +52,12 @@ for stage in "$@"; do
   probe)
     say probe; timeout "${T_PROBE:-120}" $PN "$R/tools/gpu/probe.lua" 2>&1 | tee "$OUT/probe.log" ;;
   sanitize)
-    # application-only: the sanitizer follows no child process; stdout line-buffered in the script
+    # application-only: the sanitizer follows no child process; stdout line-buffered in the script.
+    # One CPU thread: on 2026-11-27 the probe (little CPU work) ran clean under memcheck while the
+    # scripts with threaded CPU references ended at once with no message — threads are the first suspect.
     for tool in memcheck racecheck; do
-      say "$tool"; timeout "${T_SANITIZE:-150}" compute-sanitizer --tool "$tool" --target-processes application-only \
+      say "$tool"; OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout "${T_SANITIZE:-150}" \
+        compute-sanitizer --tool "$tool" --target-processes application-only \
         --print-limit 20 luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/sanitize.lua" > "$OUT/$tool.log" 2>&1
       say "$tool rc=$?"; grep -E 'SUMMARY|sanitize.lua|rror|hazard' "$OUT/$tool.log" | head -n 12
     done ;;
