@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pack penumbra for a GPU machine that has the NVIDIA driver, CUDA 13's runtime and cuBLAS but none
 # of our Debian packages and no network (the lent H100/H200 machines: Ubuntu, PyTorch, nvcc,
-# compute-sanitizer, ncu). Into .gpu/bundle.tar.gz (ignored; `echo /.gpu/ >> .git/info/exclude`):
+# compute-sanitizer, ncu). Into .gpu/bundle.tar.gz (.gitignore keeps it out of git; the device tool
+# carries it when asked: carry [".gpu"]):
 #   build/   the ordinary build's libpenumbra.so (nvcc, sm_80 + sm_90), penumbra_ffi.h, .deps-ok
 #   bin/     luajit                lua/     the Lua modules (busted and its friends, cjson, lfs)
 #   lib/     every shared library those load, except glibc's, the C++ runtime's and CUDA's
