@@ -11,6 +11,12 @@
 # Each stage has its own timeout (T_<STAGE>, seconds) and writes its log under $OUT, so one that
 # hangs leaves the others' results. The peer (PyTorch) runs the machine's python3 without our
 # libraries on its path.
+#
+# Durations seen on an H100 (2026-11-27): the machine's start ~30 s; setup 1 s; specs 40 s;
+# probe 5 s; bench with BENCH_ARGS="scores=dot,laplacian,umbral,penumbral,hyperbolic n=4096
+# d=64,128 compiled=0 power=0 rounds=2 reps=3 warmup=2" 77 s (with compiled=umbral, n=4096:
+# 88 s); "scores=dot,cosine causal=1 n=1024,4096,16384 d=64 compiled=0 power=1" 40 s; ncu 30–50 s
+# a kernel. A 15-minute lease fits, in one call: info specs probe bench ncu sanitize.
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
