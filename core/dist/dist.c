@@ -239,7 +239,8 @@ pn_status pn_dist_all_reduce(pn_tensor *t, int op) {
     const int dev = c && c->dev != PN_CPU;
     /* a float max / min on the device: where this rank has NaN, before NCCL (restore_nan) */
     pn_tensor *nan_here = NULL;
-    if (!local && dev && pn_is_float(t->dt) && (red == PN_MAX || red == PN_MIN) && !(nan_here = pn_compare(PN_NE, c, c)))
+    if (!local && dev && g_size > 1 && pn_is_float(t->dt) && (red == PN_MAX || red == PN_MIN) &&
+        !(nan_here = pn_compare(PN_NE, c, c)))
         local = PN_ERR_OOM;
     int64_t *carried = NULL;
     const char *lb = label(name, local ? NULL : t);

@@ -43,13 +43,18 @@ static ncclDataType_t nccl_type(int dt) {
 
 static ncclRedOp_t nccl_op(int red) { return red == PN_MAX ? ncclMax : red == PN_MIN ? ncclMin : ncclSum; }
 
+/* a wait that gave up: the communicator is aborted (the kernels in flight return) and gone */
+static void abort_comm(void) {
+    if (g_ready) ncclCommAbort(g_comm);
+    g_ready = 0;
+}
+
 /* after an error of NCCL itself: recorded as the engine's failure (dist.h) */
 static pn_status nccl_failed(const char *op, const char *call, ncclResult_t r) {
     if (pn_mpi_failure()) return PN_ERR_STATE; /* the interpreter's MPI underneath gave up: its message stands */
     char msg[512];
     snprintf(msg, sizeof msg, "%s: %s failed: %s", op, call, ncclGetErrorString(r));
-    if (g_ready) ncclCommAbort(g_comm);
-    g_ready = 0;
+    abort_comm();
     return pn_mpi_fail(PN_DIST_MPI_ERROR, msg);
 }
 
@@ -68,8 +73,7 @@ static pn_status wait_nccl(const char *op, int stream_too) {
             cudaError_t e = cudaStreamQuery(pn_cu_stream());
             if (e != cudaSuccess && e != cudaErrorNotReady) {
                 pn_cu_check(op, e); /* its message, then recorded as the engine's failure */
-                ncclCommAbort(g_comm);
-                g_ready = 0;
+                abort_comm();
                 return pn_mpi_fail(PN_DIST_MPI_ERROR, pn_last_error());
             }
             done = e == cudaSuccess;
@@ -77,17 +81,16 @@ static pn_status wait_nccl(const char *op, int stream_too) {
         if (done) return PN_OK;
         pn_status st = pn_mpi_watch(op, &w);
         if (st) {
-            ncclCommAbort(g_comm); /* the kernels in flight return; the communicator is gone */
-            g_ready = 0;
+            abort_comm();
             return st;
         }
         if (spins > 1000) pn_mpi_nap(&nap);
     }
 }
 
+/* the communicator, made at the first device collective (after a failure dist.c's agreement has
+ * refused already: no call gets here) */
 static pn_status ready(const char *op) {
-    if (pn_mpi_failure()) return pn_error(PN_ERR_STATE, "%s: the ranks can no longer exchange data in this process: "
-                                          "an earlier collective gave up", op);
     if (g_ready) return PN_OK;
     int rank = pn_dist_rank(), size = pn_dist_size();
     ncclUniqueId id;

@@ -396,6 +396,8 @@ return function(data)
     local b = { x = #xs == 1 and xs[1] or pn.cat(xs, 1), y = #ys == 1 and ys[1] or pn.cat(ys, 1),
                 edges = #es == 1 and es[1] or pn.cat(es, 1), num_nodes = base, sizes = sizes }
     b.graph = pn.graph(b.edges, base, { self_loops = self.self_loops })
+    -- graphs whose features were moved to a device (the recipe's device=cuda): the batch's graph too
+    if b.x:device() ~= 'cpu' then b.graph = pn.to_device(b.graph, b.x:device()) end
     return b
   end
 

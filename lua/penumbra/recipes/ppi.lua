@@ -69,8 +69,8 @@ end
 -- the constant predictors: all negative, all positive, and each label's majority on train
 local function baselines(d)
   local pos, n = nil, 0
-  for _, g in ipairs(d.graphs.train) do
-    local s = g.y:sum(1)
+  for _, g in ipairs(d.graphs.train) do -- on the host (the labels may live on the device)
+    local s = g.y:to('cpu'):sum(1)
     pos = pos and pos + s or s
     n = n + g.num_nodes
   end
@@ -80,7 +80,10 @@ local function baselines(d)
                              all_positive = function(y) return pn.full(y:shape(), 1) end,
                              label_majority = function(y) return majority:expand(y:shape()) end }) do
     local c
-    for _, g in ipairs(d.graphs.test) do c = pn.metrics.f1_counts(logit(g.y), g.y, c) end
+    for _, g in ipairs(d.graphs.test) do
+      local y = g.y:to('cpu')
+      c = pn.metrics.f1_counts(logit(y), y, c)
+    end
     local micro = pn.metrics.f1(c)
     out['baseline_' .. name] = micro ~= micro and 0 or micro -- nothing predicted, nothing right: F1 0
   end
@@ -117,20 +120,21 @@ local function experiment(o)
       run:set('data', d:describe())
       run:set('dataset_file', d.path)
       local model = R.model(cfg, d)
-      if cfg.dtype ~= 'f32' then -- f64: for checks where f32 rounding drifts (ddp_spec)
-        model:to(cfg.dtype)
+      -- dtype=f64 (checks where f32 rounding drifts: ddp_spec) and device=cuda: the model and every
+      -- graph's features and labels converted once, so the batches are made there (the edges stay
+      -- on the host; the attention uploads the graph); before the optimiser takes the parameters
+      if cfg.dtype ~= 'f32' or cfg.device ~= 'cpu' then
+        model:to(cfg.dtype):to(cfg.device)
         for _, gs in pairs(d.graphs) do
-          for _, g in ipairs(gs) do g.x, g.y = g.x:to(cfg.dtype), g.y:to(cfg.dtype) end
+          for _, g in ipairs(gs) do
+            g.x, g.y = g.x:to(cfg.dtype):to(cfg.device), g.y:to(cfg.dtype):to(cfg.device)
+          end
         end
       end
       run:set('parameters', model:num_parameters())
-      -- device=cuda: the model there, each batch's features and labels moved as it is used (the
-      -- graph object stays on the host; the attention uploads it)
-      if cfg.device ~= 'cpu' then model:to(cfg.device) end -- before the optimiser takes its parameters
       local opt = pn.optim.Adam(model, { lr = cfg.lr, weight_decay = cfg.weight_decay })
-      return { d = d, model = model, opt = opt, source = source, device = cfg.device,
-               val = pn.to_device(d:batches('val', cfg.batch), cfg.device),
-               test = pn.to_device(d:batches('test', cfg.batch), cfg.device) }
+      return { d = d, model = model, opt = opt, source = source, val = d:batches('val', cfg.batch),
+               test = d:batches('test', cfg.batch) }
     end,
     model = function(s) return s.model end,
     train = function(s, cfg, step)
@@ -138,7 +142,6 @@ local function experiment(o)
       model:train()
       local loss, nodes, counts = 0, 0, nil
       for _, b in ipairs(s.d:batches('train', cfg.batch, cfg.seed * 100003 + step)) do
-        b = pn.to_device(b, cfg.device)
         s.opt:zero_grad()
         local logits = model(b.x, b.graph)
         local l = pn.binary_cross_entropy_with_logits(logits, b.y)
