@@ -267,6 +267,9 @@ static pn_status vec_push(node_vec *s, pn_node *n) {
 
 static uint32_t next_mark = 1;
 
+static const pn_leaf_watch *g_watch; /* internal.h */
+void pn_ag_watch(const pn_leaf_watch *w) { g_watch = w; }
+
 pn_status pn_backward(pn_tensor *root, pn_tensor *grad, int retain) {
     if (!root) return pn_error(PN_ERR_ARG, "backward: nil tensor");
     if (!pn_requires_grad(root))
@@ -301,6 +304,7 @@ pn_status pn_backward(pn_tensor *root, pn_tensor *grad, int retain) {
     int prev_mode = pn_set_grad_enabled(0);
     uint32_t mark = __atomic_add_fetch(&next_mark, 1, __ATOMIC_RELAXED);
     node_vec all = {0}, ready = {0};
+    const pn_leaf_watch *w = g_watch;
 
     /* pass 1: reach every node, count consumers */
     root->fn->deps = 0;
@@ -311,7 +315,10 @@ pn_status pn_backward(pn_tensor *root, pn_tensor *grad, int retain) {
         pn_node *n = all.v[k];
         for (int i = 0; i < n->n_in; i++) {
             pn_node *p = n->in[i].node;
-            if (!p) continue;
+            if (!p) {
+                if (w && n->in[i].leaf) w->edge(w->ctx, n->in[i].leaf);
+                continue;
+            }
             if (p->released) {
                 st = pn_error(PN_ERR_STATE, "backward: the graph through %s was freed by an earlier backward; "
                               "pass retain_graph=true the first time", p->name);
@@ -326,6 +333,8 @@ pn_status pn_backward(pn_tensor *root, pn_tensor *grad, int retain) {
             p->deps++;
         }
     }
+
+    if (w && (st = w->counted(w->ctx))) goto done;
 
     /* pass 2: run nodes whose consumers are all done */
     root->fn->gacc = g0;
@@ -368,13 +377,15 @@ pn_status pn_backward(pn_tensor *root, pn_tensor *grad, int retain) {
             if (e->node) {
                 if (gin[i]) st = accumulate(&e->node->gacc, gin[i]);
                 if (--e->node->deps == 0 && st == PN_OK) st = vec_push(&ready, e->node);
-            } else if (e->leaf && gin[i]) {
-                st = accumulate_leaf(e->leaf, gin[i]);
+            } else if (e->leaf) {
+                if (gin[i]) st = accumulate_leaf(e->leaf, gin[i]);
+                if (w && st == PN_OK) st = w->done(w->ctx, e->leaf);
             }
         }
         for (int i = 0; i < n->n_in; i++) pn_release(gin[i]);
         if (gin != gin_small) free(gin);
         pn_release(gout);
+        if (w && st == PN_OK) st = w->progress(w->ctx);
         if (st != PN_OK) goto done;
     }
 

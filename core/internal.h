@@ -284,6 +284,20 @@ pn_node *pn_ag_record(pn_tensor *out, const char *name, pn_backward_fn bw, int n
 /* Retains t into n->saved[next]; an error naming the node's op when all PN_NODE_SAVED slots
  * are taken (a programming error in the op, never silently dropped). */
 __attribute__((warn_unused_result)) pn_status pn_ag_save(pn_node *n, pn_tensor *t);
+/* A watcher of leaf gradients during pn_backward (core/dist/reducer.c sends each one to the other
+ * ranks as soon as it is final, while the backward goes on). Pass 1 calls edge() once per edge
+ * into a leaf it reaches, then counted(); pass 2 calls done() after each such edge's gradient
+ * was added (with or without one), so a leaf is final when its edges are all done, and
+ * progress() after every node. An error from a callback ends the backward with it. One
+ * watcher at a time; NULL: none. */
+typedef struct {
+    void (*edge)(void *ctx, pn_tensor *leaf);
+    pn_status (*counted)(void *ctx);
+    pn_status (*done)(void *ctx, pn_tensor *leaf);
+    pn_status (*progress)(void *ctx);
+    void *ctx;
+} pn_leaf_watch;
+void pn_ag_watch(const pn_leaf_watch *w);
 static inline bool pn_ag_input_needs(const pn_node *n, int i) {
     return n->in[i].node != NULL || n->in[i].leaf != NULL;
 }

@@ -127,7 +127,7 @@ int pn_kernel_present(int dev, int i);
  * and never touches MPI (all_reduce and broadcast leave t as it is). Collectives: every rank
  * calls them in the same order with the same shape, dtype, op and root — they compare these
  * first, and a mismatch, or an argument one rank refused, is an error on every rank naming the
- * rank (not a hang). CPU tensors only (the NCCL path is not built yet); any strides; nothing is
+ * rank (not a hang). CPU tensors, and cuda tensors where the build has NCCL; any strides; nothing is
  * recorded by autograd. Without MPI in the build, a launched process gets an error naming the
  * apt-get line. */
 int pn_dist_built(void);        /* 1 when this libpenumbra links MPI */
@@ -160,6 +160,29 @@ pn_status pn_dist_set_timeout(double seconds);
 double pn_dist_timeout(void);
 int pn_dist_failure(void);
 int pn_dist_lost_rank(void);
+/* The gradients' buckets of data parallelism (core/dist/reducer.c; penumbra/ddp.lua drives it).
+ * A reducer holds n parameters (leaves of one device, retained) and flat buffers of one dtype and
+ * at most cap_bytes each (the first first_cap_bytes; a larger parameter alone), filled in reverse
+ * parameter order and sent
+ * in that fixed order. Every rank makes it with the same parameters' shapes and dtypes (checked:
+ * an error naming the rank that differs) and calls the rest in the same order. arm(r, w): the next
+ * pn_backward sends each bucket — w · this rank's gradients, summed over the ranks — as soon as
+ * its parameters' gradients are final, while the backward goes on; finish sends what is left,
+ * waits, and writes the sums into the parameters' .grad (a parameter with no gradient on any rank
+ * stays without; one with a gradient on some ranks counts zeros for the others). sync(r, w) is
+ * arm + finish after the backward (no overlap). broadcast(r, root): root's parameter values to
+ * every rank. stats (since made, this process): [0] buckets sent, [1] of them while a backward
+ * ran, [2] seconds waiting for them in finish/sync, [3] bytes sent. In one process nothing is
+ * exchanged (the sums are this rank's w · gradients). */
+typedef struct pn_reducer pn_reducer;
+pn_reducer *pn_reducer_new(pn_tensor *const *params, int n, double first_cap_bytes, double cap_bytes);
+pn_status pn_reducer_arm(pn_reducer *r, double weight);
+pn_status pn_reducer_finish(pn_reducer *r);
+pn_status pn_reducer_sync(pn_reducer *r, double weight);
+pn_status pn_reducer_broadcast(pn_reducer *r, int root);
+int pn_reducer_buckets(const pn_reducer *r);
+void pn_reducer_stats(const pn_reducer *r, double *out4);
+void pn_reducer_free(pn_reducer *r);
 
 /* ---- lifetime ---------------------------------------------------------------- */
 void pn_retain(pn_tensor *t);

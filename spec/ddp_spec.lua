@@ -156,7 +156,7 @@ return pn.experiment{
   end,
   model = function(s) return s.model end,
   train = function(s, cfg, step)
-    if step == fail_step and pn.dist.rank() == fail_rank then
+    if step == fail_step and pn.dist.rank() == fail_rank and how ~= 'backward' then
       if how == 'kill' then os.execute('kill -9 $PPID') end -- $PPID: this rank (the shell's parent)
       while how == 'hang' do ffi.C.sleep(100) end
       error('boom on rank ' .. fail_rank .. ' at step ' .. step)
@@ -165,6 +165,8 @@ return pn.experiment{
     for _, b in ipairs(s.d:batches('train', cfg.batch, step)) do
       s.opt:zero_grad()
       local l = pn.binary_cross_entropy_with_logits(s.model(b.x), b.y)
+      -- how=backward: the backward itself fails, after its gradients' buckets were armed
+      if how == 'backward' and step == fail_step and pn.dist.rank() == fail_rank then b.x:fill_(0) end
       l:backward()
       s.opt:step()
       loss, n = loss + l:item() * b.num_nodes, n + b.num_nodes
@@ -172,8 +174,8 @@ return pn.experiment{
     end
     if log then
       local f = assert(io.open(log .. pn.dist.rank(), 'a'))
-      local c = require('penumbra.ddp').context()
-      f:write(step, ' ', table.concat(seen, ','), ' ', c and #c.buckets or 0, '\n')
+      local ddp = require 'penumbra.ddp'
+      f:write(step, ' ', table.concat(seen, ','), ' ', ddp.timing.early, '/', ddp.timing.buckets, ' ', ddp.buckets(), '\n')
       f:close()
     end
     return { loss = loss / n }
@@ -230,6 +232,36 @@ return pn.experiment{
     assert_rel(small.metrics.loss, one.metrics.loss, 1e-5, 'ddp_tiny loss')
   end)
 
+  it_mpi('overlap: buckets start while the backward runs, and the losses are the very same as after it', function()
+    local script = write(TINY)
+    local runs = { on = tmpdir(), off = tmpdir() }
+    local logs = { on = os.tmpname(), off = os.tmpname() }
+    local out, code = bench('-n 2 --oversubscribe', script, 'epochs=3 bucket=1000 log=' .. logs.on, runs.on)
+    assert.equal(0, code, out)
+    out, code = bench('-n 2 --oversubscribe', script, 'epochs=3 bucket=1000 log=' .. logs.off, runs.off,
+      'PENUMBRA_DDP_OVERLAP=0')
+    assert.equal(0, code, out)
+    -- per rank, after each step: buckets started during a backward / buckets sent (2 buckets, 2 batches a step)
+    for r = 0, 1 do
+      local k = 0
+      for l in io.lines(logs.on .. r) do
+        k = k + 1
+        local early, sent = l:match(' (%d+)/(%d+) %d+$')
+        assert.equal(4 * k, tonumber(sent), l)
+        assert.equal(4 * k, tonumber(early), 'with overlap every bucket starts inside the backward: ' .. l)
+      end
+      assert.equal(3, k)
+      for l in io.lines(logs.off .. r) do
+        local early, sent = l:match(' (%d+)/(%d+) %d+$')
+        assert.equal(0, tonumber(early), 'PENUMBRA_DDP_OVERLAP=0: after the backward only: ' .. l)
+        assert.truthy(tonumber(sent) > 0, l)
+      end
+    end
+    local on, off = read_run(runs.on, { 'loss' }), read_run(runs.off, { 'loss' })
+    assert.equal(3, #on.metrics.loss)
+    assert.same(off.metrics.loss, on.metrics.loss)
+  end)
+
   it_mpi('a recipe that cannot be split is a named error before any run file', function()
     local runs = tmpdir()
     local out, code = bench('-n 2 --oversubscribe', ROOT .. '/experiments/cora_dot.lua', 'epochs=1', runs)
@@ -263,6 +295,20 @@ return pn.experiment{
     assert.truthy(r.attrs.end_time, 'the run file was closed properly')
     assert.equal(1, #r.metrics.loss, 'step 1 logged, step 2 not')
     assert.matches('rank 1 of 2 failed: boom on rank 1 at step 2', out, 1, true)
+  end)
+
+  it_mpi('rank 1 failing inside its backward (buckets armed): rank 0\'s run file ends failed with its message', function()
+    local runs = tmpdir()
+    local t0 = os.time()
+    local out, code = bench('-n 2 --oversubscribe', write(TINY), 'fail_step=2 fail_rank=1 how=backward', runs)
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, 'hung until timeout\n' .. out)
+    assert.truthy(os.time() - t0 < 100)
+    local r = read_run(runs, { 'loss' })
+    assert.equal('failed', r.attrs.status)
+    assert.matches('^rank 1 of 2 failed: .*backward of .*was modified in place', r.attrs.error)
+    assert.truthy(r.attrs.end_time, 'the run file was closed properly')
+    assert.equal(1, #r.metrics.loss, 'step 1 logged, step 2 not')
   end)
 
   -- the ranks still running `script` (none once the job is over); "[c]li" keeps the pattern from

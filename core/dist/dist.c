@@ -203,6 +203,8 @@ static pn_status no_nccl(const char *op) {
 pn_status pn_nccl_all_reduce(const char *op, void *p, int64_t n, int dtype, int red) { return no_nccl(op); }
 pn_status pn_nccl_broadcast(const char *op, void *p, int64_t n, int dtype, int root) { return no_nccl(op); }
 pn_status pn_nccl_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype) { return no_nccl(op); }
+pn_status pn_nccl_all_reduce_start(const char *op, void *p, int64_t n, int dtype, int red) { return no_nccl(op); }
+pn_status pn_nccl_wait_started(const char *op) { return no_nccl(op); }
 #endif
 
 /* ---- the collectives ----------------------------------------------------------------- */

@@ -29,6 +29,11 @@ pn_status pn_mpi_barrier(const char *op);
 pn_status pn_mpi_all_reduce(const char *op, void *p, int64_t n, int dtype, int red);
 /* inout = in (op) inout, n elements here (no communication): dist.c's small all-reduces */
 pn_status pn_mpi_reduce_local(const char *op, const void *in, void *inout, int64_t n, int dtype, int red);
+/* pn_mpi_all_reduce started and left running (*req: its request, NULL when it already completed);
+ * pn_mpi_test moves it on and sets *req NULL once complete; pn_mpi_wait waits as the call above */
+pn_status pn_mpi_all_reduce_start(const char *op, void *p, int64_t n, int dtype, int red, void **req);
+pn_status pn_mpi_test(const char *op, void **req);
+pn_status pn_mpi_wait(const char *op, void **req, size_t bytes);
 pn_status pn_mpi_broadcast(const char *op, void *p, int64_t n, int dtype, int root);
 /* out (size · n elements) gets rank r's n elements of in at r · n */
 pn_status pn_mpi_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype);
@@ -57,6 +62,11 @@ int pn_nccl_built(void); /* 1 when this build has it (CUDA with NCCL, or the int
  * watch above; a failure aborts the NCCL communicator); red PN_SUM, PN_MAX or PN_MIN — NaN in
  * max / min is dist.c's (NCCL does not promise to propagate it) */
 pn_status pn_nccl_all_reduce(const char *op, void *p, int64_t n, int dtype, int red);
+/* started on the engine's own stream after what the compute stream has queued so far (the
+ * bucket's copies), left running; pn_nccl_wait_started waits for every started one and orders
+ * the compute stream after them */
+pn_status pn_nccl_all_reduce_start(const char *op, void *p, int64_t n, int dtype, int red);
+pn_status pn_nccl_wait_started(const char *op);
 pn_status pn_nccl_broadcast(const char *op, void *p, int64_t n, int dtype, int root);
 pn_status pn_nccl_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype);
 

@@ -393,6 +393,48 @@ pn_status pn_mpi_all_reduce(const char *op, void *p, int64_t n, int dtype, int r
     return PN_OK;
 }
 
+/* The started form (core/dist/reducer.c: a bucket sent while the backward goes on). One MPI
+ * request when n fits an MPI count; a larger buffer goes the blocking way above and *req is NULL
+ * (complete). The request lives in a malloc'd MPI_Request until pn_mpi_test or pn_mpi_wait sees
+ * it complete; one given up is kept (MPI may still write into p, and into the request). */
+pn_status pn_mpi_all_reduce_start(const char *op, void *p, int64_t n, int dtype, int red, void **req) {
+    *req = NULL;
+    CHECK_USABLE(op);
+    if (n > chunk) return pn_mpi_all_reduce(op, p, n, dtype, red);
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r) return pn_error(PN_ERR_OOM, "%s: out of memory for an MPI request", op);
+    alg_for((size_t)n * pn_elsize(dtype));
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, mpi_type(dtype), mpi_op(dtype, red), comm, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_error(op, "MPI_Iallreduce", rc);
+    }
+    *req = r;
+    return PN_OK;
+}
+
+/* one MPI_Test: moves every started collective on (libnbc progresses them all); *req NULL once done */
+pn_status pn_mpi_test(const char *op, void **req) {
+    if (!*req) return PN_OK;
+    CHECK_USABLE(op);
+    int done = 0, rc = MPI_Test((MPI_Request *)*req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_error(op, "MPI_Test", rc);
+    if (done) {
+        free(*req);
+        *req = NULL;
+    }
+    return PN_OK;
+}
+
+pn_status pn_mpi_wait(const char *op, void **req, size_t bytes) {
+    if (!*req) return PN_OK;
+    CHECK_USABLE(op);
+    PN_TRY(wait_for(op, (MPI_Request *)*req, bytes));
+    free(*req);
+    *req = NULL;
+    return PN_OK;
+}
+
 pn_status pn_mpi_broadcast(const char *op, void *p, int64_t n, int dtype, int root) {
     CHECK_USABLE(op);
     size_t es = pn_elsize(dtype);
@@ -442,6 +484,12 @@ pn_status pn_mpi_init(int *rank, int *size) { return no_mpi(); }
 pn_status pn_mpi_barrier(const char *op) { return no_mpi(); }
 pn_status pn_mpi_all_reduce(const char *op, void *p, int64_t n, int dtype, int red) { return no_mpi(); }
 pn_status pn_mpi_broadcast(const char *op, void *p, int64_t n, int dtype, int root) { return no_mpi(); }
+pn_status pn_mpi_all_reduce_start(const char *op, void *p, int64_t n, int dtype, int red, void **req) {
+    *req = NULL;
+    return no_mpi();
+}
+pn_status pn_mpi_test(const char *op, void **req) { return PN_OK; }
+pn_status pn_mpi_wait(const char *op, void **req, size_t bytes) { return PN_OK; }
 pn_status pn_mpi_reduce_local(const char *op, const void *in, void *inout, int64_t n, int dtype, int red) {
     return no_mpi();
 }

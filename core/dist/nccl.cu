@@ -58,8 +58,13 @@ static pn_status nccl_failed(const char *op, const char *call, ncclResult_t r) {
     return pn_mpi_fail(PN_DIST_MPI_ERROR, msg);
 }
 
-/* the communicator's pending state settled (init) or the stream drained (a collective) */
-static pn_status wait_nccl(const char *op, int stream_too) {
+/* the reducer's started all-reduces run on a stream of their own, so the backward's kernels go on
+ * beside them; made with the communicator */
+static cudaStream_t g_side;
+static cudaEvent_t g_queued, g_sent;
+
+/* the communicator's pending state settled (init) or stream s drained (a collective; NULL: init) */
+static pn_status wait_nccl(const char *op, cudaStream_t s) {
     pn_mpi_watch_t w;
     pn_mpi_watch_start(&w);
     long nap = 0;
@@ -69,8 +74,8 @@ static pn_status wait_nccl(const char *op, int stream_too) {
         if (r != ncclSuccess) return nccl_failed(op, "ncclCommGetAsyncError", r);
         if (ar != ncclSuccess && ar != ncclInProgress) return nccl_failed(op, "the collective", ar);
         int done = ar == ncclSuccess;
-        if (done && stream_too) {
-            cudaError_t e = cudaStreamQuery(pn_cu_stream());
+        if (done && s) {
+            cudaError_t e = cudaStreamQuery(s);
             if (e != cudaSuccess && e != cudaErrorNotReady) {
                 pn_cu_check(op, e); /* its message, then recorded as the engine's failure */
                 abort_comm();
@@ -105,7 +110,13 @@ static pn_status ready(const char *op) {
     ncclResult_t r = ncclCommInitRankConfig(&g_comm, size, id, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(op, "ncclCommInitRankConfig", r);
     g_ready = 1;
-    return wait_nccl(op, 0);
+    if (!g_side) {
+        cudaError_t e = cudaStreamCreateWithFlags(&g_side, cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g_queued, cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g_sent, cudaEventDisableTiming);
+        if (e != cudaSuccess) return pn_cu_check(op, e);
+    }
+    return wait_nccl(op, NULL);
 }
 
 /* NCCL counts in size_t; one call each (no split needed) */
@@ -113,19 +124,40 @@ extern "C" pn_status pn_nccl_all_reduce(const char *op, void *p, int64_t n, int 
     PN_TRY(ready(op));
     ncclResult_t r = ncclAllReduce(p, p, (size_t)n, nccl_type(dtype), nccl_op(red), g_comm, pn_cu_stream());
     if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(op, "ncclAllReduce", r);
-    return wait_nccl(op, 1);
+    return wait_nccl(op, pn_cu_stream());
 }
 
 extern "C" pn_status pn_nccl_broadcast(const char *op, void *p, int64_t n, int dtype, int root) {
     PN_TRY(ready(op));
     ncclResult_t r = ncclBroadcast(p, p, (size_t)n, nccl_type(dtype), root, g_comm, pn_cu_stream());
     if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(op, "ncclBroadcast", r);
-    return wait_nccl(op, 1);
+    return wait_nccl(op, pn_cu_stream());
 }
 
 extern "C" pn_status pn_nccl_all_gather(const char *op, const void *in, void *out, int64_t n, int dtype) {
     PN_TRY(ready(op));
     ncclResult_t r = ncclAllGather(in, out, (size_t)n, nccl_type(dtype), g_comm, pn_cu_stream());
     if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(op, "ncclAllGather", r);
-    return wait_nccl(op, 1);
+    return wait_nccl(op, pn_cu_stream());
+}
+
+/* the started form (dist.h): the side stream waits for what the compute stream queued (the
+ * bucket's copies), then NCCL runs there while the compute stream goes on */
+extern "C" pn_status pn_nccl_all_reduce_start(const char *op, void *p, int64_t n, int dtype, int red) {
+    PN_TRY(ready(op));
+    cudaError_t e = cudaEventRecord(g_queued, pn_cu_stream());
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(g_side, g_queued, 0);
+    if (e != cudaSuccess) return pn_cu_check(op, e);
+    ncclResult_t r = ncclAllReduce(p, p, (size_t)n, nccl_type(dtype), nccl_op(red), g_comm, g_side);
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_failed(op, "ncclAllReduce", r);
+    return PN_OK;
+}
+
+/* every started one done (watched, as a collective's wait), and the compute stream after them */
+extern "C" pn_status pn_nccl_wait_started(const char *op) {
+    PN_TRY(ready(op));
+    PN_TRY(wait_nccl(op, g_side));
+    cudaError_t e = cudaEventRecord(g_sent, g_side);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(pn_cu_stream(), g_sent, 0);
+    return e == cudaSuccess ? PN_OK : pn_cu_check(op, e);
 }

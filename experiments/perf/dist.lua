@@ -24,12 +24,14 @@
 -- run stops), `warmup` untimed steps, then `steps` timed steps, global batch k being batch k of the
 -- epoch in every job. A step: forward, label-smoothed CE (0.1, sum / target tokens), backward,
 -- clip 1.0, Adam (0.9, 0.98, wd 1e-4), zero_grad — what recipes/nmt.lua's def.train does per
--- batch. The gradient sync is timed inside ddp.lua (ddp.timing, always on: the whole sync —
--- header, bucket copies, scaling, all-reduce, copies back — and the buckets' dist.all_reduce calls
--- alone); it includes the time a rank waits for a slower one (in the small header all-reduce that
--- opens every sync), so it is "time spent waiting in all-reduce". Reported: median ms per step, target tokens per second, speed-up over 1 rank,
--- and per rank the median sync ms and Σ sync / Σ step. The all-reduce is synchronous (after the
--- backward): the "with overlap" figure of the issue waits for the overlapped all-reduce.
+-- batch. Each round runs three jobs: 1 rank; R ranks whose buckets are all sent after the backward
+-- (PENUMBRA_DDP_OVERLAP=0); R ranks whose buckets start inside the backward as their gradients
+-- become final (the default, DDP's overlap). The gradient exchange is timed inside ddp.lua
+-- (ddp.timing, always on): the time it keeps the step waiting — the small header all-reduce
+-- (where a rank waits for a slower one) and, after the backward, the buckets still to send and
+-- the wait for them — so it is "time spent waiting in all-reduce"; and that last wait alone.
+-- Reported: median ms per step, target tokens per second, speed-up over 1 rank, and per rank
+-- the median sync ms, Σ sync / Σ step and the median wait.
 --
 -- (b) all-reduce: f32 sums of `sizes` bytes on R ranks, zeros (no denormals). Each size: iters/10
 -- + 1 untimed calls, a barrier, `iters` timed calls (auto: 2²⁸ bytes' worth, 20 … 1000, as osu's
@@ -181,6 +183,7 @@ local function nmt_worker()
     ms[#ms + 1], sync[#sync + 1], ar[#ar + 1], tokens[#tokens + 1] = a, b, c, subs[i].ntokens
   end
   local syncs, bytes = T.syncs, T.bytes
+  local early, buckets = T.early, T.buckets
   local all_ms, all_sync, all_ar = gather_lists(ms), gather_lists(sync), gather_lists(ar)
   if distributed then
     ddp.finish_training()
@@ -188,7 +191,8 @@ local function nmt_worker()
   end
   if dist.rank() == 0 then
     local fields = { { 'ranks', dist.size() }, { 'check_loss', check_loss }, { 'params', model:num_parameters() },
-                     { 'vocab', s.vocab }, { 'bytes_per_sync', syncs > 0 and bytes / syncs or 0 }, { 'tokens', tokens } }
+                     { 'vocab', s.vocab }, { 'bytes_per_sync', syncs > 0 and bytes / syncs or 0 }, { 'tokens', tokens },
+                     { 'early', early }, { 'buckets', buckets } }
     for r = 1, #all_ms do
       fields[#fields + 1] = { 'ms' .. (r - 1), all_ms[r] }
       fields[#fields + 1] = { 'sync' .. (r - 1), all_sync[r] }
@@ -293,36 +297,49 @@ bk.header('Data parallelism over MPI: 1 rank vs ' .. ranks .. ' ranks, all-reduc
 local ok, err = xpcall(function()
   -- ---- (a) the NMT training step ------------------------------------------------------------
   if parts.nmt then
-    local res = { [1] = {}, [ranks] = {} }
+    -- three jobs a round: 1 rank; R ranks with the buckets sent after the backward; R ranks overlapped
+    local JOBS = {
+      { name = '1 rank', n = 1, env = '' },
+      { name = ranks .. ' ranks, after', n = ranks, env = 'PENUMBRA_DDP_OVERLAP=0 ' },
+      { name = ranks .. ' ranks, overlap', n = ranks, env = 'PENUMBRA_DDP_OVERLAP=1 ' },
+    }
+    local res = {}
+    for j = 1, #JOBS do res[j] = {} end
     for round = 1, rounds do
-      for _, n in ipairs({ 1, ranks }) do
-        res[n][round] = job(ours_cmd(n, 'worker=nmt'), string.format('NMT (%d rank%s)', n, n > 1 and 's' or ''))
+      for j, J in ipairs(JOBS) do
+        res[j][round] = job(J.env .. ours_cmd(J.n, 'worker=nmt'), 'NMT (' .. J.name .. ')')
       end
     end
-    local one, many = res[1][1], res[ranks][1]
+    local one, many = res[1][1], res[3][1]
     print(string.format('NMT (preset %s): %s parameters (f32), vocabulary %s; %s bytes all-reduced per step on %d ' ..
-      'ranks (one sync per step, buckets of ≤ 25 MB)', args.preset or 'small', one.params, one.vocab,
+      'ranks (one sync per step; buckets of ≤ 25 MB, the first ≤ 1 MB)', args.preset or 'small', one.params, one.vocab,
       many.bytes_per_sync, ranks))
-    local l1, ln = one.check_loss, many.check_loss
-    local rel = math.abs(l1 - ln) / math.abs(l1)
-    print(string.format('check step (dropout off, global batch 1): loss 1 rank %.8g, %d ranks %.8g (%.2g relative)', l1,
-      ranks, ln, rel))
-    if not (rel <= 1e-5) then error('dist.lua: the losses of 1 and ' .. ranks .. ' ranks differ beyond 1e-5: not ' ..
-      'timing different computations', 0) end
+    local l1 = one.check_loss
+    for j = 2, #JOBS do
+      local ln = res[j][1].check_loss
+      local rel = math.abs(l1 - ln) / math.abs(l1)
+      print(string.format('check step (dropout off, global batch 1): loss 1 rank %.8g, %s %.8g (%.2g relative)', l1,
+        JOBS[j].name, ln, rel))
+      if not (rel <= 1e-5) then error('dist.lua: the losses of 1 rank and ' .. JOBS[j].name .. ' differ beyond 1e-5: ' ..
+        'not timing different computations', 0) end
+    end
+    print(string.format('buckets started while the backward ran: %s of %s (after), %s of %s (overlap)',
+      res[2][1].early, res[2][1].buckets, res[3][1].early, res[3][1].buckets))
     local tokens = as_list(one.tokens)
     local tok_sum = 0
     for _, t in ipairs(tokens) do tok_sum = tok_sum + t end
     print(string.format('%d rounds × %d timed steps (after %d untimed), %.0f target tokens per step on average',
       rounds, #tokens, num('warmup', 3), tok_sum / #tokens))
-    print(string.format('\n%-8s %6s %10s %10s %9s %12s %12s %12s', 'job', 'rank', 'ms/step', 'tokens/s', 'speed-up',
-      'sync ms', 'sync/step', 'allreduce ms'))
+    print(string.format('\n%-17s %4s %10s %10s %9s %12s %12s %12s', 'job', 'rank', 'ms/step', 'tokens/s', 'speed-up',
+      'sync ms', 'sync/step', 'wait ms'))
     local base_ms
-    for _, n in ipairs({ 1, ranks }) do
+    for j, J in ipairs(JOBS) do
+      local n = J.n
       for r = 0, n - 1 do
         local ms, sync, ar, rates = {}, {}, {}, {}
         local sum_ms, sum_sync = 0, 0
         for round = 1, rounds do
-          local x = res[n][round]
+          local x = res[j][round]
           local m, sy, a = as_list(x['ms' .. r]), as_list(x['sync' .. r]), as_list(x['ar' .. r])
           local tot = 0
           for i = 1, #m do
@@ -333,15 +350,16 @@ local ok, err = xpcall(function()
         end
         local med = bk.median(ms)
         if n == 1 then base_ms = med end
-        print(string.format('%-8s %6d %10.1f %10.0f %9.2f %12.2f %11.1f%% %12.2f', n .. (n > 1 and ' ranks' or ' rank'),
+        print(string.format('%-17s %4d %10.1f %10.0f %9.2f %12.2f %11.1f%% %12.2f', J.name,
           r, med, bk.median(rates), base_ms / med, bk.median(sync), 100 * sum_sync / sum_ms, bk.median(ar)))
       end
     end
     print('(medians over every timed step of every round; tokens/s: the global batches\' target tokens per second, ' ..
-      'median of rounds; speed-up: 1 rank\'s ms/step over this one\'s; sync/step: Σ sync / Σ step — the gradient ' ..
-      'sync inside the step, waiting for the slower rank included; allreduce ms: the buckets\' dist.all_reduce ' ..
-      'calls alone — sync minus allreduce is mostly the wait for the slower rank, in the header all-reduce that ' ..
-      'opens the sync, plus the bucket copies. No overlap: the sync runs after the backward)\n')
+      'median of rounds; speed-up: 1 rank\'s ms/step over this one\'s; sync/step: Σ sync / Σ step — the time the ' ..
+      'exchange of gradients keeps the step waiting — the header all-reduce (where a rank waits for the ' ..
+      'slower one) and, after the backward, the buckets still to send and the wait for them; wait ms: that last ' ..
+      'wait alone. "after": every bucket is copied and sent after the backward; "overlap": each starts inside the ' ..
+      'backward once its gradients are final, so only what is left after the backward counts)\n')
   end
 
   -- ---- (b) all-reduce bandwidth ---------------------------------------------------------------

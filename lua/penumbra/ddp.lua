@@ -28,19 +28,25 @@
 --     recipe's loss averages over (PPI: nodes, NMT: target tokens). A global batch with fewer
 --     items than ranks is a named error (a rank would have nothing to run).
 --  4. Gradients: a recipe's loss on its share is a mean over the share, and the single-process
---     loss is the mean over the global batch = Σ_r w_r · (rank r's mean). So before the first
---     read of the gradients after a backward — optim.clip_grad_norm or an optimiser's step,
---     through optim.grad_hook — every rank scales its gradients by its w and they are SUMMED
---     (all_reduce 'sum'): exactly the gradient of the global mean, so clipping and Adam see
---     what one process sees. They travel in flat buffers of one dtype and at most 25 MB each
---     (M.BUCKET_BYTES, DDP's default), filled in reverse parameter order — a fixed order, so
---     the result is deterministic for a given N, and bucketing does not change it (each
---     element is the same sum whatever bucket it is in). The weights are used in the order the
---     batches were made: one optimiser step per batch, as PPI and NMT do (gradient
---     accumulation over several batches before a step is not split correctly yet). A parameter
---     without a gradient on a rank counts as zeros; one without a gradient on every rank stays
---     without. Synchronous: the buckets go one after the other once the backward is over;
---     sending each as the backward fills it (overlap, as DDP does) is a later step.
+--     loss is the mean over the global batch = Σ_r w_r · (rank r's mean). So every rank scales
+--     its gradients by its w and they are SUMMED (all-reduce 'sum'): exactly the gradient of the
+--     global mean, so clipping and Adam see what one process sees. They travel in
+--     core/dist/reducer.c's buckets: flat buffers of one dtype and at most 25 MB each
+--     (M.BUCKET_BYTES, DDP's default; the first at most 1 MB, M.FIRST_BUCKET_BYTES, as DDP's),
+--     filled in reverse parameter order — a fixed order, so the result is deterministic for a
+--     given N, and bucketing does not change it (each element is the same sum whatever bucket
+--     it is in). Overlap, as DDP's: a backward during a training step (pn.backward_hook) first
+--     exchanges a header (7.), then runs with the reducer armed — each bucket is copied and its
+--     all-reduce started as soon as the backward has finished its parameters' gradients, while
+--     the backward goes on — and ends with finish (what is left, the wait, the sums written back
+--     into .grad). PENUMBRA_DDP_OVERLAP=0 (M.overlap = false) sends every bucket after the
+--     backward instead, at the first read of the gradients (optim.clip_grad_norm or a step,
+--     through optim.grad_hook), as does a backward the hook did not see; the sums are the same
+--     bit for bit. The weights are used in the order the batches were made: one backward and
+--     one optimiser step per batch, as PPI and NMT do (gradient accumulation over several
+--     batches or backward passes before a step is a named error: not split correctly yet). A
+--     parameter without a gradient on a rank counts as zeros; one without a gradient on every
+--     rank stays without.
 --  5. Metrics: each numeric metric of a training step is combined as Σ_r m_r·n_r / Σ_r n_r, n_r
 --     = the rank's count over the step — exact for losses averaged over that unit (PPI loss,
 --     NMT loss); a value every rank has alike (lr, updates) stays as it is; a `*_per_s` rate is
@@ -53,7 +59,9 @@
 --     object that writes nothing and print nothing (io.stdout, io.stderr and print are silenced
 --     while the runner runs there); errors still reach the terminal (cli.lua's abort).
 --  7. Failure: every collective this module makes starts with a small header all_reduce that
---     carries "a rank failed", "a rank was interrupted" and "rank 0 says stop". A rank whose
+--     carries "a rank failed", "a rank was interrupted" and "rank 0 says stop" (the buckets of a
+--     backward follow its header; a rank whose backward fails still sends them all — finish runs
+--     regardless — so that every rank's next collective is a header again). A rank whose
 --     runner catches an error joins the next header with its flag and sends its message; the
 --     others raise "rank R of N failed: message" there; rank 0 writes status failed (or
 --     interrupted) and the message and closes its run file, and only then (a barrier) do the ranks
@@ -85,10 +93,12 @@
 --     checkpoint is written to a temporary file and renamed (experiment.lua), so a rank 0 killed
 --     while writing one leaves the previous checkpoint whole. After the training loop nothing is
 --     exchanged: only rank 0 works there (test evaluation, finish) and records its own failures.
---  8. Timing (for experiments/perf/dist.lua): M.timing counts, per process, the gradient syncs,
---     the seconds spent in them (header, bucket copies, scaling, all-reduce, copies back), the
---     seconds inside the buckets' dist.all_reduce calls alone, and the bytes all-reduced. Always
---     on: two clock reads per step and two per bucket, nothing else; a reader takes differences.
+--  8. Timing (for experiments/perf/dist.lua): M.timing counts, per process, the gradient
+--     exchanges (syncs), the seconds they kept the step waiting (sync_s: the header, and after
+--     the backward the buckets still to copy and send, the wait, the copies back — not the
+--     backward itself), the seconds of that wait alone (all_reduce_s), the bytes all-reduced,
+--     the buckets sent and how many of them started while a backward ran (early). Always on: a
+--     few clock reads per exchange; a reader takes differences.
 local pn = require 'penumbra.tensor'
 local dist = require 'penumbra.dist'
 local optim = require 'penumbra.optim'
@@ -102,8 +112,11 @@ local M = {}
 M.MSG_BYTES = 2048   -- a failing rank's message, as sent to the others (longer ones are cut)
 M.SEED_STRIDE = 7919 -- rank r > 0 reseeds the tensor RNG with seed + SEED_STRIDE · r after setup
 M.BUCKET_BYTES = 25 * 2 ^ 20 -- the gradients go to all_reduce in buckets of at most this (DDP's 25 MB)
+M.FIRST_BUCKET_BYTES = 2 ^ 20 -- … the first of at most this (DDP's 1 MB): it can start while the backward runs
 M.LEAD_TIMEOUT = 3600 -- s: ranks > 0 wait at least this for rank 0's setup and evaluations (see 7.)
-M.timing = { syncs = 0, sync_s = 0, all_reduce_s = 0, bytes = 0 } -- see 8. above (never reset here)
+M.timing = { syncs = 0, sync_s = 0, all_reduce_s = 0, bytes = 0, buckets = 0, early = 0 } -- see 8. (never reset here)
+-- the buckets start while the backward runs (4.); PENUMBRA_DDP_OVERLAP=0: all after it
+M.overlap = os.getenv('PENUMBRA_DDP_OVERLAP') ~= '0'
 
 local ctx = nil -- the run being trained across ranks (one at a time), or nil
 
@@ -180,89 +193,63 @@ local function header(c, stop)
 end
 
 -- ---- gradients ---------------------------------------------------------------------------
-local BYTES = { f32 = 4, f64 = 8, i32 = 4, i64 = 8, u8 = 1 }
+-- The buckets are core/dist/reducer.c's (penumbra.h "the gradients' buckets"): the layout, the
+-- copies, the all-reduces and the writing back are there; here is when they run.
 
--- The parameters in buckets of one dtype and at most cap bytes (a larger parameter alone), in
--- reverse parameter order: the order a backward finishes their gradients, the order an
--- overlapped all-reduce will send them (a later step). Each bucket keeps its flat buffer; the
--- first one has a slot more per parameter (how many ranks hold its gradient).
-local function make_buckets(params, cap)
-  local buckets, open = {}, {}
-  for i = #params, 1, -1 do
-    local p = params[i]
-    local dt, n = p:dtype(), p:numel()
-    local bytes = n * BYTES[dt]
-    local b = open[dt]
-    if b and b.bytes + bytes > cap then b = nil end
-    if not b then
-      b = { dtype = dt, items = {}, total = 0, bytes = 0 }
-      buckets[#buckets + 1] = b
-      open[dt] = b
-    end
-    b.items[#b.items + 1] = { index = i, p = p, offset = b.total, n = n, shape = p:shape() }
-    b.total, b.bytes = b.total + n, b.bytes + bytes
-  end
-  for k, b in ipairs(buckets) do -- on the parameters' device (one for all: M.setup checks)
-    b.buf = pn.zeros({ b.total + (k == 1 and #params or 0) }, { dtype = b.dtype, device = params[1]:device() })
-  end
-  return buckets
-end
-
-local function slice(buf, it) return buf:narrow(1, it.offset + 1, it.n):view(it.shape) end
-
--- parameters from rank 0 to every rank, in place
-local function broadcast_params(c)
-  header(c)
-  pn.no_grad(function()
-    for _, b in ipairs(c.buckets) do
-      if c.rank == 0 then for _, it in ipairs(b.items) do slice(b.buf, it):copy_(it.p) end end
-      coll(c, dist.broadcast, b.buf, 0)
-      if c.rank ~= 0 then for _, it in ipairs(b.items) do it.p:copy_(slice(b.buf, it)) end end
-    end
-  end)
-end
-
--- Σ_r w_r · grad_r into every rank's gradients (the hook's 'read', once per step), one
--- all_reduce per bucket
-local function sync_grads(c)
+local function take_weight(c)
   local w = table.remove(c.weights, 1)
   if not w then
     error(cannot_split(c.name, 'its optimiser read gradients that no sharded batch produced (a training batch ' ..
       'must come from a shard-aware iterator: pn.data.ppi d:batches(\'train\', …) or translation.batches)'), 0)
   end
-  local T, t0 = M.timing, now()
+  return w
+end
+
+-- M.timing after one exchange of gradients that kept this rank `seconds` (see 8.)
+local function timed(c, seconds, before)
+  local T, after = M.timing, ffi.new('double[4]')
+  C.pn_reducer_stats(c.reducer, after)
+  T.syncs, T.sync_s = T.syncs + 1, T.sync_s + seconds
+  T.all_reduce_s = T.all_reduce_s + (after[2] - before[2])
+  T.bytes = T.bytes + (after[3] - before[3])
+  T.early = T.early + (after[1] - before[1])
+  T.buckets = T.buckets + (after[0] - before[0])
+end
+
+-- Σ_r w_r · grad_r into every rank's gradients after the backward, all buckets at once (the
+-- optimiser read gradients the overlapped backward did not send)
+local function sync_grads(c)
+  local w = take_weight(c)
+  local t0, before = now(), ffi.new('double[4]')
+  C.pn_reducer_stats(c.reducer, before)
   header(c)
-  local P = #c.params
-  pn.no_grad(function()
-    for k, b in ipairs(c.buckets) do
-      local buf = b.buf
-      buf:zero_()
-      for _, it in ipairs(b.items) do
-        local gr = it.p.grad
-        if gr then slice(buf, it):copy_(gr) end
-      end
-      if w ~= 1 then B.check(C.pn_scale_(buf, w)) end
-      if k == 1 then
-        for i, p in ipairs(c.params) do
-          if p.grad then buf:narrow(1, b.total + i, 1):fill_(1) end
-        end
-      end
-      local a0 = now()
-      coll(c, dist.all_reduce, buf, 'sum')
-      T.all_reduce_s, T.bytes = T.all_reduce_s + (now() - a0), T.bytes + buf:numel() * BYTES[b.dtype]
-    end
-    local first = c.buckets[1]
-    local present = first.buf:narrow(1, first.total + 1, P):totable()
-    for _, b in ipairs(c.buckets) do
-      for _, it in ipairs(b.items) do
-        if present[it.index] > 0 then
-          local gr = it.p.grad
-          if gr then gr:copy_(slice(b.buf, it)) else it.p.grad = slice(b.buf, it):clone() end
-        end
-      end
-    end
-  end)
-  T.syncs, T.sync_s = T.syncs + 1, T.sync_s + (now() - t0)
+  coll(c, function() B.check(C.pn_reducer_sync(c.reducer, w)) end)
+  timed(c, now() - t0, before)
+end
+
+-- pn.backward during a training step (tensor.lua's backward_hook): a header, then the backward
+-- with the reducer armed (buckets start as they fill), then finish (the rest, the wait, the
+-- sums written back). finish runs even when the backward failed, so that this rank enters the
+-- same all-reduces as the others before it reports the failure at the next header (see 7.).
+local function backward_hook(run)
+  local c = ctx
+  if not (c and c.training and M.overlap) then return run() end
+  if c.reduced then
+    error(cannot_split(c.name, 'its training step ran a second backward before the optimiser read the gradients ' ..
+      'of the first (accumulating gradients over several backward passes is not split correctly yet)'), 0)
+  end
+  local w = take_weight(c)
+  local t0, before = now(), ffi.new('double[4]')
+  C.pn_reducer_stats(c.reducer, before)
+  header(c)
+  B.check(C.pn_reducer_arm(c.reducer, w))
+  local t1 = now()
+  local ok, e = pcall(run)
+  local t2 = now()
+  coll(c, function() B.check(C.pn_reducer_finish(c.reducer)) end)
+  timed(c, (t1 - t0) + (now() - t2), before) -- the header and finish: the backward itself is compute
+  c.reduced = true
+  if not ok then error(e, 0) end
 end
 
 local function grad_hook(event, params)
@@ -276,7 +263,7 @@ local function grad_hook(event, params)
     end
   end
   if not c.synced then
-    sync_grads(c)
+    if c.reduced then c.reduced = false else sync_grads(c) end
     c.synced = true
     c.syncs = c.syncs + 1
   end
@@ -351,6 +338,8 @@ function M.start(def, cfg, o)
 end
 
 function M.context() return ctx end
+-- how many buckets the gradients travel in (0 outside a run across ranks)
+function M.buckets() return ctx and ctx.reducer and C.pn_reducer_buckets(ctx.reducer) or 0 end
 
 -- setup on rank 0 first, then on the others; then the parameters from rank 0
 function M.setup(def, cfg, run)
@@ -373,10 +362,20 @@ function M.setup(def, cfg, run)
     end
     c.param_set[addr(p)] = true
   end
-  c.buckets = make_buckets(c.params, M.BUCKET_BYTES)
-  broadcast_params(c)
+  local arr = ffi.new('pn_tensor *[?]', #c.params)
+  for i, p in ipairs(c.params) do arr[i - 1] = p end
+  local r = C.pn_reducer_new(arr, #c.params, math.min(M.FIRST_BUCKET_BYTES, M.BUCKET_BYTES), M.BUCKET_BYTES)
+  if r == nil then
+    c.broken = true -- it agreed on the layout with the others: a failure there is every rank's
+    error(describe(c.rank, c.size, ffi.string(C.pn_last_error()), c.signal_name), 0)
+  end
+  c.reducer = ffi.gc(r, C.pn_reducer_free)
+  -- parameters from rank 0 to every rank, in place (through the buckets)
+  header(c)
+  coll(c, function() B.check(C.pn_reducer_broadcast(c.reducer, 0)) end)
   if c.rank > 0 then pn.manual_seed((cfg.seed or 0) + M.SEED_STRIDE * c.rank) end
   optim.grad_hook = grad_hook
+  pn.backward_hook = backward_hook
   return state, model
 end
 
@@ -385,7 +384,7 @@ function M.begin_step()
   local c = ctx
   c.training, c.count, c.batches, c.signature, c.syncs = true, 0, 0, 0, 0
   c.weights = {}
-  c.synced = false
+  c.synced, c.reduced = false, false
 end
 
 -- after def.train: checks, then the step's metrics combined over the ranks (in place)
@@ -465,6 +464,7 @@ end
 
 function M.stop()
   if optim.grad_hook == grad_hook then optim.grad_hook = nil end
+  if pn.backward_hook == backward_hook then pn.backward_hook = nil end
   ctx = nil
 end
 

@@ -422,10 +422,17 @@ function M.requires_grad_(t, flag)
   check(C.pn_set_requires_grad(t, flag and 1 or 0))
   return t
 end
+-- Data parallelism (penumbra/ddp.lua) sets pn.backward_hook while the runner trains across ranks:
+-- hook(run) runs the backward (run()) between its reducer's arm and finish, so the gradients go
+-- to the other ranks while the backward makes them. nil elsewhere.
+pn.backward_hook = nil
 function M.backward(t, g, opts)
   if type(g) == 'table' and not is_tensor(g) then opts, g = g, nil end
   opts = opts or {}
-  check(C.pn_backward(t, g, opts.retain_graph and 1 or 0))
+  local retain = opts.retain_graph and 1 or 0
+  local hook = pn.backward_hook
+  if hook then return hook(function() check(C.pn_backward(t, g, retain)) end) end
+  check(C.pn_backward(t, g, retain))
 end
 function M.detach(t) return wrap(C.pn_detach(t)) end
 function M.zero_grad(t) check(C.pn_set_grad(t, nil)) end
