@@ -7,6 +7,8 @@
 --       [scores=dot,laplacian,umbral,penumbral,hyperbolic,cosine] [causal=0,1] [passes=fwd,fwd+bwd]
 --       [tokens=16384] [hd=2048] [precision=bf16|f16|f32] [rounds=3] [reps=5] [warmup=3] [torch=1]
 --       [compiled=umbral,penumbral] [compile=dynamic|static] [peak_tflops=…] [dry=1]
+--       (a score named <score>_wmma, e.g. dot_wmma: that score with the wmma forward instead of
+--       the mma.sync one, PENUMBRA_CUDA_MMA=0 — to time one against the other)
 --       [power=1] [power_n=65536] [power_h=8] [power_d=64] [power_chunk=128] [power_reps=3]
 --
 -- Shapes as the issue fixes them: B·N = tokens (16k) and H·D = hd (2048), so B = tokens/N and
@@ -95,7 +97,13 @@ local function bad(msg) error('attention_gpu.lua: ' .. msg, 0) end
 -- an error's message without the Lua position a wrapper may have added, one line
 local function first_line(err) return (tostring(err):gsub('\n.*', ''):gsub('^[^:%s]+%.lua:%d+: ', '')) end
 local LINEAR = { cosine = true } -- scores outside the dense registry, each with its own call
+-- '<score>_wmma': that score with the tensor-core forward on wmma (PENUMBRA_CUDA_MMA=0 around its
+-- calls) instead of mma.sync — the "/ our dot" column of dot_wmma is then wmma's time over mma's
+local function base_score(s) return (tostring(s):gsub('_wmma$', '')) end
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
 for _, s in ipairs(SCORES) do
+  s = base_score(s)
   if s == 'power' then bad("scores: power has its own section (power=1, power_n=, power_h=, power_d=, power_chunk=)") end
   if not LINEAR[s] then -- an unknown score fails here, before any timing
     local ok, desc = pcall(pn.attention_variant, s)
@@ -272,6 +280,13 @@ end
 
 -- one untimed call of (score, causal, pass) on d
 local function call(score, c, pas, d)
+  if score:match('_wmma$') then
+    ffi.C.setenv('PENUMBRA_CUDA_MMA', '0', 1)
+    local ok, e = pcall(call, base_score(score), c, pas, d)
+    ffi.C.unsetenv('PENUMBRA_CUDA_MMA')
+    if not ok then error(e, 0) end
+    return
+  end
   local function fwd()
     if score == 'cosine' then return pn.cosine_attention(d.q, d.k, d.v, d.m, { causal = c }) end
     local o = { score = score, causal = c }
@@ -328,7 +343,7 @@ for _, D in ipairs(Ds) do
     io.stdout:flush()
     io.stderr:write(string.format('attention_gpu.lua: D=%d N=%d (B=%d, H=%d) …\n', D, N, B, H))
     local data = {}
-    for _, score in ipairs(SCORES) do data[score] = inputs(score, B, H, N, D) end
+    for _, score in ipairs(SCORES) do data[score] = inputs(base_score(score), B, H, N, D) end
     local function each(fn)
       for _, score in ipairs(SCORES) do
         for _, c in ipairs(CAUSALS) do

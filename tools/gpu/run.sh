@@ -6,8 +6,8 @@
 #   bench     experiments/perf/attention_gpu.lua $BENCH_ARGS (e.g. "scores=dot n=4096 d=64,128")
 #   probe     tools/gpu/probe.lua: one dense call's time, bf16 / f32 / CPU agreement
 #   sanitize  compute-sanitizer memcheck and racecheck on tools/gpu/sanitize.lua
-#   ncu       Nsight Compute sections of the first kernel matching $NCU_KERNEL (default wfwd)
-#             during probe.lua
+#   ncu       Nsight Compute sections of the first kernel matching $NCU_KERNEL (default mfwd, the mma.sync forward;
+#             wfwd for the wmma one with PENUMBRA_CUDA_MMA=0) during probe.lua
 # Each stage has its own timeout (T_<STAGE>, seconds) and writes its log under $OUT, so one that
 # hangs leaves the others' results. The peer (PyTorch) runs the machine's python3 without our
 # libraries on its path.
@@ -17,6 +17,8 @@
 # d=64,128 compiled=0 power=0 rounds=2 reps=3 warmup=2" 77 s (with compiled=umbral, n=4096:
 # 88 s); "scores=dot,cosine causal=1 n=1024,4096,16384 d=64 compiled=0 power=1" 40 s; ncu 30–50 s
 # a kernel. A 15-minute lease fits, in one call: info specs probe bench ncu sanitize.
+# Next lease: BENCH_ARGS="scores=dot,dot_wmma,umbral,penumbral n=4096 d=64,128 compiled=0 power=0"
+# times the mma.sync forward against the wmma one (dot_wmma: PENUMBRA_CUDA_MMA=0).
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
@@ -68,7 +70,7 @@ for stage in "$@"; do
       say "$tool rc=$?"; grep -E 'SUMMARY|sanitize.lua|rror|hazard' "$OUT/$tool.log" | head -n 12
     done ;;
   ncu)
-    k=${NCU_KERNEL:-wfwd}; say "ncu $k"
+    k=${NCU_KERNEL:-mfwd}; say "ncu $k"
     timeout "${T_NCU:-120}" ncu -k "regex:$k" --launch-count 1 --section SpeedOfLight --section Occupancy \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
       --section SourceCounters luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" > "$OUT/ncu_$k.log" 2>&1

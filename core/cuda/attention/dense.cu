@@ -32,6 +32,7 @@
  * Klein ball of einstein) run here too, with the CPU's messages: the device flags rows and finds
  * the first offending index (atomicMin of an index is order-independent), the host reads it. */
 #include "scores.cuh"
+#include "../mma_ptx.cuh"
 
 #include <stdio.h>
 
@@ -1052,6 +1053,201 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
     }
 }
 
+/* ---- the forward on mma.sync: the scores stay in registers ----------------------------------------
+ * precision bf16 / f16 with both widths ≤ 128 (the padded Dg and Dv): what wfwd_kernel computes —
+ * a block of four warps per 64 query rows of one (b, h), key tiles of 64, the same per-pair maths,
+ * modifiers and online softmax — with the products on PTX mma.sync m16n8k16 (mma_ptx.cuh), whose
+ * accumulator layout is documented: lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of
+ * its warp's 16 at columns 2t and 2t + 1 of every 8-wide block. So nothing goes through shared
+ * memory between the products: the epilogue, the row max and sum (over the 4 lanes of a row) and
+ * O's rescaling act on the accumulators, and the accumulators of two adjacent 8-key blocks of P,
+ * rounded to H, are P·V's A operand as they stand (FlashAttention-2's arrangement). Q's fragments
+ * stay in registers for the whole walk; K is staged as rows (B's pairs are two consecutive
+ * coordinates of one key) and V transposed (two consecutive keys of one column), each pair one
+ * 32-bit word; row strides of Dp + 8 and 64 + 8 halves put the 32 lanes' words in 32 banks.
+ * MW (64 or 128) bounds the widths, so a narrow head does not hold a wide one's registers. */
+enum { MF_MAX = 128 };
+
+struct mlay {
+    int64_t Dp, Dvp, ldq, ldvt; /* padded widths; row strides (halves) of Q / K and of Vᵀ */
+    int64_t a, b, vt, an, bn, total;
+};
+
+inline mlay mlay_of(int64_t Dg, int64_t Dv) {
+    mlay L;
+    L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv > 0 ? Dv : 1, 16);
+    L.ldq = L.Dp + 8, L.ldvt = WK + 8;
+    L.a = 0;
+    L.b = up(L.a + 64 * L.ldq * 2, 128);
+    L.vt = up(L.b + 64 * L.ldq * 2, 128);
+    L.an = up(L.vt + L.Dvp * L.ldvt * 2, 128);
+    L.bn = up(L.an + 64 * 4, 128);
+    L.total = up(L.bn + 64 * 4, 128);
+    return L;
+}
+
+/* rows [r0, r0 + 64) of src (n rows of D floats) rounded to H and stored transposed: dst[d·ld + r]
+ * for d < wp (zeros past w and past n); a warp per row, its lanes along the row (coalesced reads) */
+template <typename H>
+__device__ void wtile_load_t(H *dst, int64_t ld, const float *src, int64_t r0, int64_t n, int64_t D, int64_t w,
+                             int64_t wp) {
+    const int lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    for (int r = threadIdx.x / 32; r < 64; r += nw) {
+        const float *x = r0 + r < n ? src + (r0 + r) * D : NULL;
+        for (int64_t d = lane; d < wp; d += 32) dst[d * ld + r] = to16<H>(x && d < w ? x[d] : 0.0f);
+    }
+}
+
+/* the 32-bit word of two consecutive halves at p (p even: the layouts above keep it so) */
+template <typename H> __device__ inline uint32_t ld_pair(const H *p) { return *(const uint32_t *)p; }
+
+template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<float> c, mlay L, float *out, float *stat) {
+    enum { KC = MW / 16, NV = MW / 8, NS = WK / 8 }; /* Q's 16-wide chunks, O's and S's 8-wide blocks */
+    PN_SHARED_DYN(unsigned char, smu);
+    PN_SHARED(kstage<float>, ks, WK);
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *Vt = (H *)(sm + L.vt);
+    float *qn = (float *)(sm + L.an), *kn = (float *)(sm + L.bn);
+    const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int kc_n = (int)(L.Dp / 16), nv_n = (int)(L.Dvp / 8);
+    wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
+    __syncthreads();
+    if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
+    /* the lane's two rows: local rl[h] = 16w + g + 8h */
+    int rl[2];
+    int64_t ri[2], kend[2];
+    bool live[2];
+    drow<float, S> r[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        rl[h] = w * 16 + g + 8 * h;
+        ri[h] = i0 + rl[h];
+        live[h] = ri[h] < c.Nq;
+        row_init<float, S>(c, bh, live[h] ? ri[h] : c.Nq - 1, r[h]);
+        kend[h] = live[h] ? key_end(c, ri[h]) : 0;
+    }
+    uint32_t qa[KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        const H *q0 = Qs + (w * 16 + g) * L.ldq + kc * 16 + 2 * t, *q8 = q0 + 8 * L.ldq;
+        const bool in = kc < kc_n; /* past Dp: never multiplied */
+        qa[kc][0] = in ? ld_pair(q0) : 0u, qa[kc][1] = in ? ld_pair(q8) : 0u;
+        qa[kc][2] = in ? ld_pair(q0 + 8) : 0u, qa[kc][3] = in ? ld_pair(q8 + 8) : 0u;
+    }
+    float o[NV][4];
+#pragma unroll
+    for (int nb = 0; nb < NV; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0;
+    const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
+    const bool soft = c.norm == PN_NORM_SOFTMAX;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+    int nan[2] = {0, 0};
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
+        __syncthreads(); /* the previous tile's readers are done */
+        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load_t(Vt, L.ldvt, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+        stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
+        __syncthreads();
+        if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+        /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
+        float sc[NS][4];
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++) {
+            sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0;
+            if (!c.gemm) continue;
+            const H *kr = Ks + (nb * 8 + g) * L.ldq + 2 * t;
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++) {
+                if (kc >= kc_n) break;
+                const uint32_t b[2] = {ld_pair(kr + kc * 16), ld_pair(kr + kc * 16 + 8)};
+                pn_mma_16816<H>(sc[nb], qa[kc], b, sc[nb]);
+            }
+        }
+        __syncthreads(); /* the key norms */
+        /* the epilogue on the accumulators: element e of block nb is row h = e / 2, key 8nb + 2t + e % 2 */
+        float tmax[2] = {-INFINITY, -INFINITY};
+        int tnan[2] = {0, 0};
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                const int64_t j = j0 + jl;
+                float v = -INFINITY;
+                if (j < kend[h] && !nan[h]) {
+                    const kstage<float> &z = ks[jl];
+                    const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
+                    v = mods(c, r[h], j, S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1), z.bad);
+                }
+                sc[nb][e] = v;
+                if (v != v || v == INFINITY) tnan[h] = 1;
+                else if (v > tmax[h]) tmax[h] = v;
+            }
+        float alpha[2] = {1, 1};
+        if (soft)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                nan[h] |= lanes_or<4>(tnan[h]);
+                const float mt = lanes_max<4>(tmax[h]), mn = mt > m[h] ? mt : m[h];
+                if (mn != -INFINITY && mn != m[h]) alpha[h] = m[h] == -INFINITY ? 0.0f : pn_exp(m[h] - mn);
+                m[h] = mn;
+            }
+        float ps[2] = {0, 0};
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                const float v = sc[nb][e];
+                float p;
+                if (soft) p = nan[h] || v == -INFINITY ? 0.0f : pn_exp(v - m[h]) * ks[jl].gv;
+                else p = sigm(v) * ks[jl].gv;
+                sc[nb][e] = p;
+                ps[h] += p;
+            }
+#pragma unroll
+        for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + lanes_sum<4>(ps[h]);
+        /* O_w = O_w·α + P_w·V: P's blocks 2kk and 2kk + 1 are the A operand of keys 16kk … 16kk + 15 */
+#pragma unroll
+        for (int nb = 0; nb < NV; nb++) {
+            o[nb][0] *= alpha[0], o[nb][1] *= alpha[0], o[nb][2] *= alpha[1], o[nb][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < NS / 2; kk++) {
+            const float *p0 = sc[2 * kk], *p1 = sc[2 * kk + 1];
+            const uint32_t pa[4] = {pn_pack16(to16<H>(p0[0]), to16<H>(p0[1])), pn_pack16(to16<H>(p0[2]), to16<H>(p0[3])),
+                                    pn_pack16(to16<H>(p1[0]), to16<H>(p1[1])), pn_pack16(to16<H>(p1[2]), to16<H>(p1[3]))};
+#pragma unroll
+            for (int nb = 0; nb < NV; nb++) {
+                if (nb >= nv_n) break;
+                const H *vr = Vt + (nb * 8 + g) * L.ldvt + kk * 16 + 2 * t;
+                const uint32_t b[2] = {ld_pair(vr), ld_pair(vr + 8)};
+                pn_mma_16816<H>(o[nb], pa, b, o[nb]);
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!live[h]) continue;
+        const float lh = nan[h] ? NAN : l[h];
+        const int64_t x = bh * c.Nq + ri[h];
+        float *orow = out + x * c.Dv;
+        const float inv = c.normalized ? (lh > 0 ? 1 / lh : 0.0f) : 1.0f;
+#pragma unroll
+        for (int nb = 0; nb < NV; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t d = nb * 8 + 2 * t + e;
+                if (d < c.Dv) orow[d] = lh != lh ? NAN : o[nb][2 * h + e] * inv;
+            }
+        if (t == 0) {
+            if (lh != lh) stat[x] = lh;
+            else if (soft) stat[x] = lh > 0 ? m[h] + pn_log(lh) : -INFINITY;
+            else stat[x] = lh;
+        }
+    }
+}
+
 /* the backward's query side on tensor cores: a block per (bh, 64 query rows); S_w = Q_w·Kᵀ and
  * dP_w = dO_w·Vᵀ per key tile, the pair's dS and VJP per element (as tbwq_kernel), dQ_w += ∂G_w·K
  * (a distance score: − (Σ_j ∂G_ij)·q_i at the end, from the f32 q) */
@@ -1442,8 +1638,23 @@ bool tiled_launch(const char *op, pn_status *s, K kf, int64_t nblk, int threads,
 }
 
 /* the forward on tensor cores (precision bf16 / f16, f32 tensors); false: not launched */
+/* mfwd_kernel unless PENUMBRA_CUDA_MMA=0 (the wmma forward, for comparison) or a width is over MF_MAX */
+template <typename H, typename S>
+bool mma_forward(const char *op, pn_status *s, const dcall<float> &c, float *out, float *stat) {
+    const char *e = getenv("PENUMBRA_CUDA_MMA");
+    const mlay L = mlay_of(c.gemm ? c.Dg : 0, c.Dv);
+    if ((e && strcmp(e, "0") == 0) || L.Dp > MF_MAX || L.Dvp > MF_MAX) return false;
+    const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
+    const size_t bytes = (size_t)L.total + 128;
+    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mfwd_kernel<H, S, 64>, nblk, WT, bytes, c, L, out, stat);
+    return tiled_launch(op, s, mfwd_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, L, out, stat);
+}
+
 template <typename S> bool wmma_forward(const char *op, pn_status *s, int prec, const dcall<float> &c, float *out,
                                         float *stat) {
+    if (prec == PN_PREC_BF16 ? mma_forward<__nv_bfloat16, S>(op, s, c, out, stat)
+                             : mma_forward<__half, S>(op, s, c, out, stat))
+        return true;
     const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, WL_FWD);
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
