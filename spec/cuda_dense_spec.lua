@@ -258,36 +258,51 @@ describe('cuda dense attention', function()
     end)
   end)
 
-  -- the forward on mma.sync (mfwd_kernel, the default for widths <= 128) against the wmma one
-  -- (PENUMBRA_CUDA_MMA=0): two kernels, one result up to the order of f32 sums; wider heads take
-  -- the wmma forward either way
-  it_cuda('precision bf16: the mma.sync forward equals the wmma forward for every score; widths over 128 take the wmma one', function()
+  -- the forward and the backward on mma.sync (mfwd_kernel, mbwq_kernel up to width 128, mbwk_kernel
+  -- up to 64: the defaults) against the wmma ones (PENUMBRA_CUDA_MMA=0): two kernels, one result up
+  -- to the order of f32 sums; wider heads take the wmma kernels either way
+  it_cuda('precision bf16: the mma.sync forward and backward equal the wmma ones for every score; widths over 128 take wmma', function()
     local ffi = require 'ffi'
     pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
     local function fwd(mma, form, o)
       ffi.C.setenv('PENUMBRA_CUDA_MMA', mma, 1)
-      local ok, r = pcall(function()
-        local q, k, v = o.q, o.k, o.v
-        return pn.attention(q, k, v, { score = form, precision = 'bf16', causal = o.causal }):to('cpu')
+      local ok, r, grads = pcall(function()
+        local q, k, v = o.q:clone():requires_grad_(), o.k:clone():requires_grad_(), o.v:clone():requires_grad_()
+        local out = pn.attention(q, k, v, { score = form, precision = 'bf16', causal = o.causal })
+        out:backward(o.g)
+        return out:to('cpu'), { q.grad:to('cpu'), k.grad:to('cpu'), v.grad:to('cpu') }
       end)
       ffi.C.unsetenv('PENUMBRA_CUDA_MMA')
       assert(ok, r)
-      return r
+      return r, grads
+    end
+    local function maxdiff(a, b)
+      local x, y, diff, big = check.vals(a), check.vals(b), 0, 0
+      for i = 1, #x do diff, big = math.max(diff, math.abs(x[i] - y[i])), math.max(big, math.abs(y[i])) end
+      return diff, big
     end
     for _, sz in ipairs({ { Nq = 70, Nk = 90, D = 40, Dv = 72, causal = true }, { Nq = 17, Nk = 33, D = 136, Dv = 8 } }) do
       for _, form in ipairs({ 'dot', 'laplacian', 'umbral', 'penumbral' }) do
         local q = rnd({ 1, 2, sz.Nq, sz.D }, 'f32', 7, 0.1, 0.4):to('cuda')
         local k = rnd({ 1, 2, sz.Nk, sz.D }, 'f32', 8, 0.1, 0.4):to('cuda')
         local v = rnd({ 1, 2, sz.Nk, sz.Dv }, 'f32', 9, -1, 1):to('cuda')
-        local o = { q = q, k = k, v = v, causal = sz.causal }
-        local a, b = fwd('1', form, o), fwd('0', form, o)
-        local x, y, diff = check.vals(a), check.vals(b), 0
-        for i = 1, #x do diff = math.max(diff, math.abs(x[i] - y[i])) end
+        local g = rnd({ 1, 2, sz.Nq, sz.Dv }, 'f32', 10, -1, 1):to('cuda')
+        local o = { q = q, k = k, v = v, g = g, causal = sz.causal }
+        local a, da = fwd('1', form, o)
+        local b, db = fwd('0', form, o)
+        local diff = maxdiff(a, b)
         local what = form .. ' D=' .. sz.D
         if sz.D > 128 then
           assert.equal(0, diff, what .. ': one kernel (wmma) both times')
         else
           assert.is_true(diff > 0 and diff <= 1e-5, what .. ': mma vs wmma ' .. diff)
+        end
+        -- the gradients read the forward's statistic, which differs by the order of sums: 1e-3 of
+        -- the largest (dK and dV may agree bit for bit: the key pass sums in the wmma pass's order)
+        for gi, name in ipairs({ 'dq', 'dk', 'dv' }) do
+          local ddiff, dbig = maxdiff(da[gi], db[gi])
+          if sz.D > 128 then assert.equal(0, ddiff, what .. ': one ' .. name .. ' kernel (wmma) both times')
+          else assert.is_true(ddiff <= 1e-3 * (1 + dbig), what .. ': ' .. name .. ' mma vs wmma ' .. ddiff) end
         end
       end
     end

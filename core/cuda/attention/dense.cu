@@ -1101,6 +1101,58 @@ __device__ void wtile_load_t(H *dst, int64_t ld, const float *src, int64_t r0, i
 /* the 32-bit word of two consecutive halves at p (p even: the layouts above keep it so) */
 template <typename H> __device__ inline uint32_t ld_pair(const H *p) { return *(const uint32_t *)p; }
 
+/* the warp's A fragments of its 16 rows of X (ld halves), chunks kc < n of 16 columns (zeros past n) */
+template <typename H, int KC> __device__ void frags_a(uint32_t (*fa)[4], const H *X, int64_t ld, int n) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        const H *x0 = X + (w * 16 + g) * ld + kc * 16 + 2 * t, *x8 = x0 + 8 * ld;
+        const bool in = kc < n;
+        fa[kc][0] = in ? ld_pair(x0) : 0u, fa[kc][1] = in ? ld_pair(x8) : 0u;
+        fa[kc][2] = in ? ld_pair(x0 + 8) : 0u, fa[kc][3] = in ? ld_pair(x8 + 8) : 0u;
+    }
+}
+
+/* acc[nb] (nb < 8: the 16 × 8 blocks of 64 columns) = A·Bᵀ, A the fragments fa (chunks < n), B
+ * 64 rows (ld halves) whose pairs are consecutive columns */
+template <typename H, int KC> __device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld,
+                                                      int n) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nb = 0; nb < WK / 8; nb++) {
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0;
+        const H *br = B + (nb * 8 + g) * ld + 2 * t;
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            if (kc >= n) break;
+            const uint32_t b[2] = {ld_pair(br + kc * 16), ld_pair(br + kc * 16 + 8)};
+            pn_mma_16816<H>(acc[nb], fa[kc], b, acc[nb]);
+        }
+    }
+}
+
+/* acc[nb] += P·B (nb < n: 8-wide column blocks of B): P the warp's 16 × 64 accumulators p
+ * (blocks of 8 keys) rounded to H — blocks 2kk and 2kk + 1 are the A operand of keys 16kk … 16kk
+ * + 15 as they stand — and B (64 × width) staged transposed in Bt (row d of Bt: column d of B;
+ * ld halves), so B's pairs (two consecutive keys) are one word */
+template <typename H, int NB>
+__device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_t ld, int n) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < WK / 16; kk++) {
+        const float *p0 = p[2 * kk], *p1 = p[2 * kk + 1];
+        const uint32_t pa[4] = {pn_pack16(to16<H>(p0[0]), to16<H>(p0[1])), pn_pack16(to16<H>(p0[2]), to16<H>(p0[3])),
+                                pn_pack16(to16<H>(p1[0]), to16<H>(p1[1])), pn_pack16(to16<H>(p1[2]), to16<H>(p1[3]))};
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            if (nb >= n) break;
+            const H *br = Bt + (nb * 8 + g) * ld + kk * 16 + 2 * t;
+            const uint32_t b[2] = {ld_pair(br), ld_pair(br + 8)};
+            pn_mma_16816<H>(acc[nb], pa, b, acc[nb]);
+        }
+    }
+}
+
 template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<float> c, mlay L, float *out, float *stat) {
     enum { KC = MW / 16, NV = MW / 8, NS = WK / 8 }; /* Q's 16-wide chunks, O's and S's 8-wide blocks */
     PN_SHARED_DYN(unsigned char, smu);
@@ -1128,13 +1180,7 @@ template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<floa
         kend[h] = live[h] ? key_end(c, ri[h]) : 0;
     }
     uint32_t qa[KC][4];
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-        const H *q0 = Qs + (w * 16 + g) * L.ldq + kc * 16 + 2 * t, *q8 = q0 + 8 * L.ldq;
-        const bool in = kc < kc_n; /* past Dp: never multiplied */
-        qa[kc][0] = in ? ld_pair(q0) : 0u, qa[kc][1] = in ? ld_pair(q8) : 0u;
-        qa[kc][2] = in ? ld_pair(q0 + 8) : 0u, qa[kc][3] = in ? ld_pair(q8 + 8) : 0u;
-    }
+    frags_a<H, KC>(qa, Qs, L.ldq, kc_n);
     float o[NV][4];
 #pragma unroll
     for (int nb = 0; nb < NV; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0;
@@ -1151,18 +1197,7 @@ template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<floa
         if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
         /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
         float sc[NS][4];
-#pragma unroll
-        for (int nb = 0; nb < NS; nb++) {
-            sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0;
-            if (!c.gemm) continue;
-            const H *kr = Ks + (nb * 8 + g) * L.ldq + 2 * t;
-#pragma unroll
-            for (int kc = 0; kc < KC; kc++) {
-                if (kc >= kc_n) break;
-                const uint32_t b[2] = {ld_pair(kr + kc * 16), ld_pair(kr + kc * 16 + 8)};
-                pn_mma_16816<H>(sc[nb], qa[kc], b, sc[nb]);
-            }
-        }
+        mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
         __syncthreads(); /* the key norms */
         /* the epilogue on the accumulators: element e of block nb is row h = e / 2, key 8nb + 2t + e % 2 */
         float tmax[2] = {-INFINITY, -INFINITY};
@@ -1212,19 +1247,7 @@ template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<floa
         for (int nb = 0; nb < NV; nb++) {
             o[nb][0] *= alpha[0], o[nb][1] *= alpha[0], o[nb][2] *= alpha[1], o[nb][3] *= alpha[1];
         }
-#pragma unroll
-        for (int kk = 0; kk < NS / 2; kk++) {
-            const float *p0 = sc[2 * kk], *p1 = sc[2 * kk + 1];
-            const uint32_t pa[4] = {pn_pack16(to16<H>(p0[0]), to16<H>(p0[1])), pn_pack16(to16<H>(p0[2]), to16<H>(p0[3])),
-                                    pn_pack16(to16<H>(p1[0]), to16<H>(p1[1])), pn_pack16(to16<H>(p1[2]), to16<H>(p1[3]))};
-#pragma unroll
-            for (int nb = 0; nb < NV; nb++) {
-                if (nb >= nv_n) break;
-                const H *vr = Vt + (nb * 8 + g) * L.ldvt + kk * 16 + 2 * t;
-                const uint32_t b[2] = {ld_pair(vr), ld_pair(vr + 8)};
-                pn_mma_16816<H>(o[nb], pa, b, o[nb]);
-            }
-        }
+        mma_pb<H, NV>(o, sc, Vt, L.ldvt, nv_n);
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1324,6 +1347,138 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
         if (S::pid(0) >= 0) dp[S::pid(0) >= 0 ? S::pid(0) : 0] += b0;
         if (S::pid(1) >= 0) dp[S::pid(1) >= 0 ? S::pid(1) : 0] += b1;
         if (S::pid(2) >= 0) dp[S::pid(2) >= 0 ? S::pid(2) : 0] += b2;
+    }
+}
+
+/* The backward's query side on mma.sync (as mfwd_kernel is to wfwd_kernel): per key tile S_w =
+ * Q_w·Kᵀ and dP_w = dO_w·Vᵀ in registers (Q's and dO's fragments kept for the whole walk; B's
+ * pairs from K and V as rows), the pair's dS and VJP on the accumulators, and ∂G's accumulators —
+ * rounded to H, already the A operand — times K (staged transposed) into dQ's accumulators. The
+ * row sums (the terms, the parameters, Σ_j ∂G_ij) over the 4 lanes of a row at the end. */
+struct mblay {
+    int64_t Dp, Dvp, ldq, ldv, ldkt; /* padded widths; row strides (halves) of Q / K, dO / V, Kᵀ */
+    int64_t a, b, va, vb, kt, an, bn, total;
+};
+
+inline mblay mblay_of(int64_t Dg, int64_t Dv) {
+    mblay L;
+    L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv > 0 ? Dv : 1, 16);
+    L.ldq = L.Dp + 8, L.ldv = L.Dvp + 8, L.ldkt = WK + 8;
+    L.a = 0;
+    L.b = up(L.a + 64 * L.ldq * 2, 128);
+    L.va = up(L.b + 64 * L.ldq * 2, 128);
+    L.vb = up(L.va + 64 * L.ldv * 2, 128);
+    L.kt = up(L.vb + 64 * L.ldv * 2, 128);
+    L.an = up(L.kt + L.Dp * L.ldkt * 2, 128);
+    L.bn = up(L.an + 64 * 4, 128);
+    L.total = up(L.bn + 64 * 4, 128);
+    return L;
+}
+
+template <typename H, typename S, int MW> __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L) {
+    enum { KC = MW / 16, NQ = MW / 8, NS = WK / 8 };
+    PN_SHARED_DYN(unsigned char, smu);
+    PN_SHARED(kstage<float>, ks, WK);
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *dOs = (H *)(sm + L.va), *Vs = (H *)(sm + L.vb),
+      *Kt = (H *)(sm + L.kt);
+    float *qn = (float *)(sm + L.an), *kn = (float *)(sm + L.bn);
+    const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int kc_n = (int)(L.Dp / 16), kv_n = (int)(L.Dvp / 16), nq_n = (int)(L.Dp / 8);
+    wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
+    wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
+    __syncthreads();
+    if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
+    int rl[2];
+    int64_t ri[2], kend[2];
+    bool live[2];
+    float st[2], Di[2];
+    drow<float, S> r[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        rl[h] = w * 16 + g + 8 * h;
+        ri[h] = i0 + rl[h];
+        live[h] = ri[h] < c.Nq;
+        row_init<float, S>(c, bh, live[h] ? ri[h] : c.Nq - 1, r[h]);
+        kend[h] = live[h] ? key_end(c, ri[h]) : 0;
+        st[h] = a.stat[r[h].x], Di[h] = a.Drow[r[h].x];
+    }
+    const int want = wants<S>(&c.hp[r[0].h]);
+    uint32_t qa[KC][4], da[KC][4];
+    frags_a<H, KC>(qa, Qs, L.ldq, kc_n);
+    frags_a<H, KC>(da, dOs, L.ldv, kv_n);
+    float dq[NQ][4];
+#pragma unroll
+    for (int nb = 0; nb < NQ; nb++) dq[nb][0] = dq[nb][1] = dq[nb][2] = dq[nb][3] = 0;
+    const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
+    double aq0[2] = {0, 0}, aq1[2] = {0, 0}, b0[2] = {0, 0}, b1[2] = {0, 0}, b2[2] = {0, 0}, gsum[2] = {0, 0};
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
+        __syncthreads();
+        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load_t(Kt, L.ldkt, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+        stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
+        __syncthreads();
+        if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+        float sc[NS][4], dp[NS][4];
+        mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
+        mma_abt<H, KC>(dp, da, Vs, L.ldv, kv_n);
+        __syncthreads(); /* the key norms */
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                const int64_t j = j0 + jl;
+                float gv = 0;
+                if (j < kend[h]) {
+                    const kstage<float> &z = ks[jl];
+                    const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
+                    const float sv =
+                        mods(c, r[h], j, S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1), z.bad);
+                    dpv<float> pv;
+                    norm_ds(c, sv, z.gv, st[h], Di[h], dp[nb][e], pv);
+                    if (pv.ds != 0) {
+                        const auto dd = S::vjp(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1, pv.ds, want);
+                        aq0[h] += dd.q0, aq1[h] += dd.q1;
+                        if (want) b0[h] += dd.p0, b1[h] += dd.p1, b2[h] += dd.p2;
+                        if (c.gemm) gv = dd.g;
+                    }
+                }
+                gsum[h] += gv;
+                sc[nb][e] = gv;
+            }
+        if (c.gemm) mma_pb<H, NQ>(dq, sc, Kt, L.ldkt, nq_n); /* dQ_w += ∂G_w·K */
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        aq0[h] = lanes_sum<4>(aq0[h]), aq1[h] = lanes_sum<4>(aq1[h]), gsum[h] = lanes_sum<4>(gsum[h]);
+        b0[h] = lanes_sum<4>(b0[h]), b1[h] = lanes_sum<4>(b1[h]), b2[h] = lanes_sum<4>(b2[h]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!live[h]) continue;
+        const drow<float, S> &rh = r[h];
+        const double tq[2] = {(S::terms & T_Q0) ? aq0[h] : 0.0, (S::terms & T_Q1) ? aq1[h] : 0.0};
+        float *dqi = a.dq + rh.x * c.D;
+        /* the product's coordinates d < Dg from the accumulators, the rest (terms only) by the row's 4 lanes */
+#pragma unroll
+        for (int nb = 0; nb < NQ; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t d = nb * 8 + 2 * t + e;
+                if (!c.gemm || d >= c.Dg) continue;
+                const float gd = dq[nb][2 * h + e] - (c.diff ? (float)gsum[h] * rh.qr[d] : 0.0f);
+                dqi[d] += gd + term_col(c, c.qk, tq, rh.qr[d], d);
+            }
+        for (int64_t d = (c.gemm ? c.Dg : 0) + t; d < c.D; d += 4) dqi[d] += term_col(c, c.qk, tq, rh.qr[d], d);
+        if (t == 0 && want && a.dparam) {
+            double *dpp = a.dparam + rh.x * PN_NPARAM;
+            if (S::pid(0) >= 0) dpp[S::pid(0) >= 0 ? S::pid(0) : 0] += b0[h];
+            if (S::pid(1) >= 0) dpp[S::pid(1) >= 0 ? S::pid(1) : 0] += b1[h];
+            if (S::pid(2) >= 0) dpp[S::pid(2) >= 0 ? S::pid(2) : 0] += b2[h];
+        }
     }
 }
 
@@ -1452,6 +1607,179 @@ template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<flo
     }
     if (a.dv)
         for (int64_t d = t; d < c.Dv; d += WTPR) a.dv[y * c.Dv + d] += dVrow[d] + (sg != 0 ? (float)(ein * vr[d]) : 0.0f);
+}
+
+/* The backward's key side on mma.sync (widths ≤ 64): a warp owns 16 keys, whose K and V fragments
+ * it keeps; per query tile Sᵀ_w = K_w·Qᵀ and dPᵀ_w = V_w·dOᵀ in registers (B's pairs from Q and dO
+ * as rows), the pair's p, dS and VJP on the accumulators (lane: keys g, g + 8; queries by column),
+ * then dV_w += Pᵀ_w·dO and dK_w += ∂Gᵀ_w·Q from those accumulators (rounded: the A operand as they
+ * stand) with dO and Q staged transposed. The keys' sums (terms, ∂L/∂γ, Σ_i ∂G_ij) over the 4
+ * lanes of a key at the end. K and V pass through the Q and dO tiles before the walk. */
+enum { MK_MAX = 64 };
+
+struct mklay {
+    int64_t Dp, Dvp, ldq, ldv, ldt; /* padded widths; row strides (halves) of Q / K, dO / V, the transposed */
+    int64_t a, va, qt, vt, an, bn, total;
+};
+
+inline mklay mklay_of(int64_t Dg, int64_t Dv) {
+    mklay L;
+    L.Dp = up(Dg > 0 ? Dg : 1, 16), L.Dvp = up(Dv > 0 ? Dv : 1, 16);
+    L.ldq = L.Dp + 8, L.ldv = L.Dvp + 8, L.ldt = WQ + 8;
+    L.a = 0;
+    L.va = up(L.a + 64 * L.ldq * 2, 128);
+    L.qt = up(L.va + 64 * L.ldv * 2, 128);
+    L.vt = up(L.qt + L.Dp * L.ldt * 2, 128);
+    L.an = up(L.vt + L.Dvp * L.ldt * 2, 128);
+    L.bn = up(L.an + 64 * 4, 128);
+    L.total = up(L.bn + 64 * 4, 128);
+    return L;
+}
+
+template <typename H, typename S> __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L) {
+    enum { KC = MK_MAX / 16, NB = MK_MAX / 8, NS = WQ / 8 };
+    PN_SHARED_DYN(unsigned char, smu);
+    PN_SHARED(qstage<float>, qsg, WQ);
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    H *Qs = (H *)(sm + L.a), *dOs = (H *)(sm + L.va), *Qt = (H *)(sm + L.qt), *dOt = (H *)(sm + L.vt);
+    float *kn = (float *)(sm + L.an), *qn = (float *)(sm + L.bn);
+    const int64_t nkt = (c.Nk + WK - 1) / WK, bh = blockIdx.x / nkt, j0 = (blockIdx.x - bh * nkt) * WK;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t b = bh / c.H, hh = bh - b * c.H;
+    const int kc_n = (int)(L.Dp / 16), kv_n = (int)(L.Dvp / 16), nk_n = (int)(L.Dp / 8), nv_n = (int)(L.Dvp / 8);
+    /* the block's keys and values through the Q and dO tiles: the warps' fragments, the key norms */
+    wtile_load(Qs, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+    wtile_load(dOs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+    __syncthreads();
+    if (c.diff) wnorms(Qs, L.ldq, c.Dg, kn);
+    uint32_t ka[KC][4], va[KC][4];
+    frags_a<H, KC>(ka, Qs, L.ldq, kc_n);
+    frags_a<H, KC>(va, dOs, L.ldv, kv_n);
+    const int want = wants<S>(&c.hp[hh]);
+    drow<float, S> r; /* the query row of a pair: the block's head, the staged row values */
+    r.hd = S::head(&c.hp[hh], 0.0f);
+    r.bh = bh, r.b = b, r.h = hh;
+    /* the lane's two keys: local jl[h] = 16w + g + 8h */
+    int jl[2], kb[2];
+    int64_t jj[2], y[2];
+    bool live[2];
+    float k0[2], k1[2], gv[2];
+    typename prec<float>::x4 kx[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        jl[h] = w * 16 + g + 8 * h;
+        jj[h] = j0 + jl[h];
+        live[h] = jj[h] < c.Nk;
+        y[h] = bh * c.Nk + jj[h];
+        k0[h] = live[h] && (S::terms & T_K0) ? c.kt[0][y[h]] : 0.0f;
+        k1[h] = live[h] && (S::terms & T_K1) ? c.kt[1][y[h]] : 0.0f;
+        kx[h] = S::key(&r.hd, k0[h], k1[h]);
+        gv[h] = live[h] && c.g ? c.g[y[h]] : 1.0f;
+        kb[h] = live[h] ? c.kbad[y[h]] : 0;
+    }
+    float dk[NB][4], dv[NB][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+        dk[nb][0] = dk[nb][1] = dk[nb][2] = dk[nb][3] = 0;
+        dv[nb][0] = dv[nb][1] = dv[nb][2] = dv[nb][3] = 0;
+    }
+    const int64_t istart = c.causal ? (j0 - c.off > 0 ? j0 - c.off : 0) : 0;
+    double s0[2] = {0, 0}, s1[2] = {0, 0}, sg[2] = {0, 0}, gsum[2] = {0, 0};
+    for (int64_t i0 = istart / WQ * WQ; i0 < c.Nq; i0 += WQ) {
+        __syncthreads(); /* the previous tile's readers are done (the first time: the fragments) */
+        wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load_t(Qt, L.ldt, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
+        wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
+        wtile_load_t(dOt, L.ldt, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
+        for (int il = threadIdx.x; il < WQ; il += blockDim.x) {
+            const int64_t x = bh * c.Nq + i0 + il;
+            qstage<float> &z = qsg[il];
+            const bool in = i0 + il < c.Nq;
+            z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : 0.0f;
+            z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : 0.0f;
+            z.rx = S::row(&r.hd, z.q0, z.q1);
+            z.bad = in ? c.qbad[x] : 0;
+            z.st = in ? a.stat[x] : 0.0f;
+            z.Di = in ? a.Drow[x] : 0.0f;
+        }
+        __syncthreads();
+        if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
+        float sc[NS][4], dp[NS][4];
+        mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
+        mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
+        __syncthreads();                                      /* the query norms */
+#pragma unroll
+        for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, il = nb * 8 + 2 * t + (e & 1);
+                const int64_t i = i0 + il;
+                float p = 0, gg = 0;
+                if (live[h] && i < c.Nq && !(c.causal && jj[h] > i + c.off)) {
+                    const qstage<float> &z = qsg[il];
+                    r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
+                    const float G = w_G(c, sc[nb][e], c.diff ? qn[il] : 0.0f, c.diff ? kn[jl[h]] : 0.0f);
+                    const float sv =
+                        mods(c, r, jj[h], S::pair(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h]), kb[h]);
+                    dpv<float> pv;
+                    norm_ds(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
+                    p = pv.p;
+                    sg[h] += pv.dgam;
+                    if (pv.ds != 0) {
+                        const auto dd = S::vjp(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h], pv.ds, want);
+                        s0[h] += dd.k0, s1[h] += dd.k1;
+                        if (c.gemm) gg = dd.g;
+                    }
+                }
+                gsum[h] += gg;
+                dp[nb][e] = p; /* Pᵀ */
+                sc[nb][e] = gg; /* ∂Gᵀ */
+            }
+        mma_pb<H, NB>(dv, dp, dOt, L.ldt, nv_n);             /* dV_w += Pᵀ_w·dO */
+        if (c.gemm) mma_pb<H, NB>(dk, sc, Qt, L.ldt, nk_n); /* dK_w += ∂Gᵀ_w·Q */
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        s0[h] = lanes_sum<4>(s0[h]), s1[h] = lanes_sum<4>(s1[h]);
+        sg[h] = lanes_sum<4>(sg[h]), gsum[h] = lanes_sum<4>(gsum[h]);
+    }
+    const double kap = c.hp[hh].v[PN_P_curvature];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!live[h]) continue;
+        const float *kr = c.k + y[h] * c.D, *vr = c.v + y[h] * c.Dv;
+        const double tk[2] = {(S::terms & T_K0) ? s0[h] : 0.0, (S::terms & T_K1) ? s1[h] : 0.0};
+        float *dkj = a.dk + y[h] * c.D;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t d = nb * 8 + 2 * t + e;
+                if (!c.gemm || d >= c.Dg) continue;
+                const float gd = dk[nb][2 * h + e] - (c.diff ? (float)gsum[h] * kr[d] : 0.0f);
+                dkj[d] += gd + term_col(c, c.kk, tk, kr[d], d);
+            }
+        for (int64_t d = (c.gemm ? c.Dg : 0) + t; d < c.D; d += 4) dkj[d] += term_col(c, c.kk, tk, kr[d], d);
+        double ein = 0; /* einstein: dv += ∂L/∂γ·κγ³·v, ∂L/∂κ += ∂L/∂γ·½‖v‖²γ³ */
+        if (c.g) {
+            const double gj = c.g[y[h]], g3 = gj * gj * gj;
+            ein = sg[h] * kap * g3;
+            if (t == 0 && a.kcurv) {
+                double n2 = 0;
+                for (int64_t d = 0; d < c.Dv; d++) n2 += (double)vr[d] * vr[d];
+                a.kcurv[y[h]] = sg[h] != 0 ? sg[h] * 0.5 * n2 * g3 : 0.0;
+            }
+        }
+        if (a.dv)
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int64_t d = nb * 8 + 2 * t + e;
+                    if (d < c.Dv)
+                        a.dv[y[h] * c.Dv + d] += dv[nb][2 * h + e] + (sg[h] != 0 ? (float)(ein * vr[d]) : 0.0f);
+                }
+    }
 }
 
 /* ---- preparation: terms, flags, Lorentz factors, the checks ------------------------------------ */
@@ -1687,8 +2015,35 @@ bool wmma_bw_launch(const char *op, pn_status *s, int side, bool fr, int64_t nbl
 
 /* one side of the backward on tensor cores (0: the query side, 1: the key side); false: not
  * launched */
+/* the query side on mma.sync unless PENUMBRA_CUDA_MMA=0 or a width is over MF_MAX */
+template <typename H, typename S>
+bool mma_backward_q(const char *op, pn_status *s, const dcall<float> &c, const dbw<float> &a) {
+    const char *e = getenv("PENUMBRA_CUDA_MMA");
+    const mblay L = mblay_of(c.gemm ? c.Dg : 0, c.Dv);
+    if ((e && strcmp(e, "0") == 0) || L.Dp > MF_MAX || L.Dvp > MF_MAX) return false;
+    const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
+    const size_t bytes = (size_t)L.total + 128;
+    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwq_kernel<H, S, 64>, nblk, WT, bytes, c, a, L);
+    return tiled_launch(op, s, mbwq_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, a, L);
+}
+
+/* the key side on mma.sync unless PENUMBRA_CUDA_MMA=0 or a width is over MK_MAX */
+template <typename H, typename S>
+bool mma_backward_k(const char *op, pn_status *s, const dcall<float> &c, const dbw<float> &a) {
+    const char *e = getenv("PENUMBRA_CUDA_MMA");
+    const mklay L = mklay_of(c.gemm ? c.Dg : 0, c.Dv);
+    if ((e && strcmp(e, "0") == 0) || L.Dp > MK_MAX || L.Dvp > MK_MAX) return false;
+    const int64_t nblk = c.BH * ((c.Nk + WK - 1) / WK);
+    return tiled_launch(op, s, mbwk_kernel<H, S>, nblk, WT, (size_t)L.total + 128, c, a, L);
+}
+
 template <typename S> bool wmma_backward(const char *op, pn_status *s, int prec, int side, const dcall<float> &c,
                                          const dbw<float> &a) {
+    const bool bf = prec == PN_PREC_BF16;
+    if (!side && (bf ? mma_backward_q<__nv_bfloat16, S>(op, s, c, a) : mma_backward_q<__half, S>(op, s, c, a)))
+        return true;
+    if (side && (bf ? mma_backward_k<__nv_bfloat16, S>(op, s, c, a) : mma_backward_k<__half, S>(op, s, c, a)))
+        return true;
     /* the key side keeps dK, dV in wmma accumulators when they are narrow enough (WL_BWKF) */
     const bool fr = side && c.gemm && up(c.Dg, 16) <= WFR_MAX && up(c.Dv > 0 ? c.Dv : 1, 16) <= WFR_MAX;
     const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, side ? (fr ? WL_BWKF : WL_BWK) : WL_BWQ);
