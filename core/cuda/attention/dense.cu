@@ -700,6 +700,24 @@ template <typename T> struct qstage {
     int bad;
 };
 
+/* the query rows [i0, i0 + N) staged for the key side: S::row under head hd, terms, NaN flags, the
+ * statistic and D_i (zeros past Nq) */
+template <int N, typename T, typename S, typename Hd>
+__device__ void stage_queries(const dcall<T> &c, const dbw<T> &a, const Hd &hd, int64_t bh, int64_t i0,
+                              qstage<T> *qsg) {
+    for (int il = threadIdx.x; il < N; il += blockDim.x) {
+        const int64_t x = bh * c.Nq + i0 + il;
+        qstage<T> &z = qsg[il];
+        const bool in = i0 + il < c.Nq;
+        z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : (T)0;
+        z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : (T)0;
+        z.rx = S::row(&hd, z.q0, z.q1);
+        z.bad = in ? c.qbad[x] : 0;
+        z.st = in ? a.stat[x] : (T)0;
+        z.Di = in ? a.Drow[x] : (T)0;
+    }
+}
+
 /* the backward's key side: a block per (bh, TK keys); dk (through G and the column terms), dv
  * (Pᵀ·dO and the Lorentz factor's share), the per-key ∂L/∂κ, as bwk_kernel; the query tiles that
  * see the block's keys in order */
@@ -732,17 +750,7 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
         __syncthreads();
         tile_load(Qs, L.ld, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D);
         if (!a.weights) tile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv);
-        for (int il = threadIdx.x; il < TQ; il += blockDim.x) {
-            const int64_t x = bh * c.Nq + i0 + il;
-            qstage<T> &z = qsg[il];
-            const bool in = i0 + il < c.Nq;
-            z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : (T)0;
-            z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : (T)0;
-            z.rx = S::row(&r.hd, z.q0, z.q1);
-            z.bad = in ? c.qbad[x] : 0;
-            z.st = in ? a.stat[x] : (T)0;
-            z.Di = in ? a.Drow[x] : (T)0;
-        }
+        stage_queries<TQ, T, S>(c, a, r.hd, bh, i0, qsg);
         __syncthreads();
         for (int ii = 0; ii < TQ / TPR; ii++) {
             const int il = t + TPR * ii;
@@ -1530,17 +1538,7 @@ template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<flo
         __syncthreads();
         wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
         wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
-        for (int il = threadIdx.x; il < WQ; il += blockDim.x) {
-            const int64_t x = bh * c.Nq + i0 + il;
-            qstage<float> &z = qsg[il];
-            const bool in = i0 + il < c.Nq;
-            z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : 0.0f;
-            z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : 0.0f;
-            z.rx = S::row(&r.hd, z.q0, z.q1);
-            z.bad = in ? c.qbad[x] : 0;
-            z.st = in ? a.stat[x] : 0.0f;
-            z.Di = in ? a.Drow[x] : 0.0f;
-        }
+        stage_queries<WQ, float, S>(c, a, r.hd, bh, i0, qsg);
         __syncthreads();
         if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
         if (c.gemm) w_abt(Ks + w * 16 * L.ldq, L.ldq, Qs, L.ldq, L.Dp, Sw, L.lds); /* Sᵀ_w */
@@ -1691,17 +1689,7 @@ template <typename H, typename S> __global__ void mbwk_kernel(dcall<float> c, db
         wtile_load_t(Qt, L.ldt, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
         wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
         wtile_load_t(dOt, L.ldt, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
-        for (int il = threadIdx.x; il < WQ; il += blockDim.x) {
-            const int64_t x = bh * c.Nq + i0 + il;
-            qstage<float> &z = qsg[il];
-            const bool in = i0 + il < c.Nq;
-            z.q0 = in && (S::terms & T_Q0) ? c.qt[0][x] : 0.0f;
-            z.q1 = in && (S::terms & T_Q1) ? c.qt[1][x] : 0.0f;
-            z.rx = S::row(&r.hd, z.q0, z.q1);
-            z.bad = in ? c.qbad[x] : 0;
-            z.st = in ? a.stat[x] : 0.0f;
-            z.Di = in ? a.Drow[x] : 0.0f;
-        }
+        stage_queries<WQ, float, S>(c, a, r.hd, bh, i0, qsg);
         __syncthreads();
         if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
         float sc[NS][4], dp[NS][4];
