@@ -349,8 +349,10 @@ pn_status pn_dist_abort(const char *msg, int code) {
     if (!pn_dist_active())
         return pn_error(PN_ERR_STATE, "dist.abort: not running over MPI with several ranks (a single process "
                         "raises an error instead)");
-    fprintf(stderr, "penumbra: rank %d of %d: %s\n", g_rank, g_size, msg ? msg : "aborted");
-    fflush(stderr);
+    if (!msg || *msg) { /* "": the caller has said why already (cli.lua, ranks that failed together) */
+        fprintf(stderr, "penumbra: rank %d of %d: %s\n", g_rank, g_size, msg ? msg : "aborted");
+        fflush(stderr);
+    }
     pn_mpi_abort(code ? code : 1);
     return PN_ERR_STATE; /* not reached */
 }

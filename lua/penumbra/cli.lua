@@ -123,6 +123,15 @@ local function run_script(path, rest)
     -- one rank failing while the others wait for it in a collective: end them all (the message
     -- goes out with this rank's number); a single process just exits
     local dist = package.loaded['penumbra.dist']
+    local ddp = package.loaded['penumbra.ddp']
+    if dist and dist.active() and ddp and ddp.failed_together then
+      -- the ranks failed together (penumbra/ddp.lua): each says why, then they wait for one
+      -- another, so that no rank's MPI_Abort cuts another's message short; '' prints nothing more
+      io.stderr:write(string.format('penumbra: rank %d of %d: %s\n', dist.rank(), dist.size(), tostring(e)))
+      io.stderr:flush()
+      pcall(dist.barrier)
+      dist.abort('')
+    end
     if dist and dist.active() then dist.abort(tostring(e)) end
     io.stderr:write(tostring(e) .. '\n')
     os.exit(1)

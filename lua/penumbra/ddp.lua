@@ -457,9 +457,10 @@ end
 
 -- after rank 0 closed its run file (the others at once): wait for each other, so that no
 -- rank's abort ends rank 0 before its run file is closed
+-- M.failed_together: they did (so cli.lua lets every rank print its message before any aborts)
 function M.closed()
   local c = ctx
-  if c and c.agreed and not c.broken then pcall(dist.barrier) end
+  if c and c.agreed and not c.broken then M.failed_together = pcall(dist.barrier) end
 end
 
 function M.stop()

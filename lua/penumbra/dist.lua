@@ -81,9 +81,9 @@ function M.all_gather(t)
   return B.wrap(C.pn_dist_all_gather(t))
 end
 
--- Ends every rank now with msg (printed with this rank's number) and exit status code (1 by
--- default): what a rank does when it cannot go on while the others wait for it. In a single
--- process it raises msg.
+-- Ends every rank now with msg (printed with this rank's number; '' prints nothing: the caller
+-- said why) and exit status code (1 by default): what a rank does when it cannot go on while the
+-- others wait for it. In a single process it raises msg.
 function M.abort(msg, code)
   msg = msg == nil and 'aborted' or tostring(msg)
   if code ~= nil and (type(code) ~= 'number' or code ~= math.floor(code) or code < 1 or code > 255) then
