@@ -208,6 +208,10 @@ pn_status pn_get(const pn_tensor *t, const int64_t *index, double *out); /* elem
 /* ---- random (counter-based Philox 4x32-10; same stream for a given seed) ---- */
 void pn_manual_seed(uint64_t seed);
 uint64_t pn_seed(void);
+/* the stream's position (seed, and the counter blocks drawn so far): saved with a run's
+ * resume state and set back, so a resumed run draws what the uninterrupted one would have */
+void pn_rng_state(uint64_t *seed, uint64_t *offset);
+void pn_set_rng_state(uint64_t seed, uint64_t offset);
 pn_tensor *pn_rand(int nd, const int64_t *shape, int dtype, int device);   /* U[0,1) */
 pn_tensor *pn_randn(int nd, const int64_t *shape, int dtype, int device);  /* N(0,1) */
 

@@ -12,6 +12,14 @@ void pn_manual_seed(uint64_t seed) {
     g_offset = 0;
 }
 uint64_t pn_seed(void) { return g_seed; }
+void pn_rng_state(uint64_t *seed, uint64_t *offset) {
+    *seed = g_seed;
+    *offset = g_offset;
+}
+void pn_set_rng_state(uint64_t seed, uint64_t offset) {
+    g_seed = seed;
+    g_offset = offset;
+}
 
 /* Reserve n draws of 4 words each; returns the first counter block. */
 static uint64_t reserve(int64_t blocks) {

@@ -95,6 +95,8 @@ function M.run_row(row, seeds, overrides, opts)
       counter = string.format('[%d/%d] ', opts.counter.k, opts.counter.n)
     end
     local kept = opts.done and opts.done[seed]
+    -- a run of an earlier table that stopped with a resume state: it goes on from there
+    local go_on = not kept and opts.stopped and opts.stopped[seed]
     if kept then
       add(kept, seed)
       io.stderr:write(string.format('%s: %s%s seed %d/%d: kept %s %.' .. d .. 'f from %s\n', who, counter, row.name,
@@ -102,7 +104,9 @@ function M.run_row(row, seeds, overrides, opts)
     else
       local o = { seed = tostring(seed), _quiet = true }
       for k, v in pairs(overrides or {}) do o[k] = v end
-      io.stderr:write(string.format('%s: %s%s seed %d/%d …', who, counter, row.name, seed + 1, seeds))
+      if go_on then o.resume = go_on end
+      io.stderr:write(string.format('%s: %s%s seed %d/%d%s …', who, counter, row.name, seed + 1, seeds,
+        go_on and (' (resumed: ' .. go_on .. ')') or ''))
       io.stderr:flush()
       local r, err = run_one(row.script, o)
       if r and r.status == 'finished' then
@@ -112,6 +116,9 @@ function M.run_row(row, seeds, overrides, opts)
       else
         row.failed = row.failed + 1
         local why = tostring(err or (r and r.status)):gsub('\n.*', '')
+        -- stopped with a resume state: a later resume= of the table goes on with it
+        row.stopped = row.stopped or {}
+        row.stopped[seed] = why:match('resume=(%S+)$')
         io.stderr:write(' FAILED: ' .. why .. '\n')
         failures[#failures + 1] = row.name .. ' seed ' .. seed .. ': ' .. why
         -- a config error (a bad key or value: the same for every seed) stops the compare at once
@@ -168,6 +175,10 @@ function M.save(md, rows, opts)
         h:write(r.name .. '/seconds_per_' .. unit, f64(r.spe))
         if #r.ent > 0 then h:write(r.name .. '/attn_entropy', f64(r.ent)) end
         for _, a in ipairs(r.arrays or {}) do h:write(r.name .. '/' .. a[1], f64(a[2])) end
+      elseif (r.attrs or {}).stopped and r.attrs.stopped ~= '' then
+        h:write(r.name .. '/.keep', pn.zeros({ 0 })) -- no finished run yet; its stopped runs to resume
+      end
+      if h:exists(r.name) then
         local keys = {}
         for k in pairs(r.attrs or {}) do keys[#keys + 1] = k end
         table.sort(keys)
@@ -286,7 +297,9 @@ end
 -- The finished runs of an earlier sweep table, to be kept instead of run again:
 -- {[row name] = {[seed] = result}}, each result the run file's summary (what the run returned)
 -- and its root attribute parameters. The table must come from the same driver with the same
--- pass-through keys; a run file that is gone or did not finish is run again.
+-- pass-through keys; a run file that is gone or did not finish is run again — unless it stopped
+-- with a resume state (penumbra/resume.lua): the second result, {[row name] = {[seed] = run
+-- file}}, names those, and the sweep resumes them instead.
 function M.kept(path, name, text)
   local ok, a = pcall(pn.io.attrs, path, '/')
   if not ok then error(name .. ': resume: cannot read ' .. path .. ': ' .. tostring(a), 0) end
@@ -298,7 +311,7 @@ function M.kept(path, name, text)
     error(string.format("%s: resume: %s was made with '%s', this run passes '%s'; pass the same keys or drop resume=",
       name, path, tostring(a.args), text), 0)
   end
-  local done = {}
+  local done, stopped = {}, {}
   for row in tostring(a.rows or ''):gmatch('[^\n]+') do
     local ok2, ra = pcall(pn.io.attrs, path, row)
     for run in tostring(ok2 and ra.runs or ''):gmatch('[^\n]+') do
@@ -312,8 +325,18 @@ function M.kept(path, name, text)
         done[row][root.seed] = s
       end
     end
+    for line in tostring(ok2 and ra.stopped or ''):gmatch('[^\n]+') do
+      local seed, run = line:match('^(%d+)\t(.+)$')
+      seed = tonumber(seed)
+      local okr, root = pcall(pn.io.attrs, run or '', '/')
+      if seed and okr and root.status ~= 'finished' and file_exists(require('penumbra.resume').path_of(run))
+          and not (done[row] and done[row][seed]) then
+        stopped[row] = stopped[row] or {}
+        stopped[row][seed] = run
+      end
+    end
   end
-  return done
+  return done, stopped
 end
 
 -- M.sweep(def): runs rows of (script, overrides) over seeds and makes one table of them:
@@ -376,7 +399,8 @@ function M.sweep(def)
   local metric = def.metric or 'acc'
   local d = digits_of(metric)
   local text = args_text(pass)
-  local done = resume and M.kept(resume, name, text) or {}
+  local done, stopped = {}, {}
+  if resume then done, stopped = M.kept(resume, name, text) end
   local dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. (def.dir or 'ablation')
   os.execute('mkdir -p "' .. dir .. '"')
   local stem = dir .. '/' .. name .. '-' .. os.date('!%Y%m%dT%H%M%SZ')
@@ -457,6 +481,10 @@ function M.sweep(def)
       local paths = {}
       for _, res in ipairs(r.results) do paths[#paths + 1] = tostring(res.path) end
       r.attrs.runs = table.concat(paths, '\n')
+      local stopped = {}
+      for seed, p in pairs(r.stopped or {}) do stopped[#stopped + 1] = seed .. '\t' .. p end
+      table.sort(stopped)
+      r.attrs.stopped = table.concat(stopped, '\n')
       r.attrs.failed = r.failed
       r.attrs.variant = r.variant
     end
@@ -476,10 +504,12 @@ function M.sweep(def)
     for kk, v in pairs(pass) do o[kk] = v end
     for kk, v in pairs(r.overrides or {}) do o[kk] = tostring(v) end
     local ok, e = pcall(M.run_row, r, seeds, o, { metric = metric, who = name, counter = counter, done = done[r.name],
+      stopped = stopped[r.name],
       failures = failures, stop_on_interrupt = true, after = function() save('running') end })
     if not ok then
       local any = false
-      for _, rr in ipairs(rows) do if #rr.results > 0 then any = true end end
+      -- (a table is written when it holds something to keep: a finished run, or one to resume)
+      for _, rr in ipairs(rows) do if #rr.results > 0 or next(rr.stopped or {}) then any = true end end
       if not any then error(e, 0) end
       save('stopped')
       error(tostring(e) .. '\n' .. name .. ': the table so far: ' .. h5path .. ' (go on with resume=' .. h5path .. ')', 0)

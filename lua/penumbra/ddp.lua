@@ -88,8 +88,11 @@
 --     rank die) — ample when it waits in a collective (measured: 2 ms from the gone rank seen to
 --     the file closed), not when it is in the middle of a step or an evaluation longer than that
 --     (OMPI_MCA_odls_base_sigkill_timeout=S in the environment of ./bench -n sets the delay; mpirun
---     reads it). A rank 0 killed outright, or one hung outside the collectives, leaves its
---     file 'running' (its pid attribute lets `./bench runs` see the writer gone). A
+--     reads it). A rank 0 killed outright is seen by rank 1 (its pid, when on the same machine),
+--     which closes rank 0's run file for it: status failed, "rank 0 of N (pid P) ended without
+--     closing its run file …" (M.close_for_lead); one on another machine, or one hung outside
+--     the collectives, leaves its file 'running' (its pid attribute lets `./bench runs` see the
+--     writer gone). A
 --     checkpoint is written to a temporary file and renamed (experiment.lua), so a rank 0 killed
 --     while writing one leaves the previous checkpoint whole. After the training loop nothing is
 --     exchanged: only rank 0 works there (test evaluation, finish) and records its own failures.
@@ -106,6 +109,7 @@ local B = require 'penumbra_ffi'
 local ffi = require 'ffi'
 local now = require('penumbra.stats').now
 local C = B.C
+pcall(ffi.cdef, 'int getpid(void);')
 
 local M = {}
 
@@ -113,6 +117,7 @@ M.MSG_BYTES = 2048   -- a failing rank's message, as sent to the others (longer 
 M.SEED_STRIDE = 7919 -- rank r > 0 reseeds the tensor RNG with seed + SEED_STRIDE · r after setup
 M.BUCKET_BYTES = 25 * 2 ^ 20 -- the gradients go to all_reduce in buckets of at most this (DDP's 25 MB)
 M.FIRST_BUCKET_BYTES = 2 ^ 20 -- … the first of at most this (DDP's 1 MB): it can start while the backward runs
+M.PATH_BYTES = 4096 -- rank 0's pid and run file's path, as rank 1 gets them (a longer path: not closed by rank 1)
 M.LEAD_TIMEOUT = 3600 -- s: ranks > 0 wait at least this for rank 0's setup and evaluations (see 7.)
 M.timing = { syncs = 0, sync_s = 0, all_reduce_s = 0, bytes = 0, buckets = 0, early = 0 } -- see 8. (never reset here)
 -- the buckets start while the backward runs (4.); PENUMBRA_DDP_OVERLAP=0: all after it
@@ -338,12 +343,27 @@ function M.start(def, cfg, o)
 end
 
 function M.context() return ctx end
+-- each rank's tensor-RNG position {seed, offset} at the end of the last step, by rank + 1
+function M.rng_states()
+  local t = {}
+  for r, v in ipairs(ctx and ctx.rng_states or {}) do t[r] = v end
+  return t
+end
 -- how many buckets the gradients travel in (0 outside a run across ranks)
 function M.buckets() return ctx and ctx.reducer and C.pn_reducer_buckets(ctx.reducer) or 0 end
 
 -- setup on rank 0 first, then on the others; then the parameters from rank 0
 function M.setup(def, cfg, run)
   local c = ctx
+  -- rank 0's pid and run file, so that rank 1 can close that file if rank 0 dies outright (7.)
+  header(c)
+  local buf = pn.zeros({ M.PATH_BYTES }, { dtype = 'u8' })
+  if c.rank == 0 then
+    local text = tostring(ffi.C.getpid()) .. '\n' .. tostring(run.path)
+    if #text < M.PATH_BYTES then ffi.copy(buf:data_ptr(), text, #text) end
+  end
+  coll(c, dist.broadcast, buf, 0)
+  c.lead_pid, c.lead_path = ffi.string(buf:data_ptr()):match('^(%d+)\n(.+)$')
   local state
   if c.rank == 0 then state = def.setup(cfg, run) end
   patient(c, function() header(c) end)
@@ -420,6 +440,16 @@ function M.end_step(m, step)
       'rank (draw it from penumbra.rng with the config seed, not from the tensor RNG, which differs by rank)',
       'step', step), 0)
   end
+  -- every rank's tensor-RNG position after its step, for rank 0's resume state (experiment.lua)
+  local mine = table.concat(pn.rng_state(), ' ')
+  local rb = pn.zeros({ 48 }, { dtype = 'u8' })
+  ffi.copy(rb:data_ptr(), mine, #mine)
+  local all = coll(c, dist.all_gather, rb)
+  c.rng_states = {}
+  for r = 1, c.size do
+    local a, b = ffi.string(all:select(1, r):contiguous():data_ptr()):match('^(%d+) (%d+)')
+    c.rng_states[r] = { a, b }
+  end
   local n = st[2 * K + 1]
   for i, k in ipairs(keys) do
     local hi, lo = xt[i], -xt[K + i]
@@ -453,6 +483,30 @@ function M.fail(msg)
   if not c or c.broken or c.agreed or not c.exchanging then return end
   c.failing = tostring(msg)
   pcall(header, c)
+end
+
+-- Rank 0 gone outright (SIGKILL, a crash in C: found by its pid, so on this machine) leaves its
+-- run file open, status running. Rank 1 closes it for it: status failed, the error naming rank
+-- 0's end and what rank 1 saw (msg) — only if the file still says running and names rank 0's pid
+-- (best effort: a file rank 0 left mid-write may not open; it then stays as at its last flush,
+-- which `./bench runs` shows as dead).
+function M.close_for_lead(msg)
+  local c = ctx
+  if not c or c.rank ~= 1 or not c.lead_path then return end
+  local kind, lost = dist.failure()
+  if kind ~= 'rank gone' or lost ~= 0 then return end
+  pcall(function()
+    local f = require('penumbra.io').open(c.lead_path, 'a')
+    pcall(function()
+      if f:attr('/', 'status') ~= 'running' or tonumber(f:attr('/', 'pid')) ~= tonumber(c.lead_pid) then return end
+      f:set_attr('/', 'status', 'failed')
+      f:set_attr('/', 'error', string.format('rank 0 of %d (pid %s) ended without closing its run file (killed ' ..
+        'outright, or a crash in C); rank 1 closed it. Rank 1 saw: %s', c.size, c.lead_pid, tostring(msg)))
+      f:set_attr('/', 'end_time', os.date('!%Y-%m-%dT%H:%M:%SZ'))
+      f:flush()
+    end)
+    f:close()
+  end)
 end
 
 -- after rank 0 closed its run file (the others at once): wait for each other, so that no

@@ -31,6 +31,10 @@
 --     finish = function(state, cfg, run) end,              -- optional: log radii, attention maps;
 --                                                          -- a returned {name = number} joins the
 --                                                          -- summary (and the returned result)
+--     optimizer = function(state) return state.opt end,  -- optional: makes the run resumable
+--     save_state = function(state, cfg) return t end,      -- optional: the recipe's own state a
+--     load_state = function(state, t, cfg) end,            -- resumed run needs (numbers, strings,
+--                                                          -- tensors, tables of them), and back
 --     shard = 'graphs',                                    -- optional: the training batches come
 --                                                          -- from shard-aware iterators, so
 --                                                          -- `./bench -n N` can split them
@@ -46,8 +50,16 @@
 -- failed | interrupted), /metrics/<name> appended every step (and its evaluations) and
 -- flushed, /params (the best checkpoint, written under a temporary name and then renamed),
 -- /summary attributes.
+--
+-- Resume (penumbra/resume.lua): a definition with optimizer (and, when the recipe keeps more
+-- than the model and the optimiser, save_state/load_state) saves a resume state <run>.resume at
+-- every evaluation and when it stops at a step's end (interrupt, failure); `resume=<run file>`
+-- on the command line goes on from there in the same run file, with the run's stored config, and
+-- gives the metrics the uninterrupted run gives (batches come from (seed, step); the RNG, the
+-- optimiser and the judge are restored). The state is removed when the run finishes.
 local pn = require 'penumbra.tensor'
 local pio = require 'penumbra.io'
+local resume = require 'penumbra.resume'
 local ffi = require 'ffi'
 
 pcall(ffi.cdef, 'int isatty(int fd);')
@@ -112,6 +124,14 @@ function M.config(defaults, overrides, limits)
   end
   return cfg
 end
+
+-- Config keys a resumed run may set anew (resume=…: the rest is the run's stored config)
+M.RESUME_MAY_DIFFER = { threads = true, quiet = true }
+-- The resume state is saved at an evaluation when this many seconds passed since it last was
+-- (PENUMBRA_RESUME_EVERY; 0: at every evaluation), and always when a run stops at a step's end:
+-- a crash loses at most this much work, and runs of many fast evaluations (GAT: one per epoch)
+-- do not spend their time writing it.
+M.RESUME_EVERY_S = tonumber(os.getenv('PENUMBRA_RESUME_EVERY') or '') or 60
 
 -- Config keys that do not change what a run computes: a run's name leaves them out.
 M.UNNAMED_KEYS = { seed = true, quiet = true, threads = true }
@@ -267,28 +287,14 @@ end
 -- checkpoint (and the run file, which only names it) intact.
 function Run:checkpoint(model, attrs)
   local ckpt = self.path:gsub('%.h5$', '') .. '.ckpt'
-  local tmp = ckpt .. '.tmp'
   local bytes = 65536
   for _, t in pairs(model:state_dict()) do bytes = bytes + t:numel() * (t:dtype() == 'f64' and 8 or 4) end
   check_space(self.path, bytes, 'the checkpoint')
-  local ok, e = pcall(function()
-    local f = pio.open(tmp, 'w')
-    local okw, ew = pcall(function()
-      for name, t in pairs(model:state_dict()) do f:write('params/' .. name:gsub('%.', '/'), t) end
-      for k, v in pairs(attrs or {}) do f:set_attr('params', k, v) end
-      f:flush()
-    end)
-    f:close()
-    if not okw then error(ew, 0) end
+  local ok, e = pcall(pio.write_atomic, ckpt, function(f)
+    for name, t in pairs(model:state_dict()) do f:write('params/' .. name:gsub('%.', '/'), t) end
+    for k, v in pairs(attrs or {}) do f:set_attr('params', k, v) end
   end)
-  if ok then
-    local okr, er = os.rename(tmp, ckpt)
-    if not okr then ok, e = false, er end
-  end
-  if not ok then
-    os.remove(tmp) -- frees the space the failed write took
-    error(write_failed('checkpoint', ckpt, e), 0)
-  end
+  if not ok then error(write_failed('checkpoint', ckpt, e), 0) end
   if not self.ckpt_named then
     self:set('checkpoint', (ckpt:match('([^/]+)$')))
     self.ckpt_named = true
@@ -341,7 +347,8 @@ end
 
 local DEF_KEYS = { name = true, config = true, setup = true, train = true, evaluate = true, model = true,
                    monitor = true, mode = true, also = true, track = true, finish = true, batch = true,
-                   on_eval = true, eval_every = true, unit = true, recipe = true, limits = true, shard = true }
+                   on_eval = true, eval_every = true, unit = true, recipe = true, limits = true, shard = true,
+                   optimizer = true, save_state = true, load_state = true }
 
 local function check_def(def)
   if type(def) ~= 'table' then error('experiment: expected a definition table, got ' .. type(def), 0) end
@@ -356,7 +363,7 @@ local function check_def(def)
   if type(def.name) ~= 'string' then error('experiment: name is required (a string)', 0) end
   if type(def.train) ~= 'function' then error("experiment '" .. def.name .. "': train is required (a function)", 0) end
   if type(def.setup) ~= 'function' then error("experiment '" .. def.name .. "': setup is required (a function)", 0) end
-  for _, k in ipairs({ 'evaluate', 'model', 'finish', 'batch', 'on_eval' }) do
+  for _, k in ipairs({ 'evaluate', 'model', 'finish', 'batch', 'on_eval', 'optimizer', 'save_state', 'load_state' }) do
     if def[k] ~= nil and type(def[k]) ~= 'function' then
       error("experiment '" .. def.name .. "': " .. k .. ' must be a function, got ' .. type(def[k]), 0)
     end
@@ -426,6 +433,22 @@ end
 
 function Judge:stop() return self.bad >= self.patience end
 
+-- for a resume state: where the judge stands, and back
+function Judge:state()
+  local s = { best = self.best, best_step = self.best_step, bad = self.bad, also = {}, track = {} }
+  for _, a in ipairs(self.also) do s.also[a.name] = a.best end
+  for _, t in ipairs(self.track) do s.track[t.name] = { best = t.best, step = t.step } end
+  return s
+end
+function Judge:restore(s)
+  self.best, self.best_step, self.bad = s.best, s.best_step, s.bad
+  for _, a in ipairs(self.also) do if s.also[a.name] ~= nil then a.best = s.also[a.name] end end
+  for _, t in ipairs(self.track) do
+    local v = s.track[t.name]
+    if v then t.best, t.step = v.best, v.step end
+  end
+end
+
 function Judge:summary(result, unit, steps_run)
   result['best_' .. unit] = self.best_step
   result[unit .. 's'] = steps_run
@@ -477,6 +500,62 @@ local function open_run(def, cfg, seed, unit)
   return run
 end
 
+-- A stopped run's file, opened again to go on from its resume state at `step` (resume=…): the
+-- metrics logged after that step are dropped (the resumed steps log them again), and status,
+-- pid, threads and the resume count are set.
+local function reopen_run(def, cfg, path, attrs, step)
+  local f = pio.open(path, 'a')
+  local run = setmetatable({ f = f, path = path, metrics = {}, cfg = cfg, variant = attrs.variant or
+    M.variant_name(def.name, def.config, cfg) }, Run)
+  local ok, e = pcall(function()
+    local names = f:exists('metrics') and f:list('metrics') or {}
+    local have = {}
+    for i, n in ipairs(names) do
+      names[i] = n:match('([^/]+)$') -- list gives paths (metrics/loss)
+      have[names[i]] = true
+    end
+    for _, n in ipairs(names) do
+      if have[n .. '_step'] then
+        local v, at = f:read('metrics/' .. n):totable(), f:read('metrics/' .. n .. '_step'):totable()
+        local kv, ka = {}, {}
+        for i = 1, math.min(#v, #at) do
+          if at[i] <= step then kv[#kv + 1], ka[#ka + 1] = v[i], at[i] end
+        end
+        if #kv < #v or #ka < #at then
+          f:delete('metrics/' .. n)
+          f:delete('metrics/' .. n .. '_step')
+          if #kv > 0 then
+            f:append('metrics/' .. n, pn.tensor(kv, { dtype = 'f64' }))
+            f:append('metrics/' .. n .. '_step', pn.tensor(ka, { dtype = 'i64' }))
+          end
+        end
+        run.metrics[n] = kv
+      end
+    end
+    run:set('resumed', (tonumber(attrs.resumed) or 0) + 1)
+    run:set('resume_time', utc_iso())
+    -- what stopped it, kept; the error and end of this attempt are written when it ends
+    run:set('stopped_before', string.format('%s at %s %d: %s', tostring(attrs.status), attrs.unit or 'step', step,
+      tostring(attrs.error or '')))
+    run:set('error', '')
+    run:set('end_time', '')
+    run:set('pid', tonumber(shell('echo $PPID')) or -1)
+    run:set('host', shell('hostname'))
+    run:set('threads', pn.num_threads and pn.num_threads() or 1)
+    run:set('status', 'running')
+    f:flush()
+  end)
+  if not ok then
+    f:close()
+    error(write_failed('run file', path, e), 0)
+  end
+  if attrs.checkpoint then
+    run.ckpt = (path:match('^(.*)/[^/]*$') or '.') .. '/' .. attrs.checkpoint
+    run.ckpt_named = true
+  end
+  return run
+end
+
 -- The progress line: rewritten in place on a terminal, else one line every 10 s.
 local function progress_printer(quiet)
   local tty = is_tty() and not quiet
@@ -499,6 +578,26 @@ function M.run(def, overrides)
   local user, internal = {}, {}
   for k, v in pairs(overrides or {}) do
     if type(k) == 'string' and k:sub(1, 1) == '_' then internal[k] = v else user[k] = v end
+  end
+  -- resume=<run file>: go on with a stopped run (its config, its file; penumbra/resume.lua)
+  local resumed
+  if user.resume ~= nil and (def.config or {}).resume == nil then
+    local from = user.resume
+    user.resume = nil
+    if type(from) ~= 'string' or from == '' then error("experiment '" .. def.name .. "': resume must name a run file", 0) end
+    if not (def.optimizer or def.save_state) then
+      error("experiment '" .. def.name .. "' cannot be resumed: its definition says nothing of its optimiser " ..
+        '(optimizer = function(state) … end) or its own state (save_state/load_state), so a resumed run could not ' ..
+        'go on as the stopped one would have', 0)
+    end
+    local attrs, stored, state_path = resume.check_run(from, def)
+    resumed = { path = from, attrs = attrs, state_path = state_path,
+                overrides = resume.overrides(def, stored, user, M.RESUME_MAY_DIFFER, M.config) }
+    local ok, p = pcall(resume.load, state_path)
+    if not ok then error("experiment '" .. def.name .. "': resume=" .. from .. ': cannot read its resume state ' ..
+      state_path .. ': ' .. tostring(p), 0) end
+    resumed.payload = p
+    user = resumed.overrides
   end
   local cfg = M.config(def.config or {}, user, def.limits)
   if cfg.device == 'cuda' and not pn.cuda.available() then
@@ -527,8 +626,24 @@ function M.run(def, overrides)
   local dd = require('penumbra.dist').is_distributed() and require('penumbra.ddp').start(def, cfg,
     { signal_name = signal_name }) or nil
   local lead = not dd or dd.context().rank == 0
+  local rank, size = dd and dd.context().rank or 0, dd and dd.context().size or 1
+  if resumed then
+    local p = resumed.payload
+    if p.unit ~= unit then
+      error(string.format("experiment '%s': resume=%s: its resume state counts %ss, this run %ss", def.name,
+        resumed.path, tostring(p.unit), unit), 0)
+    end
+    if p.ranks ~= size then -- each rank's random stream was saved: the same ranks must go on
+      error(string.format("experiment '%s': resume=%s: the run was trained on %d rank%s and its resume state " ..
+        'holds their random streams; resume it with %s, not %s', def.name, resumed.path, p.ranks,
+        p.ranks == 1 and '' or 's', p.ranks > 1 and ('./bench -n ' .. p.ranks) or 'one process (no -n)',
+        size > 1 and ('-n ' .. size) or 'one process'), 0)
+    end
+  end
   local run, unsilence
-  if lead then
+  if lead and resumed then
+    run = reopen_run(def, cfg, resumed.path, resumed.attrs, resumed.payload.step)
+  elseif lead then
     run = open_run(def, cfg, seed, unit)
     if dd then
       local c = dd.context()
@@ -547,17 +662,64 @@ function M.run(def, overrides)
   local t0 = now()
   local result = {}
 
+  -- the resume state: saved by rank 0 at every evaluation and, when the run stops at the end of a
+  -- step (boundary: the last step whose work is all done, nil while one runs), at that step
+  local state_path = path and resume.path_of(path)
+  local resumable = (def.optimizer or def.save_state) and true or false
+  local state, model, boundary, saved_step
+  local last_save = now()
+  local function save_resume(step, stop)
+    local rng = dd and dd.rng_states() or {}
+    rng[1] = pn.rng_state() -- rank 0's now (its evaluation may have drawn); the others' at the step's end
+    local opt = def.optimizer and def.optimizer(state)
+    local payload = { step = step, unit = unit, stop = stop and true or false, seconds = now() - t0, ranks = size,
+                      judge = judge:state(), rng = rng, optimizer = opt and opt:state_dict() or nil,
+                      recipe = def.save_state and def.save_state(state, cfg) or nil }
+    check_space(path, resume.bytes(model, payload), 'the resume state')
+    local ok, e = pcall(resume.save, state_path, model, payload)
+    if not ok then error(write_failed('resume state', state_path, e), 0) end
+    saved_step, last_save = step, now()
+  end
+  local first_step = 1
+
   local ok, err = xpcall(function()
-    local state, model
     if dd then
       state, model = dd.setup(def, cfg, run) -- rank 0's first, then the others'; parameters from rank 0
     else
       state = def.setup(cfg, run)
       model = def.model and def.model(state)
     end
-    for step = 1, max_steps do
+    if resumed then -- every rank reads the resume state itself (ranks on several machines share a file system)
+      local p = resumed.payload
+      if model then model:load(resumed.state_path, 'params') end
+      if p.optimizer then
+        local opt = def.optimizer and def.optimizer(state)
+        if not opt then error("experiment '" .. def.name .. "': the resume state holds an optimiser, the run has none", 0) end
+        opt:load_state_dict(p.optimizer)
+      end
+      if def.load_state then def.load_state(state, p.recipe or {}, cfg) end
+      judge:restore(p.judge)
+      pn.set_rng_state(p.rng[rank + 1])
+      steps_run, boundary, saved_step = p.step, p.step, p.step
+      first_step = p.stop and max_steps + 1 or p.step + 1
+      t0 = now() - p.seconds
+      -- the best checkpoint: the state is saved before it, so a stop between the two leaves the
+      -- step's best only in the state — written again here
+      if lead and model and judge.best_step == p.step and p.step > 0 then
+        local okc, ca = pcall(pio.attrs, run.ckpt or '', 'params')
+        if not (okc and ca.step == p.step) then
+          run:checkpoint(model, { [unit] = p.step, step = p.step, [judge.monitor] = judge.best })
+        end
+      end
+      if lead and not quiet then
+        io.stderr:write(string.format('%s: resumed %s after %s %d of %d (%s)\n', def.name, path, unit, p.step,
+          max_steps, state_path))
+      end
+    end
+    for step = first_step, max_steps do
       -- (across ranks an interrupt is agreed at the end of each step: dd.agree_stop)
       if not dd and C.pn_interrupted() ~= 0 then error('interrupted (' .. signal_name(C.pn_interrupted()) .. ') before ' .. unit .. ' ' .. step, 0) end
+      boundary = nil
       if dd then dd.begin_step() end
       -- online data: a fresh batch (or graph) per step
       local batch = def.batch and def.batch(state, cfg, step)
@@ -578,11 +740,14 @@ function M.run(def, overrides)
         run:log(m, step)
         run:flush() -- the step is on disk before the checkpoint and the artefacts are written
         if evaluated then
-          if judge:evaluate(m, step) and model then
-            run:checkpoint(model, { [unit] = step, step = step, [judge.monitor] = m[judge.monitor] })
-          end
+          local best = judge:evaluate(m, step)
           -- artefacts of this evaluation (translations, attention maps, radii)
           if def.on_eval then def.on_eval(state, cfg, run, step, m) end
+          -- the resume state before the checkpoint (see the resume branch above)
+          if resumable and now() - last_save >= M.RESUME_EVERY_S then save_resume(step, judge:stop()) end
+          if best and model then
+            run:checkpoint(model, { [unit] = step, step = step, [judge.monitor] = m[judge.monitor] })
+          end
           run:flush() -- what the evaluation added (the checkpoint's name, artefacts)
         end
         local elapsed = now() - t0
@@ -591,6 +756,7 @@ function M.run(def, overrides)
         print_progress(summarise_line(def.name, unit, step, m, judge.best, elapsed, eta, judge.monitor), elapsed, step == 1)
       end
       local stop = lead and evaluated and judge:stop()
+      boundary = step
       if dd then stop = dd.agree_stop(stop) end -- rank 0's decision (and any failure, interrupt) to all
       if stop then break end
     end
@@ -621,6 +787,13 @@ function M.run(def, overrides)
 
   -- across ranks: a failure here tells the others (at their next collective), unless they told us
   if dd and not ok then dd.fail(err_msg) end
+  if dd and not ok and not lead then dd.close_for_lead(err_msg) end -- rank 0 gone outright: rank 1 closes its file
+  -- stopped at the end of a step whose state is not saved yet: saved now, so nothing is lost
+  if not ok and lead and resumable and boundary and boundary > 0 and boundary ~= saved_step and not run.broken then
+    local oks, es = pcall(save_resume, boundary, false)
+    if not oks then err_msg = tostring(err_msg) .. '; the resume state could not be saved: ' .. tostring(es) end
+  end
+  if lead and status == 'finished' then os.remove(state_path) end
   C.pn_interrupt_clear()
   local elapsed = now() - t0
   result.seconds = elapsed
@@ -665,6 +838,9 @@ function M.run(def, overrides)
   if not ok then
     -- one message (the traceback of the failure only with PN_TRACEBACK=1); the run file keeps it
     local trace = os.getenv('PN_TRACEBACK') and ('\n' .. tostring(err)) or ''
+    if lead and resumable and saved_step and io.open(state_path, 'r') then
+      trace = string.format('; to go on after %s %d: resume=%s', unit, saved_step, path) .. trace
+    end
     if status == 'interrupted' then
       error('experiment ' .. def.name .. ' ' .. tostring(err_msg) .. (path and ('; run file kept: ' .. path) or '') .. trace, 0)
     end

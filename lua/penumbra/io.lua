@@ -205,6 +205,29 @@ function M.save(path, tensors, opts)
   end)
 end
 
+-- A file that is either whole or absent: fn(f) writes into <path>.tmp, which is then renamed
+-- over path, so a crash or a full disk mid-write leaves the previous file (checkpoints, resume
+-- states) intact; on failure the temporary file is removed (its space freed) and the error
+-- raised.
+function M.write_atomic(path, fn)
+  local tmp = path .. '.tmp'
+  local ok, e = pcall(function()
+    local f = M.open(tmp, 'w')
+    local okw, ew = pcall(fn, f)
+    if okw then okw, ew = pcall(f.flush, f) end
+    f:close()
+    if not okw then error(ew, 0) end
+  end)
+  if ok then
+    local okr, er = os.rename(tmp, path)
+    if not okr then ok, e = false, er end
+  end
+  if not ok then
+    os.remove(tmp)
+    error(strip_position(e), 2)
+  end
+end
+
 -- (no tail calls into with_file: its error level counts this frame)
 function M.load(path, name)
   local r = with_file(path, 'r', function(f)

@@ -34,13 +34,68 @@ function Optimizer:zero_grad()
   for _, p in ipairs(self.params) do p:zero_grad() end
 end
 
+-- The optimiser's state, for a run's resume state (penumbra/experiment.lua): its kind, step
+-- count, learning rate and per-parameter slots (SGD: the momentum buffers; Adam: m, v and the
+-- step count t), keyed by the parameter's position ('1', '2', …; a parameter that never had a
+-- gradient has none). load_state_dict copies it back into an optimiser of the same kind over
+-- parameters of the same shapes, in place, and names what does not match.
+local SLOTS = { SGD = { 'bufs' }, Adam = { 'm', 'v', 't' }, AdamW = { 'm', 'v', 't' } }
+
+function Optimizer:state_dict()
+  local sd = { kind = self.name, steps = self.steps, lr = self.lr, params = #self.params }
+  for _, slot in ipairs(SLOTS[self.name]) do
+    sd[slot] = {}
+    for i, v in pairs(self[slot]) do sd[slot][tostring(i)] = pn.is_tensor(v) and v:clone() or v end
+  end
+  return sd
+end
+
+function Optimizer:load_state_dict(sd)
+  local who = 'load_state_dict (' .. self.name .. ')'
+  if type(sd) ~= 'table' then error(who .. ': expected a table from state_dict(), got ' .. type(sd), 2) end
+  if sd.kind ~= self.name then
+    error(string.format('%s: the state is of a %s optimiser, this one is %s', who, tostring(sd.kind), self.name), 2)
+  end
+  if sd.params ~= #self.params then
+    error(string.format('%s: the state holds %s parameters, this optimiser has %d', who, tostring(sd.params),
+      #self.params), 2)
+  end
+  local new = {}
+  for _, slot in ipairs(SLOTS[self.name]) do
+    new[slot] = {}
+    local keys = {}
+    for key in pairs(sd[slot] or {}) do keys[#keys + 1] = key end
+    table.sort(keys, function(a, b) return (tonumber(a) or math.huge) < (tonumber(b) or math.huge) end)
+    for _, key in ipairs(keys) do
+      local v, i = sd[slot][key], tonumber(key)
+      local p = i and self.params[i]
+      if not p then error(string.format("%s: slot %s names parameter '%s', which this optimiser does not have", who, slot, tostring(key)), 2) end
+      if pn.is_tensor(v) then
+        local ps, vs = table.concat(p:shape(), 'x'), table.concat(v:shape(), 'x')
+        if ps ~= vs then
+          error(string.format('%s: %s of parameter %d has shape [%s], the parameter [%s]', who, slot, i, vs, ps), 2)
+        end
+        local t = pn.zeros_like(p)
+        pn.no_grad(function() t:copy_(v) end)
+        v = t
+      elseif type(v) ~= 'number' then
+        error(string.format('%s: %s of parameter %d is a %s', who, slot, i, type(v)), 2)
+      end
+      new[slot][i] = v
+    end
+  end
+  for slot, t in pairs(new) do self[slot] = t end
+  self.steps, self.lr = sd.steps or 0, sd.lr or self.lr
+  return self
+end
+
 -- SGD(params, {lr, momentum=0, dampening=0, weight_decay=0, nesterov=false})
 function optim.SGD(params, o)
   o = options.check('SGD', o, SGD_OPTS, 2)
   if not o.lr then error('SGD: lr is required', 2) end
   local self = setmetatable({ params = param_list(params), lr = o.lr, momentum = o.momentum or 0,
     dampening = o.dampening or 0, weight_decay = o.weight_decay or 0, nesterov = o.nesterov or false,
-    bufs = {}, steps = 0 }, Optimizer)
+    bufs = {}, steps = 0, name = 'SGD' }, Optimizer)
   self.step = function(s)
     local hook = optim.grad_hook
     if hook then hook('read', s.params) end

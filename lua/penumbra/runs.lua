@@ -244,6 +244,12 @@ function M.list(dir)
         row.experiment, row.seed, row.status = r.variant, r.seed, r.status
         row.date = r.attrs.start_time
         if row.status == 'running' and not M.writer_alive(r.attrs) then row.status = 'dead (was running)' end
+        -- a stopped run with a resume state: resume=<its file> goes on with it (penumbra/resume.lua)
+        local rs = row.status ~= 'finished' and row.status ~= 'running' and io.open(require('penumbra.resume').path_of(path), 'r')
+        if rs then
+          rs:close()
+          row.status = row.status .. ', resumable'
+        end
         if not r:is_run() then
           row.kind = r.attrs.table and 'compare' or 'other'
         else

@@ -174,6 +174,29 @@ function pn.manual_seed(n)
   C.pn_manual_seed(n)
 end
 
+-- the tensor RNG's position as two decimal strings {seed, offset} (uint64: exact, unlike a
+-- double past 2^53), and back: a run's resume state carries it (penumbra/experiment.lua)
+function pn.rng_state()
+  local s, o = ffi.new('uint64_t[1]'), ffi.new('uint64_t[1]')
+  C.pn_rng_state(s, o)
+  return { (tostring(s[0]):gsub('ULL$', '')), (tostring(o[0]):gsub('ULL$', '')) }
+end
+function pn.set_rng_state(st)
+  if type(st) ~= 'table' then error('set_rng_state: expected {seed, offset} as from pn.rng_state(), got ' .. type(st), 2) end
+  local v = {}
+  for i, what in ipairs({ 'seed', 'offset' }) do
+    local d = st[i]
+    if type(d) ~= 'string' or not d:match('^%d+$') or #d > 20 then
+      error(string.format('set_rng_state: %s (%d) must be a string of decimal digits, got %s', what, i, tostring(d)), 2)
+    end
+    local r = ffi.new('uint64_t', 0)
+    for k = 1, #d do r = r * 10ULL + (d:byte(k) - 48) end
+    if #d == 20 and d > '18446744073709551615' then error('set_rng_state: ' .. what .. ' is past 2^64: ' .. d, 2) end
+    v[i] = r
+  end
+  C.pn_set_rng_state(v[1], v[2])
+end
+
 
 
 -- nested Lua table -> tensor. Shape from the nesting; ragged nesting is an error.

@@ -86,6 +86,7 @@ local function experiment(o)
       return { d = d, model = model, opt = opt }
     end,
     model = function(s) return s.model end,
+    optimizer = function(s) return s.opt end, -- resume=…: the rest comes from (seed, step)
     train = function(s)
       local d, model = s.d, s.model
       model:train()

@@ -226,6 +226,18 @@ local function experiment(o)
     -- ./bench -n N: each rank takes its share of every token batch's sentences (tr.batches)
     shard = 'sentences',
     model = function(state) return state.model end,
+    -- resume=…: the optimiser, the update count (the learning rate's schedule) and the snapshots
+    -- of the last epochs kept for checkpoint averaging
+    optimizer = function(state) return state.opt end,
+    save_state = function(state) return { updates = state.updates, snaps = state.snaps } end,
+    load_state = function(state, t)
+      state.updates, state.snaps = t.updates or 0, t.snaps or {}
+      for _, snap in ipairs(state.snaps) do -- on the model's device, as snapshot() keeps them
+        for i, np in ipairs(state.model:named_parameters()) do
+          if snap[i]:device() ~= np[2]:device() then snap[i] = snap[i]:to(np[2]:device()) end
+        end
+      end
+    end,
   }
 
   function def.setup(cfg, run)

@@ -137,6 +137,7 @@ local function experiment(o)
                test = d:batches('test', cfg.batch) }
     end,
     model = function(s) return s.model end,
+    optimizer = function(s) return s.opt end, -- resume=…: the rest comes from (seed, step)
     train = function(s, cfg, step)
       local model = s.model
       model:train()
