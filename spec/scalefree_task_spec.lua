@@ -3,7 +3,9 @@
 -- LP examples against the generator's own edges, SPLP labels against BFS, the rejection
 -- sampler's histogram, the curriculum, bounded sampling on hopeless graphs, the tied weights'
 -- summed gradient (f64 gradcheck and agreement with an unrolled copy), equal parameter counts,
--- and a tiny LP run that learns.
+-- and a tiny LP run that learns. Training examples are independent streams (example i of a step
+-- is a function of (seed, step, i)), so a rank of `./bench -n N` makes only its share of a batch
+-- (here with a stand-in sharer; the real 2-rank runs are in spec/ddp_spec.lua).
 local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
 
@@ -100,6 +102,167 @@ describe('pn.data.scalefree', function()
     assert.is_false(ok)
     assert.truthy(tostring(e):find('50 graphs in a row had no usable lp pair', 1, true), tostring(e))
     assert.truthy(os.clock() - t0 < 30)
+  end)
+end)
+
+-- ---- training streams ------------------------------------------------------------------------------
+-- a batch cut back into its examples: per graph, a string of its size, queried pair, label, edges and
+-- degree feature (node ids relative to the graph), so examples compare across batches
+local function split_examples(b)
+  local edges, pairs, y, x = b.edges:totable(), b.pairs:totable(), b.y:totable(), b.x:totable()
+  local out, base, e = {}, 0, 1
+  for i, m in ipairs(b.sizes) do
+    local t = { m, pairs[i][1] - base, pairs[i][2] - base, y[i] }
+    -- collate concatenates the graphs' edge lists in order: this graph's rows come next
+    while e <= #edges and edges[e][1] < base + m do
+      t[#t + 1] = (edges[e][1] - base) .. '-' .. (edges[e][2] - base)
+      e = e + 1
+    end
+    for v = base + 1, base + m do t[#t + 1] = string.format('%.6g', x[v][2]) end
+    out[i] = table.concat(t, ' ')
+    base = base + m
+  end
+  assert.equal(#edges + 1, e, 'every edge belongs to a graph')
+  return out
+end
+
+describe('pn.data.scalefree training streams', function()
+  for _, task in ipairs({ 'lp', 'splp' }) do
+    it(task .. ': example i of a step is the same in a batch of 8, alone, and in other compositions', function()
+      local d = pn.data.scalefree{ task = task, n = 60, preset = 'han', eval_size = 2, curriculum = 0 }
+      local all = split_examples(d:batch(9, 8))
+      assert.equal(8, #all)
+      local distinct = {}
+      for i = 1, 8 do
+        distinct[all[i]] = true
+        assert.same({ all[i] }, split_examples(d:examples(9, { i })), 'example ' .. i .. ' alone')
+      end
+      local n = 0
+      for _ in pairs(distinct) do n = n + 1 end
+      assert.equal(8, n, 'eight different graphs')
+      assert.same({ all[1], all[2], all[3] }, split_examples(d:batch(9, 3)))
+      assert.same({ all[6], all[2] }, split_examples(d:examples(9, { 6, 2 })))
+      -- the curriculum's slice is per step, the same for every example of it
+      local c = pn.data.scalefree{ task = task, n = 60, preset = 'han', eval_size = 2, steps = 100 }
+      local early = split_examples(c:batch(2, 5))
+      assert.same({ early[4] }, split_examples(c:examples(2, { 4 })))
+    end)
+  end
+
+  it('deterministic per (seed, step); other steps and other seeds draw other graphs', function()
+    local function make(seed) return pn.data.scalefree{ task = 'splp', n = 60, preset = 'han', eval_size = 2,
+                                                          curriculum = 0, seed = seed } end
+    local a, again, other = make(0), make(0), make(1)
+    local b = split_examples(a:batch(5, 4))
+    assert.same(b, split_examples(again:batch(5, 4)))
+    assert.same(b, split_examples(a:batch(5, 4)))
+    local seen = {}
+    for _, t in ipairs(b) do seen[t] = true end
+    for _, t in ipairs(split_examples(a:batch(6, 4))) do assert.is_nil(seen[t], 'step 6 repeats a graph of step 5') end
+    for _, t in ipairs(split_examples(other:batch(5, 4))) do assert.is_nil(seen[t], 'seed 1 repeats a graph of seed 0') end
+    -- the evaluation sets do not depend on the run's seed
+    assert.same(split_examples(a.test[1]), split_examples(other.test[1]))
+  end)
+
+  it('validation and test graphs never share a graph seed, however large eval_size', function()
+    local real_gen = pn.graph.hyperbolic
+    local seeds = {}
+    local ok, e = pcall(function()
+      pn.graph.hyperbolic = function(o)
+        seeds[#seeds + 1] = o.seed
+        return real_gen(o)
+      end
+      local d = pn.data.scalefree{ task = 'lp', n = 20, degree = 6, eval_size = 300 }
+      assert.equal(12, #d.val)
+    end)
+    pn.graph.hyperbolic = real_gen
+    assert.is_true(ok, e)
+    -- every graph of val and test drawn from its own seed: none drawn twice (before, val's
+    -- chunks from the 11th on reached test's seeds at 2e6)
+    local count = {}
+    for _, sd in ipairs(seeds) do
+      assert.is_nil(count[sd], 'graph seed ' .. sd .. ' drawn twice')
+      count[sd] = true
+    end
+    assert.truthy(#seeds >= 600, #seeds .. ' graphs')
+    local ok2, e2 = pcall(pn.data.scalefree, { task = 'lp', n = 20, eval_size = 25001 })
+    assert.is_false(ok2)
+    assert.truthy(tostring(e2):find('eval_size'), e2)
+  end)
+
+  it('the recipe\'s seed reaches the training graphs', function()
+    local R = require 'penumbra.recipes.scalefree'
+    local cfg = { task = 'lp', n = 60, preset = 'han', steps = 10, lessons = 1, curriculum = 0, eval_size = 2,
+                  max_len = 25, negatives = 'uniform', seed = 3 }
+    local d3 = R.data(cfg)
+    cfg.seed = 4
+    local d4 = R.data(cfg)
+    assert.equal(3, d3.seed)
+    assert.are_not.same(d3:batch(1, 2).edges:totable(), d4:batch(1, 2).edges:totable())
+  end)
+
+  it('under ./bench -n 2 (a stand-in sharer): a rank generates only its examples\' graphs, and the shares ' ..
+    'make the batch', function()
+    local ddp = require 'penumbra.ddp'
+    local d = pn.data.scalefree{ task = 'lp', n = 60, preset = 'han', eval_size = 2, curriculum = 0 }
+    local real_sharer, real_gen = ddp.sharer, pn.graph.hyperbolic
+    -- the example a graph seed belongs to (seed 0, step 4: the layout at train_key)
+    local made = {}
+    local function examples_made()
+      local t, list = {}, {}
+      for _, s in ipairs(made) do t[math.floor((s - 1e10 - 4 * 1e5) / 100) + 1] = true end
+      for i in pairs(t) do list[#list + 1] = i end
+      table.sort(list)
+      made = {}
+      return list
+    end
+    local ok, e = pcall(function()
+      pn.graph.hyperbolic = function(o)
+        made[#made + 1] = o.seed
+        return real_gen(o)
+      end
+      local whole = d:batch(4, 6)
+      assert.same({ 1, 2, 3, 4, 5, 6 }, examples_made())
+      local all = split_examples(whole)
+      for rank = 0, 1 do
+        local weights = {}
+        -- ddp's sharer: strided items, weights in the count's unit
+        ddp.sharer = function()
+          return function(items, count, what)
+            assert.equal('graphs', what)
+            local mine, here, total = {}, 0, 0
+            for i, it in ipairs(items) do
+              total = total + count(it)
+              if (i - 1) % 2 == rank then mine[#mine + 1], here = it, here + count(it) end
+            end
+            weights[#weights + 1] = here / total
+            return mine
+          end
+        end
+        local b = d:batch(4, 6)
+        local mine = rank == 0 and { 1, 3, 5 } or { 2, 4, 6 }
+        assert.same(mine, examples_made(), 'rank ' .. rank .. ' made the graphs of these examples only')
+        assert.same(mine, b.examples)
+        assert.equal(6, b.batch_size)
+        assert.same({ all[mine[1]], all[mine[2]], all[mine[3]] }, split_examples(b))
+        assert.same({ 0.5 }, weights, 'one share a batch, each example weighing 1')
+      end
+    end)
+    ddp.sharer, pn.graph.hyperbolic = real_sharer, real_gen
+    assert.is_true(ok, tostring(e))
+  end)
+
+  it('the seed layout\'s ranges are named errors: step, batch size, example numbers, seed', function()
+    local d = pn.data.scalefree{ task = 'lp', n = 60, preset = 'han', eval_size = 2 }
+    local ok, e = pcall(d.batch, d, 1e7, 4)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('batch: step must be an integer in 0 … 9999999', 1, true), tostring(e))
+    ok, e = pcall(d.batch, d, 1, 1001)
+    assert.truthy(tostring(e):find('batch: size must be an integer in 1 … 1000', 1, true), tostring(e))
+    ok, e = pcall(d.examples, d, 1, { 0 })
+    assert.truthy(tostring(e):find('examples: example numbers must be integers in 1 … 1000', 1, true), tostring(e))
+    ok, e = pcall(pn.data.scalefree, { task = 'lp', n = 60, preset = 'han', eval_size = 2, seed = 9001 })
+    assert.truthy(tostring(e):find('seed must be <= 9000', 1, true), tostring(e))
   end)
 end)
 

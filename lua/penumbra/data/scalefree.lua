@@ -6,7 +6,11 @@
 --                                degree = 10, exponent = 3, max_len = 25, lessons = 6,
 --                                negatives = 'uniform' | 'near',
 --                                curriculum = 0.5, steps = 1000, eval_size = 200, seed = 0}
---   d:batch(step, size)   a training batch: `size` examples, each its own graph (curriculum)
+--   d:batch(step, size)   a training batch: `size` examples, each its own graph (curriculum);
+--                         example i of a step depends on (seed, step, i) only, so under
+--                         `./bench -n N` each rank generates only its share (below);
+--                         b.examples = {1, …} (the example numbers it holds), b.batch_size
+--   d:examples(step, {i, …}) those examples of the step's batch alone (the same graphs and pairs)
 --   d.val, d.test         fixed lists of batches (<= 25 graphs each; graphs from their own
 --                         seeds, the full disk), the same for every run with the same
 --                         n/preset/degree/exponent/task/eval_size
@@ -37,6 +41,14 @@
 --  - Every sampling loop is bounded: a graph without a usable pair (say a slice with no edge)
 --    is replaced by the next graph of its stream, at most 50 times, then it is an error
 --    naming the parameters.
+--  - Training examples are independent streams: example i (1-based) of step s has its own
+--    graph seeds and its own penumbra.rng stream (the layout at train_key below), so it is the
+--    same whether drawn in a batch of 1 or of 16, and a rank of `./bench -n N` (penumbra/ddp.lua)
+--    makes only its examples of the global batch (i = r+1, r+1+N, …), each weighing 1 — the loss
+--    is a mean over the batch's pairs, one pair per graph. (Before this layout a batch was ONE
+--    stream — graph i depended on every earlier graph of its batch — so runs now see other
+--    training graphs than earlier runs did; they are still deterministic per seed. val and test
+--    are unchanged.)
 return function(data)
   local pn = require 'penumbra.tensor'
   local options = require 'penumbra.options'
@@ -47,7 +59,7 @@ return function(data)
     task = { 'string', one_of = { 'lp', 'splp' } }, n = { 'integer', min = 10 }, preset = { 'string', one_of = { 'han' } },
     degree = { 'number', above = 0 }, exponent = { 'number', above = 2 }, max_len = { 'integer', min = 2 },
     lessons = { 'integer', min = 1 }, curriculum = { 'number', min = 0, max = 1 }, steps = { 'integer', min = 1 },
-    eval_size = { 'integer', min = 1 }, seed = { 'integer', min = 0, max = 2 ^ 53 },
+    eval_size = { 'integer', min = 1, max = 25000 }, seed = { 'integer', min = 0, max = 2 ^ 53 }, -- <= MAX_SEED: load
     negatives = { 'string', one_of = { 'uniform', 'near' } },
   }
 
@@ -176,26 +188,67 @@ return function(data)
              lengths = lens, num_nodes = base }
   end
 
-  -- `count` examples from the graph stream starting at seed0 (graph i: seed0 + i), slice theta
+  local TRIES = 50 -- graphs tried per example before it is an error
+
+  local function hopeless(self, theta)
+    error(string.format("data.scalefree: %d graphs in a row had no usable %s pair (n = %d%s, slice %.0f°); " ..
+      'use a larger n or degree', TRIES, self.task, self.n, self.preset and ', preset ' .. self.preset or
+      string.format(', degree %g', self.degree), (theta or 2 * math.pi) * 180 / math.pi), 0)
+  end
+
+  -- `count` examples from ONE graph stream starting at seed0 (graph i: seed0 + i) and one rng,
+  -- slice theta: the fixed evaluation sets (sequential: each graph depends on the earlier ones)
   local function draw(self, seed0, count, theta, natural, r)
     local exs = {}
     local k = 0
     while #exs < count do
       local ex
-      for _ = 1, 50 do
+      for _ = 1, TRIES do
         local h = graph_of(self, seed0 + k, theta)
         k = k + 1
         ex = h and example(self, h, r, natural)
         if ex then break end
       end
-      if not ex then
-        error(string.format("data.scalefree: 50 graphs in a row had no usable %s pair (n = %d%s, slice %.0f°); " ..
-          'use a larger n or degree', self.task, self.n, self.preset and ', preset ' .. self.preset or
-          string.format(', degree %g', self.degree), (theta or 2 * math.pi) * 180 / math.pi), 0)
-      end
+      if not ex then hopeless(self, theta) end
       exs[#exs + 1] = ex
     end
     return collate(exs)
+  end
+
+  -- ---- training streams: one per example ------------------------------------------------------
+  -- Example i (1-based) of step s in a run with data seed S has the key
+  --     key = 1e10 + S·1e12 + s·1e5 + (i − 1)·100
+  -- Its graphs are graph seeds key + 0 … key + 49 (one per try); its sampling stream is
+  -- penumbra.rng(mix64(key)). So the examples own disjoint seed ranges for S ≤ 9000 (checked in
+  -- load), 0 ≤ s < 1e7 and i ≤ 1000 (d:batch, d:examples): blocks of 100 seeds per example,
+  -- 1e5 per step, 1e12 per run seed; the largest key + 99 stays below 2^53 (9.007e15), so every
+  -- seed is an exact double (pn.graph.hyperbolic takes seeds up to 2^53). The fixed evaluation
+  -- streams (graph seeds 1e6 + …, 2e6 + …) stay below 1e10 for eval_size < 2.5e6. The key is
+  -- hashed (splitmix64's finaliser, a bijection of uint64) before it seeds the LCG of
+  -- penumbra.rng: LCG streams from seeds a constant apart are shifted copies of each other (the
+  -- first uniforms of examples i, i+1, … would step by a constant — LP's positive/negative coin
+  -- included), hashed keys start them at unrelated points of the cycle.
+  local MAX_SEED, MAX_STEP, MAX_SIZE = 9000, 1e7 - 1, 1000
+  local function train_key(self, step, i) return 1e10 + self.seed * 1e12 + step * 1e5 + (i - 1) * 100 end
+
+  local bit = require 'bit' -- LuaJIT 2.1: bit.* on uint64 cdata stay 64-bit
+  local function mix64(x)
+    local z = ffi.new('uint64_t', x)
+    z = bit.bxor(z, bit.rshift(z, 30)) * 0xbf58476d1ce4e5b9ULL
+    z = bit.bxor(z, bit.rshift(z, 27)) * 0x94d049bb133111ebULL
+    return bit.bxor(z, bit.rshift(z, 31))
+  end
+
+  -- training example i of a step (slice theta): a function of (seed, step, i) only
+  local function train_example(self, step, i, theta)
+    local key = train_key(self, step, i)
+    local r = rng(mix64(key))
+    for t = 0, TRIES - 1 do
+      local h = graph_of(self, key + t, theta)
+      local ex = h and example(self, h, r, false)
+      if ex then return ex end
+    end
+    hopeless(self, theta)
   end
 
   -- one example of graph h (for the specs): the input graph's edges, m, a, b, y (and len)
@@ -211,10 +264,54 @@ return function(data)
     return start + (full - start) * (lesson - 1) / (self.lessons - 1)
   end
 
+  local function check_step(op, step)
+    if type(step) ~= 'number' or step % 1 ~= 0 or step < 0 or step > MAX_STEP then
+      error(string.format('data.scalefree: %s: step must be an integer in 0 … %d (each step owns a range of ' ..
+        'graph seeds), got %s', op, MAX_STEP, tostring(step)), 3)
+    end
+  end
+
+  -- Examples `list` ({i, …}, 1-based, any subset in any order) of a step's training batch, as one
+  -- batch: what d:batch(step, size) holds at those places, whatever else is drawn.
+  function Set:examples(step, list)
+    check_step('examples', step)
+    if type(list) ~= 'table' or #list == 0 then
+      error('data.scalefree: examples: give a non-empty list of example numbers {i, …}, got ' .. type(list), 2)
+    end
+    for _, i in ipairs(list) do
+      if type(i) ~= 'number' or i % 1 ~= 0 or i < 1 or i > MAX_SIZE then
+        error(string.format('data.scalefree: examples: example numbers must be integers in 1 … %d (each owns a ' ..
+          'range of graph seeds), got %s', MAX_SIZE, tostring(i)), 2)
+      end
+    end
+    local theta = self:angle(step)
+    local exs = {}
+    for k, i in ipairs(list) do exs[k] = train_example(self, step, i, theta) end
+    local b = collate(exs)
+    b.examples = list
+    return b
+  end
+
+  -- The training batch of a step: examples 1 … size, each its own graph (train_example). Under
+  -- `./bench -n N`, inside a training step (penumbra/ddp.lua's sharer), this rank's examples of
+  -- that global batch only (strided: r+1, r+1+N, …), each weighing 1 — every example is one
+  -- queried pair and the loss is the mean over the pairs; the others' graphs are never made.
+  -- Besides collate's fields: examples (the 1-based example numbers in this batch, in order) and
+  -- batch_size (the global batch's graphs, = size).
   function Set:batch(step, size)
-    local r = rng(self.seed * 1000003 + step)
-    -- training graphs: seeds from the run's seed, far from the fixed evaluation streams
-    return draw(self, 1e9 + self.seed * 1e7 + step * 1000, size or 1, self:angle(step), false, r)
+    size = size or 1
+    check_step('batch', step)
+    if type(size) ~= 'number' or size % 1 ~= 0 or size < 1 or size > MAX_SIZE then
+      error(string.format('data.scalefree: batch: size must be an integer in 1 … %d (each example owns a range of ' ..
+        'graph seeds), got %s', MAX_SIZE, tostring(size)), 2)
+    end
+    local idx = {}
+    for i = 1, size do idx[i] = i end
+    local share = require('penumbra.ddp').sharer()
+    if share then idx = share(idx, function() return 1 end, 'graphs') end
+    local b = self:examples(step, idx)
+    b.batch_size = size
+    return b
   end
 
   function Set:describe()
@@ -230,6 +327,10 @@ return function(data)
       max_len = o.max_len or 25, lessons = o.lessons or 6, curriculum = o.curriculum or 0.5, steps = o.steps or 1000,
       eval_size = o.eval_size or 200, seed = o.seed or 0, negatives = o.negatives or 'uniform',
     }, Set)
+    if self.seed > MAX_SEED then
+      error(string.format('data.scalefree: seed must be <= %d (the training graphs\' seeds are laid out by seed, step ' ..
+        'and example below 2^53), got %d', MAX_SEED, self.seed), 2)
+    end
     if o.preset and (o.degree or o.exponent) then
       error("data.scalefree: preset 'han' sets the degree law itself; leave out degree and exponent", 2)
     end
@@ -242,11 +343,14 @@ return function(data)
     self.num_classes = self.task == 'lp' and 2 or self.max_len
     -- fixed evaluation sets: their own seed streams, independent of the run's seed
     -- (in batches of at most 25 graphs, so a 1000-node evaluation stays small in memory)
+    -- chunk k of 25 graphs starts at graph seed seed0 + k·1e5 (at most 50 · 25 seeds each);
+    -- chunks 10 and later, which would reach the next set's seeds (val 1e6 + 1e6 = test 2e6),
+    -- move to seed0·100 + k·1e5 (val 1e8 …, test 2e8 …: apart up to eval_size 25000 — OPTS)
     local function fixed(seed0, r)
       local out, left, k = {}, self.eval_size, 0
       while left > 0 do
         local c = math.min(25, left)
-        out[#out + 1] = draw(self, seed0 + k * 100000, c, nil, true, r)
+        out[#out + 1] = draw(self, (k < 10 and seed0 or seed0 * 100) + k * 100000, c, nil, true, r)
         left, k = left - c, k + 1
       end
       return out

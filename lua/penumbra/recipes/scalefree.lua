@@ -8,6 +8,11 @@
 -- constant predictor's accuracy, `baseline`), /radii/keys (per node and head, of the last
 -- recursion on the test graphs: the hyperbolic radius for pseudopolar, the height for the
 -- cones, the key norm without a map) — `./bench plot radius` draws them.
+-- `./bench -n N` (penumbra/ddp.lua): shard = 'graphs' — every rank makes only its examples of
+-- each step's batch (pn.data.scalefree's d:batch: example i is a function of (seed, step, i)),
+-- each weighing 1, since the loss and train_acc are means over the batch's pairs (one per
+-- graph); batch must be >= N. The model has no dropout, so the losses are one process's to
+-- rounding (dtype=f64: spec/ddp_spec.lua).
 --
 --   return require('penumbra.recipes.scalefree'){ task = 'lp', score = 'hyperbolic' }
 local pn = require 'penumbra'
@@ -29,7 +34,8 @@ function R.data(cfg)
     task = cfg.task, n = cfg.n, preset = cfg.preset ~= 'none' and cfg.preset or nil,
     degree = cfg.preset == 'none' and cfg.degree or nil, exponent = cfg.preset == 'none' and cfg.exponent or nil,
     max_len = cfg.max_len, lessons = cfg.lessons, curriculum = cfg.curriculum, steps = cfg.steps,
-    eval_size = cfg.eval_size, negatives = cfg.task == 'lp' and cfg.negatives or nil })
+    eval_size = cfg.eval_size, negatives = cfg.task == 'lp' and cfg.negatives or nil,
+    seed = cfg.seed }) -- the training graphs follow the run's seed (val and test do not)
 end
 
 function R.dims(run)
@@ -63,6 +69,7 @@ local function experiment(o)
     d_model = 16, heads = 4, head_dim = 4, ff = 64, depth = 3, dense = false,
     normalize = o.normalize or 'default', aggregate = o.aggregate or 'sum', r = o.r or 0,
     max_len = 25, lessons = 6, curriculum = 0.5, eval_size = 200, negatives = 'uniform', seed = 0, threads = 0,
+    dtype = 'f32',
   }
   local unit = { 'number', min = 0, max = 1 }
   local count = { 'integer', min = 1 }
@@ -78,12 +85,22 @@ local function experiment(o)
                normalize = { 'string', one_of = { 'default', 'softmax', 'sigmoid', 'sigmoid_normalized' } },
                aggregate = { 'string', one_of = { 'sum', 'einstein' } }, r = { 'number', min = 0 },
                max_len = { 'integer', min = 2 }, lessons = count, curriculum = unit, eval_size = count,
-               negatives = { 'string', one_of = { 'uniform', 'near' } } },
+               negatives = { 'string', one_of = { 'uniform', 'near' } }, dtype = { 'string', one_of = { 'f32', 'f64' } } },
     monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' },
+    -- ./bench -n N: each rank makes and trains on its share of every batch's graphs (d:batch)
+    shard = 'graphs',
     setup = function(cfg, run)
       if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = R.data(cfg)
       local model = R.model(cfg, d)
+      -- dtype=f64 (checks where f32 rounding drifts: ddp_spec): the model and the evaluation
+      -- graphs' inputs converted once (training batches in def.batch), before the optimiser
+      if cfg.dtype ~= 'f32' then
+        model:to(cfg.dtype)
+        for _, set in ipairs({ d.val, d.test }) do
+          for _, b in ipairs(set) do b.x = b.x:to(cfg.dtype) end
+        end
+      end
       run:set('parameters', model:num_parameters())
       run:set('data', d:describe())
       run:set('model', tostring(model):match('^[^\n]*'))
@@ -91,7 +108,13 @@ local function experiment(o)
       return { d = d, model = model, opt = opt }
     end,
     model = function(s) return s.model end,
-    batch = function(s, cfg, step) return s.d:batch(step, cfg.batch) end,
+    optimizer = function(s) return s.opt end, -- resume=…: the rest comes from (seed, step)
+    -- inside the runner's training step: under -n N, this rank's examples of the step's batch
+    batch = function(s, cfg, step)
+      local b = s.d:batch(step, cfg.batch)
+      if cfg.dtype ~= 'f32' then b.x = b.x:to(cfg.dtype) end
+      return b
+    end,
     train = function(s, _, _, b)
       local model = s.model
       model:train()
@@ -102,7 +125,12 @@ local function experiment(o)
       loss:backward()
       s.opt:step()
       local acc = pn.no_grad(function() return logits:argmax(-1):eq(b.y):to('f64'):mean():item() end)
-      return { loss = loss:item(), train_acc = acc, nodes = b.num_nodes }
+      -- nodes: the global batch's node total. Under -n N a rank holds #b.sizes of its b.batch_size
+      -- graphs and reports its nodes per graph × b.batch_size; ddp's weighted mean over the
+      -- ranks (weights = graphs) sums those back to exactly the total. In one process: b.num_nodes.
+      -- loss and train_acc are means over this batch's pairs, which that weighted mean combines exactly.
+      local nodes = b.num_nodes * (b.batch_size or #b.sizes) / #b.sizes
+      return { loss = loss:item(), train_acc = acc, nodes = nodes }
     end,
     evaluate = function(s, _, split)
       s.model:eval()
