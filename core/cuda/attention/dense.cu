@@ -1953,13 +1953,18 @@ bool tiled_launch(const char *op, pn_status *s, K kf, int64_t nblk, int threads,
     return true;
 }
 
+/* The mma.sync kernels run unless PENUMBRA_CUDA_MMA=0 (the wmma ones then, for comparison) or a
+ * padded width (Dp, Dvp) is over the kernel's widest (max) */
+inline bool mma_wanted(int64_t Dp, int64_t Dvp, int64_t max) {
+    const char *e = getenv("PENUMBRA_CUDA_MMA");
+    return !(e && strcmp(e, "0") == 0) && Dp <= max && Dvp <= max;
+}
+
 /* the forward on tensor cores (precision bf16 / f16, f32 tensors); false: not launched */
-/* mfwd_kernel unless PENUMBRA_CUDA_MMA=0 (the wmma forward, for comparison) or a width is over MF_MAX */
 template <typename H, typename S>
 bool mma_forward(const char *op, pn_status *s, const dcall<float> &c, float *out, float *stat) {
-    const char *e = getenv("PENUMBRA_CUDA_MMA");
     const mlay L = mlay_of(c.gemm ? c.Dg : 0, c.Dv);
-    if ((e && strcmp(e, "0") == 0) || L.Dp > MF_MAX || L.Dvp > MF_MAX) return false;
+    if (!mma_wanted(L.Dp, L.Dvp, MF_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mfwd_kernel<H, S, 64>, nblk, WT, bytes, c, L, out, stat);
@@ -2003,24 +2008,20 @@ bool wmma_bw_launch(const char *op, pn_status *s, int side, bool fr, int64_t nbl
 
 /* one side of the backward on tensor cores (0: the query side, 1: the key side); false: not
  * launched */
-/* the query side on mma.sync unless PENUMBRA_CUDA_MMA=0 or a width is over MF_MAX */
 template <typename H, typename S>
 bool mma_backward_q(const char *op, pn_status *s, const dcall<float> &c, const dbw<float> &a) {
-    const char *e = getenv("PENUMBRA_CUDA_MMA");
     const mblay L = mblay_of(c.gemm ? c.Dg : 0, c.Dv);
-    if ((e && strcmp(e, "0") == 0) || L.Dp > MF_MAX || L.Dvp > MF_MAX) return false;
+    if (!mma_wanted(L.Dp, L.Dvp, MF_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwq_kernel<H, S, 64>, nblk, WT, bytes, c, a, L);
     return tiled_launch(op, s, mbwq_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, a, L);
 }
 
-/* the key side on mma.sync unless PENUMBRA_CUDA_MMA=0 or a width is over MK_MAX */
 template <typename H, typename S>
 bool mma_backward_k(const char *op, pn_status *s, const dcall<float> &c, const dbw<float> &a) {
-    const char *e = getenv("PENUMBRA_CUDA_MMA");
     const mklay L = mklay_of(c.gemm ? c.Dg : 0, c.Dv);
-    if ((e && strcmp(e, "0") == 0) || L.Dp > MK_MAX || L.Dvp > MK_MAX) return false;
+    if (!mma_wanted(L.Dp, L.Dvp, MK_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nk + WK - 1) / WK);
     return tiled_launch(op, s, mbwk_kernel<H, S>, nblk, WT, (size_t)L.total + 128, c, a, L);
 }
