@@ -19,6 +19,8 @@ index_add_ of the denominators), dropout on the weights and the values, aggregat
 Input: the HDF5 file gat_cpu.lua writes (x, y, train_idx, offsets, src, and per score
 <score>/param/<name>, with --check also <score>/<tag>/logits and <score>/<tag>/grad/<name>
 for tag init (the initial weights) and scaled (proj weights × --check-scale), eval mode).
+With --pyg 1 also score `pyg`: PyTorch Geometric's GATConv (PygGAT) on the gat score's weights,
+checked against our gat and timed the same way.
 Prints `torch <version> …`, then per score `check <score> <tag> <max|Δ logits|> <max|logits|>
 <max rel grad err> <worst param>` (with --check 1), `time <score> <ms> <ms> …` (one
 figure per timed epoch) and `phase <score> <fwd>,<bwd>,<step> …` (ms, per timed epoch; step
@@ -144,6 +146,34 @@ class GATConv(torch.nn.Module):
         return out + self.bias
 
 
+class PygGAT(torch.nn.Module):
+    """The same two-layer GAT as a PyTorch Geometric user writes it (PyG's examples/gat.py):
+    torch_geometric.nn.GATConv (its attention dropout), dropout on each layer's input, ELU between;
+    our CSR's self loops given as edges (add_self_loops=False). Our gat weights copied in: proj →
+    lin, a_l (the destination's term) → att_dst, a_r (the source's) → att_src, bias. PyG has no
+    dropout on the projected values (ours has), so in training mode it draws one mask fewer."""
+
+    def __init__(self, P, classes, a):
+        super().__init__()
+        from torch_geometric.nn import GATConv as PGATConv
+        self.dropout = a.dropout
+        self.conv1 = PGATConv(P["layer1.proj.weight"].shape[1], a.hidden, heads=a.heads, dropout=a.dropout,
+                              add_self_loops=False)
+        self.conv2 = PGATConv(a.hidden * a.heads, classes, heads=1, concat=False, dropout=a.dropout,
+                              add_self_loops=False)
+        self.ours = {}
+        for prefix, conv in (("layer1.", self.conv1), ("layer2.", self.conv2)):
+            lin = conv.lin if getattr(conv, "lin", None) is not None else conv.lin_src
+            self.ours.update({prefix + "proj.weight": lin.weight, prefix + "a_l": conv.att_dst,
+                              prefix + "a_r": conv.att_src, prefix + "bias": conv.bias})
+
+    def forward(self, x, edge_index):
+        h = F.dropout(x, self.dropout, self.training)
+        h = F.elu(self.conv1(h, edge_index))
+        h = F.dropout(h, self.dropout, self.training)
+        return self.conv2(h, edge_index)
+
+
 class GAT(torch.nn.Module):
     def __init__(self, P, score, classes, a):
         super().__init__()
@@ -170,6 +200,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--weight-decay", dest="weight_decay", type=float, default=5e-4)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--pyg", type=int, default=0)  # also PyG's GATConv on the gat weights (score 'pyg')
     a = p.parse_args()
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -189,24 +220,39 @@ def main():
     classes = int(y.max()) + 1
     ytr = y.index_select(0, train_idx)
 
-    for score in a.scores.split(","):
-        P = {k: torch.from_numpy(v[()]).to(dev) for k, v in f[score]["param"].items()}
-        model = GAT(P, score, classes, a)
-        params = dict(model.layer1.ours, **model.layer2.ours)  # our parameter names → tensors
+    scores = a.scores.split(",")
+    if a.pyg:
+        try:
+            import torch_geometric
+            print("pyg %s (torch_geometric.nn.GATConv)" % torch_geometric.__version__, flush=True)
+            scores.append("pyg")
+        except ImportError:
+            print("pyg missing: build/venv-peers/bin/pip install torch_geometric", flush=True)
+    edge_index = torch.stack([src, dst])  # PyG: messages from row 0 (source) to row 1 (destination)
+    for score in scores:
+        P = {k: torch.from_numpy(v[()]).to(dev) for k, v in f["gat" if score == "pyg" else score]["param"].items()}
+        if score == "pyg":
+            model = PygGAT(P, classes, a).to(dev)
+            params = model.ours
+            run = lambda: model(x, edge_index)
+        else:
+            model = GAT(P, score, classes, a)
+            params = dict(model.layer1.ours, **model.layer2.ours)  # our parameter names → tensors
+            run = lambda: model(x, src, dst)
         if a.check:  # eval mode, initial and scaled weights (as gat_cpu.lua did)
             model.eval()
             for tag, mul in (("init", 1.0), ("scaled", a.check_scale)):
                 with torch.no_grad():
                     for name, t in params.items():
-                        t.copy_(P[name] * mul if name.endswith("proj.weight") else P[name])
-                logits = model(x, src, dst)
+                        t.copy_((P[name] * mul if name.endswith("proj.weight") else P[name]).view(t.shape))
+                logits = run()
                 F.cross_entropy(logits.index_select(0, train_idx), ytr).backward()
-                g = f[score][tag]
+                g = f["gat" if score == "pyg" else score][tag]
                 ref = torch.from_numpy(g["logits"][()]).to(dev)
                 dl = (logits.detach() - ref).abs().max().item()
                 worst, wname = 0.0, "-"
                 for name, og in g["grad"].items():
-                    ours, theirs = torch.from_numpy(og[()]).to(dev), params[name].grad
+                    ours, theirs = torch.from_numpy(og[()]).to(dev), params[name].grad.reshape(og.shape)
                     rel = ((ours - theirs).abs().max() / theirs.abs().max().clamp_min(1e-30)).item()
                     if not rel <= worst:  # NaN counts as worst
                         worst, wname = rel, name
@@ -215,14 +261,14 @@ def main():
                 model.zero_grad(set_to_none=True)
             with torch.no_grad():
                 for name, t in params.items():
-                    t.copy_(P[name])
+                    t.copy_(P[name].view(t.shape))
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
         ts, ph = [], []
         for it in range(a.warmup + a.reps):
             sync()
             t0 = time.perf_counter()
-            loss = F.cross_entropy(model(x, src, dst).index_select(0, train_idx), ytr)
+            loss = F.cross_entropy(run().index_select(0, train_idx), ytr)
             sync()
             t1 = time.perf_counter()
             loss.backward()
