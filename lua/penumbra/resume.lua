@@ -123,6 +123,10 @@ function M.check_run(path, def)
   if not io.open(path, 'r') then error(who .. ': no such run file', 0) end
   local ok, a = pcall(pio.attrs, path, '/')
   if not ok then error(who .. ': cannot read the run file: ' .. tostring(a), 0) end
+  if a.experiment == nil or a.status == nil or a.config == nil then
+    error(who .. ': not a run file (it has no experiment, status or config attribute; give the .h5 a run wrote, ' ..
+      'not its .ckpt, .resume or a compare table)', 0)
+  end
   if a.experiment ~= def.name then
     error(string.format("%s: that run is of the experiment '%s'; resume it with its own script", who,
       tostring(a.experiment)), 0)
