@@ -250,4 +250,35 @@ describe('matmul_sparse_lhs', function()
     assert.same({ { 6, 8 }, { 0, 0 }, { 16, 20 } }, pn.matmul_sparse_lhs(a32, b32):totable())
     check.assert_error_matching(function() pn.matmul_sparse_lhs(a32, pn.ones(2, 2)) end, 'matmul_sparse_lhs', '[3,3]', '[2,2]')
   end)
+
+  -- f32 rows are scanned 16 elements at a time: nonzeros first, last and alone in a run, in the
+  -- tail past the last full run (K = 53), −0 (a zero), NaN (a nonzero) and an all-zero row
+  it('finds every nonzero of long f32 rows, against a product summed by hand in f64', function()
+    local M, K, N = 5, 53, 3
+    local at = { { 1, 1, 1.5 }, { 1, 16, -2 }, { 1, 17, 3 }, { 1, 53, 0.25 }, { 2, 32, 4 }, { 2, 49, -1 },
+                 { 2, 20, -0.0 }, { 4, 33, 2 }, { 4, 48, 5 }, { 5, 7, 0 / 0 } }
+    local rows = {}
+    for i = 1, M do
+      rows[i] = {}
+      for k = 1, K do rows[i][k] = 0 end
+    end
+    for _, e in ipairs(at) do rows[e[1]][e[2]] = e[3] end
+    local a = pn.tensor(rows)
+    pn.manual_seed(4)
+    local b = pn.randn({ K, N })
+    local got, bv = pn.matmul_sparse_lhs(a, b):totable(), b:totable()
+    for i = 1, M do
+      for j = 1, N do
+        local want = 0
+        for _, e in ipairs(at) do if e[1] == i and e[3] ~= 0 then want = want + e[3] * bv[e[2]][j] end end
+        if want ~= want then
+          assert.is_true(got[i][j] ~= got[i][j], 'row ' .. i .. ': NaN expected')
+        else
+          assert.is_true(math.abs(got[i][j] - want) <= 1e-5 * (1 + math.abs(want)),
+            string.format('(%d, %d): %g, want %g', i, j, got[i][j], want))
+        end
+      end
+    end
+    assert.same({ 0, 0, 0 }, got[3])
+  end)
 end)

@@ -18,7 +18,10 @@ static void csr_free(csr *c) {
     free(c->val);
 }
 
-/* Two parallel passes over a's rows (count, then fill) with an exclusive scan between. */
+/* Two parallel passes over a's rows (count, then fill) with an exclusive scan between. The
+ * fill tests f32 rows SKIP elements at a time: bag-of-words rows are ~99 % zeros, and a branch
+ * per element made the fill most of the CSR's cost (Cora: 3.9 M elements a call). */
+enum { SKIP = 16 };
 static pn_status csr_of(const pn_tensor *a, int64_t M, int64_t K, csr *c) {
     memset(c, 0, sizeof *c);
     const char *p = pn_ptr(a);
@@ -48,8 +51,23 @@ static pn_status csr_of(const pn_tensor *a, int64_t M, int64_t K, csr *c) {
     }
     #pragma omp parallel for if (M * K > PN_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < M; i++) {
-        int64_t t = c->row[i];
-        for (int64_t k = 0; k < K; k++) {
+        int64_t t = c->row[i], k = 0;
+        if (f32) { /* runs of SKIP zeros (±0: the bits without the sign) skipped without a branch each */
+            const uint32_t *u = (const uint32_t *)p + i * K;
+            for (; k + SKIP <= K; k += SKIP) {
+                uint32_t any = 0;
+                for (int j = 0; j < SKIP; j++) any |= u[k + j] << 1;
+                if (!any) continue;
+                for (int j = 0; j < SKIP; j++) {
+                    float v = ((const float *)p)[i * K + k + j];
+                    if (v != 0) {
+                        c->col[t] = k + j;
+                        c->val[t++] = v;
+                    }
+                }
+            }
+        }
+        for (; k < K; k++) {
             double v = f32 ? ((const float *)p)[i * K + k] : ((const double *)p)[i * K + k];
             if (v != 0) {
                 c->col[t] = k;
