@@ -310,6 +310,31 @@ describe('dropout', function()
     for i = 1, #yv do assert.equal(yv[i] == 0 and 0 or 2, gv[i]) end
   end)
 
+  -- without a gradient no mask is kept, and blocks of 8 zeros (±0) skip their draw: the same
+  -- output as with the mask kept, bit for bit, around zero blocks, lone nonzeros, −0 and NaN
+  it('gives the same output with and without a kept mask on mostly-zero input (the zero-block shortcut)', function()
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      local v = {}
+      for i = 1, 203 do v[i] = 0 end
+      v[3], v[17], v[40], v[41], v[96], v[201], v[203] = 1.5, -2, 3, 4, -0.0, 0 / 0, 7
+      local x = pn.tensor(v, { dtype = dt })
+      pn.manual_seed(5)
+      local plain = vals(x:dropout(0.5))
+      pn.manual_seed(5)
+      local kept = vals(x:detach():requires_grad_():dropout(0.5))
+      for i = 1, #v do
+        if kept[i] ~= kept[i] then
+          assert.is_true(plain[i] ~= plain[i], dt .. ' element ' .. i)
+        else
+          assert.equal(kept[i], plain[i], dt .. ' element ' .. i)
+        end
+      end
+      local nz = 0
+      for _, i in ipairs({ 3, 17, 40, 41, 203 }) do if plain[i] ~= 0 then nz = nz + 1 end end
+      assert.is_true(nz >= 1, dt .. ': some nonzeros kept')
+    end
+  end)
+
   it('passes an f64 gradcheck with a fixed mask', function()
     local x = leaf({ 4, 5 }, -1, 1, 41)
     gradcheck(function(t) pn.manual_seed(77); return t:dropout(0.4) end, { x })
