@@ -110,7 +110,7 @@ describe('resume', function()
     local at = pn.io.attrs(path, '/')
     assert.equal('finished', at.status)
     assert.equal(1, at.resumed)
-    assert.truthy(at.stopped_before:find('^interrupted at epoch 5'), at.stopped_before)
+    assert.truthy(at.stopped_before:find('^interrupted; resumed after epoch 5: interrupted %(SIGTERM%)'), at.stopped_before)
     assert.is_false(exists(path:gsub('%.h5$', '') .. '.resume'))
   end)
 
@@ -125,6 +125,32 @@ describe('resume', function()
     assert.same(metric(a.path, 'loss'), metric(path, 'loss'))
     assert.same({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 }, metric(path, 'loss_step'))
     assert.same(metric(a.path, 'val_loss'), metric(path, 'val_loss'))
+  end)
+
+  it('goes on after the process was killed outright (SIGKILL) in the middle of a step', function()
+    local a = toy({ _quiet = true })
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local script = os.tmpname() .. '.lua'
+    local f = assert(io.open(script, 'w'))
+    f:write(string.format([[
+require('penumbra').experiment.RESUME_EVERY_S = 0
+_G.RESUME_TOY_STOP = { at = 7, how = 'kill' }
+dofile('%s/spec/fixtures/resume_toy.lua')({ _quiet = true })
+]], home))
+    f:close()
+    os.execute(string.format("cd '%s' && PENUMBRA_RUNS='%s' ./bench '%s' >/dev/null 2>&1", home, runs, script))
+    os.remove(script)
+    local p = io.popen("ls -t '" .. runs .. "'/resume_toy/*.h5 | head -1")
+    local path = p:read('*l')
+    p:close()
+    assert.equal('running', pn.io.attrs(path, '/').status) -- its writer died with it
+    assert.same({ 1, 2, 3, 4, 5, 6 }, metric(path, 'loss_step'))
+    local b = toy({ _quiet = true, resume = path })
+    assert.equal('finished', b.status)
+    assert.same(metric(a.path, 'loss'), metric(path, 'loss'))
+    assert.same(metric(a.path, 'val_acc'), metric(path, 'val_acc'))
+    assert.equal(a.test_acc, b.test_acc)
+    assert.truthy(pn.io.attrs(path, '/').stopped_before:find('^killed %(its file still said running%); resumed after epoch 6'))
   end)
 
   it('saves the state when a signal stops a run between evaluations', function()

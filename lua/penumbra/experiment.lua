@@ -535,8 +535,9 @@ local function reopen_run(def, cfg, path, attrs, step)
     run:set('resumed', (tonumber(attrs.resumed) or 0) + 1)
     run:set('resume_time', utc_iso())
     -- what stopped it, kept; the error and end of this attempt are written when it ends
-    run:set('stopped_before', string.format('%s at %s %d: %s', tostring(attrs.status), attrs.unit or 'step', step,
-      tostring(attrs.error or '')))
+    local was = attrs.status == 'running' and 'killed (its file still said running)' or tostring(attrs.status)
+    run:set('stopped_before', string.format('%s; resumed after %s %d%s', was, attrs.unit or 'step', step,
+      (attrs.error or '') ~= '' and (': ' .. attrs.error) or ''))
     run:set('error', '')
     run:set('end_time', '')
     run:set('pid', tonumber(shell('echo $PPID')) or -1)
