@@ -280,6 +280,33 @@ describe('resume in a sweep', function()
     assert.equal(1, pn.io.attrs(run, '/').resumed) -- went on, not run again
     assert.same(metric(whole.rows[1].results[1].path, 'loss'), metric(run, 'loss'))
     assert.same(whole.rows[1].test, again.rows[1].test)
+
+    -- the driver killed with its run (SIGKILL: nothing is caught): the table named the run as
+    -- soon as its file existed, so resume=<table> goes on with it all the same
+    local driver = os.tmpname() .. '.lua'
+    f = assert(io.open(driver, 'w'))
+    f:write(string.format([[
+local pn = require 'penumbra'
+pn.experiment.RESUME_EVERY_S = 0
+_G.RESUME_TOY_STOP = { at = 4, how = 'kill' }
+require('penumbra.compare').sweep { name = 'resume_sweep', args = { seeds = '2', plot = 'false' }, keys = {},
+  rows = function() return { { name = 'toy', script = '%s', overrides = {}, attrs = {} } } end,
+  metric = 'acc', columns = {}, attrs = {} }
+]], script))
+    f:close()
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    os.execute(string.format("cd '%s' && PENUMBRA_RUNS='%s' ./bench '%s' >/dev/null 2>&1", home, runs, driver))
+    os.remove(driver)
+    local p = io.popen("ls -t '" .. runs .. "'/ablation/resume_sweep-*.h5 | head -1")
+    local killed_table = p:read('*l')
+    p:close()
+    local named = pn.io.attrs(killed_table, 'toy').stopped
+    assert.truthy(named and named:match('^0\t'), 'the killed run is in the table: ' .. tostring(named))
+    local killed_run = named:match('^0\t(.+)$')
+    assert.equal('running', pn.io.attrs(killed_run, '/').status)
+    local third = sweep({ seeds = '2', plot = 'false', resume = killed_table })
+    assert.equal(1, pn.io.attrs(killed_run, '/').resumed)
+    assert.same(whole.rows[1].test, third.rows[1].test)
     os.remove(script)
   end)
 end)

@@ -108,7 +108,17 @@ function M.run_row(row, seeds, overrides, opts)
       io.stderr:write(string.format('%s: %s%s seed %d/%d%s …', who, counter, row.name, seed + 1, seeds,
         go_on and (' (resumed: ' .. go_on .. ')') or ''))
       io.stderr:flush()
+      -- the run's file goes into the table as soon as it exists: if the driver dies with the run (a
+      -- session's end, SIGKILL), resume=<table> still finds it and goes on with it
+      local exp = require 'penumbra.experiment'
+      exp.on_open = function(path)
+        row.stopped = row.stopped or {}
+        row.stopped[seed] = path
+        if opts.after then opts.after(row) end
+      end
       local r, err = run_one(row.script, o)
+      exp.on_open = nil
+      if row.stopped then row.stopped[seed] = nil end
       if r and r.status == 'finished' then
         add(r, seed)
         io.stderr:write(string.format(' %s %.' .. d .. 'f (%d %ss, %.1fs)\n', what, row.test[#row.test],
@@ -329,10 +339,16 @@ function M.kept(path, name, text)
       local seed, run = line:match('^(%d+)\t(.+)$')
       seed = tonumber(seed)
       local okr, root = pcall(pn.io.attrs, run or '', '/')
-      if seed and okr and root.status ~= 'finished' and file_exists(require('penumbra.resume').path_of(run))
-          and not (done[row] and done[row][seed]) then
-        stopped[row] = stopped[row] or {}
-        stopped[row][seed] = run
+      if seed and okr and not (done[row] and done[row][seed]) then
+        if root.status == 'finished' then -- resumed by hand to its end since: kept
+          local s = pn.io.attrs(run, 'summary')
+          s.parameters = s.parameters or root.parameters
+          done[row] = done[row] or {}
+          done[row][seed] = s
+        elseif file_exists(require('penumbra.resume').path_of(run)) then
+          stopped[row] = stopped[row] or {}
+          stopped[row][seed] = run
+        end
       end
     end
   end

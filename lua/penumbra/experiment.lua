@@ -125,6 +125,10 @@ function M.config(defaults, overrides, limits)
   return cfg
 end
 
+-- M.on_open(path), when set (compare.sweep): called with the run file's path as soon as rank 0 has
+-- opened it, so that a driver killed with its run can name that run (and resume it) later
+M.on_open = nil
+
 -- Config keys a resumed run may set anew (resume=…: the rest is the run's stored config)
 M.RESUME_MAY_DIFFER = { threads = true, quiet = true }
 -- The resume state is saved at an evaluation when this many seconds passed since it last was
@@ -658,6 +662,7 @@ function M.run(def, overrides)
     unsilence = dd.silence()
   end
   local path = run.path
+  if lead and M.on_open then M.on_open(path) end -- a sweep notes the file before the run can die
   local print_progress, tty = progress_printer(quiet or not lead)
   local status, err_msg, steps_run = 'running', nil, 0
   local t0 = now()
