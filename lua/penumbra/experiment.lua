@@ -662,7 +662,7 @@ function M.run(def, overrides)
     unsilence = dd.silence()
   end
   local path = run.path
-  if lead and M.on_open then M.on_open(path) end -- a sweep notes the file before the run can die
+  if lead and M.on_open then pcall(M.on_open, path) end -- a sweep notes the file (a failure there must not stop the run)
   local print_progress, tty = progress_printer(quiet or not lead)
   local status, err_msg, steps_run = 'running', nil, 0
   local t0 = now()
