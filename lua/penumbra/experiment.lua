@@ -291,9 +291,7 @@ end
 -- checkpoint (and the run file, which only names it) intact.
 function Run:checkpoint(model, attrs)
   local ckpt = self.path:gsub('%.h5$', '') .. '.ckpt'
-  local bytes = 65536
-  for _, t in pairs(model:state_dict()) do bytes = bytes + t:numel() * (t:dtype() == 'f64' and 8 or 4) end
-  check_space(self.path, bytes, 'the checkpoint')
+  check_space(self.path, resume.bytes(model), 'the checkpoint')
   local ok, e = pcall(pio.write_atomic, ckpt, function(f)
     for name, t in pairs(model:state_dict()) do f:write('params/' .. name:gsub('%.', '/'), t) end
     for k, v in pairs(attrs or {}) do f:set_attr('params', k, v) end
@@ -844,7 +842,7 @@ function M.run(def, overrides)
   if not ok then
     -- one message (the traceback of the failure only with PN_TRACEBACK=1); the run file keeps it
     local trace = os.getenv('PN_TRACEBACK') and ('\n' .. tostring(err)) or ''
-    if lead and resumable and saved_step and io.open(state_path, 'r') then
+    if lead and resumable and saved_step and pio.file_exists(state_path) then
       trace = string.format('; to go on after %s %d: resume=%s', unit, saved_step, path) .. trace
     end
     if status == 'interrupted' then

@@ -205,6 +205,13 @@ function M.save(path, tensors, opts)
   end)
 end
 
+-- whether a plain file at path can be opened for reading
+function M.file_exists(path)
+  local f = io.open(path, 'rb')
+  if f then f:close() end
+  return f ~= nil
+end
+
 -- A file that is either whole or absent: fn(f) writes into <path>.tmp, which is then renamed
 -- over path, so a crash or a full disk mid-write leaves the previous file (checkpoints, resume
 -- states) intact; on failure the temporary file is removed (its space freed) and the error

@@ -66,7 +66,8 @@ local function unflatten(v, f)
   return out
 end
 
--- bytes the state will take (for the disk check before writing it)
+-- bytes a file of model's parameters and payload will take (the disk check before a resume state
+-- or a checkpoint is written)
 function M.bytes(model, payload)
   local n = 65536
   local function add(t) n = n + t:numel() * (t:dtype() == 'f64' and 8 or 4) end
@@ -113,14 +114,13 @@ function M.load(path)
 end
 
 -- ---- the checks before a run is resumed ---------------------------------------------------------
-pcall(ffi.cdef, 'int kill(int pid, int sig);')
 
 -- What resume=PATH names, checked against the experiment def about to run it: returns the run
 -- file's attributes, its config (decoded) and the resume state's path. Every refusal says why and
 -- what to do instead.
 function M.check_run(path, def)
   local who = "experiment '" .. def.name .. "': resume=" .. path
-  if not io.open(path, 'r') then error(who .. ': no such run file', 0) end
+  if not pio.file_exists(path) then error(who .. ': no such run file', 0) end
   local ok, a = pcall(pio.attrs, path, '/')
   if not ok then error(who .. ': cannot read the run file: ' .. tostring(a), 0) end
   if a.experiment == nil or a.status == nil or a.config == nil then
@@ -132,17 +132,11 @@ function M.check_run(path, def)
       tostring(a.experiment)), 0)
   end
   if a.status == 'finished' then error(who .. ': that run finished; there is nothing to resume (start a new run)', 0) end
-  if a.status == 'running' then
-    local pid = tonumber(a.pid)
-    local host = io.popen('hostname 2>/dev/null')
-    local here = host and host:read('*l') or ''
-    if host then host:close() end
-    if pid and pid > 0 and a.host == here and ffi.C.kill(pid, 0) == 0 then
-      error(string.format('%s: that run is still running (pid %d on this machine); stop it first', who, pid), 0)
-    end
+  if a.status == 'running' and require('penumbra.runs').writer_state(a) == 'alive' then
+    error(string.format('%s: that run is still running (pid %d on this machine); stop it first', who, a.pid), 0)
   end
   local state = M.path_of(path)
-  if not io.open(state, 'r') then
+  if not pio.file_exists(state) then
     error(string.format('%s: its resume state %s is missing (a run saves it at its first evaluation; this one ' ..
       'stopped before, or it finished); start a new run', who, state), 0)
   end
@@ -172,15 +166,13 @@ function M.overrides(def, stored, user, may_differ, config_fn)
       bad[#bad + 1] = string.format('%s=%s (the run has %s)', k, tostring(user[k]), tostring(stored[k]))
     end
   end
-  table.sort(bad)
   if #bad > 0 then
+    local free = {}
+    for k in pairs(may_differ) do free[#free + 1] = k end
+    table.sort(bad)
+    table.sort(free)
     error(string.format('%s: a resumed run keeps its config; leave out %s (only %s may change), or start a new run',
-      who, table.concat(bad, ', '), table.concat((function()
-        local t = {}
-        for k in pairs(may_differ) do t[#t + 1] = k end
-        table.sort(t)
-        return t
-      end)(), ', ')), 0)
+      who, table.concat(bad, ', '), table.concat(free, ', ')), 0)
   end
   return o
 end

@@ -214,22 +214,21 @@ end
 
 -- One row per run file: {path, experiment, seed, status, best_key, best, test_acc, epochs, date,
 -- error}; a run still marked running whose process is gone on this host shows as dead. Files that are not run files (./bench compare tables) get kind = 'compare'.
--- Is the process that writes a run file (attrs pid, host) still alive? Unknown (another host,
--- no pid: files from before the attribute) counts as alive.
+-- The process that writes a run file (attrs pid, host): 'alive', 'gone', or 'unknown' (another
+-- host; no pid: files from before the attribute). writer_alive counts unknown as alive.
 local this_host
-function M.writer_alive(attrs)
+function M.writer_state(attrs)
   local pid, host = tonumber(attrs.pid), attrs.host
-  if not pid or pid <= 0 or not host then return true end
+  if not pid or pid <= 0 or not host then return 'unknown' end
   if not this_host then
     local p = io.popen('hostname 2>/dev/null')
     this_host = p and (p:read('*l') or '') or ''
     if p then p:close() end
   end
-  if host ~= this_host then return true end
-  local f = io.open('/proc/' .. pid .. '/stat', 'r')
-  if f then f:close() end
-  return f ~= nil
+  if host ~= this_host then return 'unknown' end
+  return pio.file_exists('/proc/' .. pid .. '/stat') and 'alive' or 'gone'
 end
+function M.writer_alive(attrs) return M.writer_state(attrs) ~= 'gone' end
 
 function M.list(dir)
   dir = dir or os.getenv('PENUMBRA_RUNS') or 'runs'
@@ -245,9 +244,8 @@ function M.list(dir)
         row.date = r.attrs.start_time
         if row.status == 'running' and not M.writer_alive(r.attrs) then row.status = 'dead (was running)' end
         -- a stopped run with a resume state: resume=<its file> goes on with it (penumbra/resume.lua)
-        local rs = row.status ~= 'finished' and row.status ~= 'running' and io.open(require('penumbra.resume').path_of(path), 'r')
-        if rs then
-          rs:close()
+        if row.status ~= 'finished' and row.status ~= 'running'
+            and pio.file_exists(require('penumbra.resume').path_of(path)) then
           row.status = row.status .. ', resumable'
         end
         if not r:is_run() then
