@@ -27,7 +27,10 @@ PN_HD static inline void pn_dropout_mask8(uint64_t seed, uint64_t ctr, uint32_t 
                                   uint64_t ctr, uint32_t thresh) {                                       \
         if (!keep) {                                                                                     \
             bool any = false;                                                                            \
-            for (int j = 0; j < len; j++) any |= xs[j] != 0;                                             \
+            if (len == 8) /* a whole block: a fixed count the compiler unrolls and vectorises */         \
+                for (int j = 0; j < 8; j++) any |= xs[j] != 0;                                           \
+            else                                                                                         \
+                for (int j = 0; j < len; j++) any |= xs[j] != 0;                                         \
             if (!any) {                                                                                  \
                 for (int j = 0; j < len; j++) ys[j] = 0;                                                 \
                 return;                                                                                  \
