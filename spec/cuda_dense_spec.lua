@@ -322,6 +322,49 @@ describe('cuda dense attention', function()
     assert.matches("attention: unknown precision 'tf32' (valid: bf16, f16, native)", msg(e), 1, true)
   end)
 
+  -- mfwd_kernel takes whole 64-key tiles without the row modifiers (kwhole, tbad): a NaN key or
+  -- query row, a bias and ALiBi must still reach them, across tiles and at the causal edge
+  it_cuda('precision bf16: NaN in q or k, a bias and ALiBi reach the tensor-core kernels as on the CPU (forward; backward without NaN)', function()
+    local B, H, Nq, Nk, D, Dv = 1, 2, 70, 130, 16, 8
+    local function nan_at(pos) return function(v) v[pos] = 0 / 0 end end
+    cu.schedules(function(s)
+      local cases = {
+        { 'a NaN query row', nil, { score = 'dot' }, nan_at(5 * D + 3) },
+        { 'a NaN key (every row sees it)', nan_at((Nk + 100) * D + 1), { score = 'dot' } },
+        { 'a NaN key, causal (rows 41 … 70 see it)', nan_at(100 * D + 1), { score = 'laplacian', causal = true } },
+        { 'a bias', nil, { score = 'dot', bias = rnd({ Nq, Nk }, 'f32', 9, -2, 2) } },
+        { 'ALiBi', nil, { score = 'laplacian', causal = true, alibi = true } },
+        { 'causal, whole tiles up to the diagonal', nil, { score = 'umbral', causal = true } },
+      }
+      for _, cs in ipairs(cases) do
+        local what, kedit, o, qedit = cs[1] .. ' (' .. s .. ')', cs[2], cs[3], cs[4]
+        local q = rnd({ B, H, Nq, D }, 'f32', 11, 0.05, 0.45, qedit)
+        local k = rnd({ B, H, Nk, D }, 'f32', 12, 0.05, 0.45, kedit)
+        local v = rnd({ B, H, Nk, Dv }, 'f32', 13, -0.5, 0.5)
+        local ref = pn.attention(q, k, v, o)
+        local oc = {}
+        for key, val in pairs(o) do oc[key] = pn.is_tensor(val) and val:to('cuda') or val end
+        oc.precision = 'bf16'
+        local qc, kc, vc = q:to('cuda'):requires_grad_(), k:to('cuda'):requires_grad_(), v:to('cuda'):requires_grad_()
+        local got = pn.attention(qc, kc, vc, oc)
+        local r = check.vals(ref)
+        local nans = 0
+        for i = 1, #r do if r[i] ~= r[i] then nans = nans + 1 end end
+        local finite = cs[2] == nil and cs[4] == nil
+        assert.is_true(finite and nans == 0 or nans > 0, what .. ': the case has NaN rows')
+        close(got, ref, TOL.bf16, 'bf16 ' .. what)
+        if finite then -- the backward's whole tiles too (with NaN, a GEMM's 0·NaN spreads further than the CPU's)
+          local w = rnd({ B, H, Nq, Dv }, 'f32', 14, -1, 1)
+          q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
+          ;(pn.attention(q, k, v, o) * w):sum():backward()
+          ;(got * w:to('cuda')):sum():backward()
+          local gr, gg = { q.grad, k.grad, v.grad }, { qc.grad, kc.grad, vc.grad }
+          for n, name in ipairs({ 'q', 'k', 'v' }) do close(gg[n], gr[n], TOL.bf16, 'bf16 ' .. what .. ': d' .. name) end
+        end
+      end
+    end)
+  end)
+
   it_cuda('NaN in q gives NaN rows as on the CPU; the CPU errors (manifold, Klein ball) with its messages', function()
     each(function(dt)
       local q = rnd({ 1, 2, 6, 4 }, dt, 3, 0.05, 0.45, function(v) v[4 * 2 + 2] = 0 / 0 end)

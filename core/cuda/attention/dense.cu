@@ -1106,6 +1106,63 @@ __device__ void wtile_load_t(H *dst, int64_t ld, const float *src, int64_t r0, i
     }
 }
 
+/* An operand rounded to H once per call, so that the mma kernels' tiles are plain 16-byte copies:
+ * rounding f32 tiles per block (a conversion, bounds and padding per element, once per block that
+ * walks them) took most of the forward's instructions on an H100 (Nsight Compute, 2026-11-27).
+ * rows: (BH, np, wp), zero rows past the n rows and zero coordinates past w; cols: the same
+ * transposed, (BH, wp, np), for a kernel that stages the operand so; nrm: ‖row‖² of the rounded
+ * coordinates, (BH, np), for a distance score. np: n rounded up to 64 (WQ = WK), wp: a multiple of
+ * 16, so every tile row starts 16-byte aligned. */
+template <typename H> struct mpk {
+    const H *rows, *cols;
+    const float *nrm;
+    int64_t np, wp;
+};
+
+/* dst: P's rows (cols = 0) or its transposed rows (cols = 1) of src, rounded */
+template <typename H>
+__global__ void pack_kernel(H *dst, const float *src, int64_t BH, int64_t n, int64_t np, int64_t D, int64_t w,
+                            int64_t wp, int cols) {
+    PN_CU_LOOP(e, BH * np * wp) {
+        const int64_t inner = cols ? np : wp, rest = e / inner, mid = cols ? wp : np;
+        const int64_t r = cols ? e % np : rest % np, d = cols ? rest % wp : e % wp, bh = rest / mid;
+        dst[e] = to16<H>(r < n && d < w ? src[(bh * n + r) * D + d] : 0.0f);
+    }
+}
+
+template <typename H> __global__ void pack_norms_kernel(float *nrm, const H *rows, int64_t nrows, int64_t wp) {
+    PN_CU_LOOP(x, nrows) {
+        float a = 0;
+        for (int64_t d = 0; d < wp; d++) {
+            const float v = from16(rows[x * wp + d]);
+            a += v * v;
+        }
+        nrm[x] = a;
+    }
+}
+
+/* rows × cols halves (cols a multiple of 8) from src (row stride lds) into dst (row stride ldd), a
+ * 16-byte word per thread and step */
+template <typename H> __device__ void copy_tile16(H *dst, int64_t ldd, const H *src, int64_t lds, int rows, int cols) {
+    const int cpr = cols / 8;
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = e / cpr, q = e - r * cpr;
+        pn_cu_copy16(dst + r * ldd + 8 * q, src + r * lds + 8 * q);
+    }
+}
+/* rows [r0, r0 + 64) of head bh of P into dst (ld halves per row; P.wp coordinates) */
+template <typename H> __device__ void ptile_rows(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
+    copy_tile16(dst, ld, P.rows + (bh * P.np + r0) * P.wp, P.wp, 64, (int)P.wp);
+}
+/* the same rows transposed: dst[d·ld + r] for d < P.wp */
+template <typename H> __device__ void ptile_cols(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
+    copy_tile16(dst, ld, P.cols + bh * P.wp * P.np + r0, P.np, (int)P.wp, 64);
+}
+/* their norms */
+template <typename H> __device__ void ptile_norms(float *dst, const mpk<H> &P, int64_t bh, int64_t r0) {
+    for (int r = threadIdx.x; r < 64; r += blockDim.x) dst[r] = P.nrm[bh * P.np + r0 + r];
+}
+
 /* the 32-bit word of two consecutive halves at p (p even: the layouts above keep it so) */
 template <typename H> __device__ inline uint32_t ld_pair(const H *p) { return *(const uint32_t *)p; }
 
@@ -1161,7 +1218,8 @@ __device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_
     }
 }
 
-template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<float> c, mlay L, float *out, float *stat) {
+template <typename H, typename S, int MW>
+__global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float *out, float *stat) {
     enum { KC = MW / 16, NV = MW / 8, NS = WK / 8 }; /* Q's 16-wide chunks, O's and S's 8-wide blocks */
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
@@ -1194,31 +1252,39 @@ template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<floa
     for (int nb = 0; nb < NV; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0;
     const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
     const bool soft = c.norm == PN_NORM_SOFTMAX;
+    /* keys [0, kwhole) are seen by both of the lane's rows with no modifier: no bias, ALiBi or
+     * mask, no NaN flag on the rows (a tile's keys: tbad below), inside the causal limit — the
+     * score alone there (mods would return it unchanged), without its per-pair index work */
+    const int64_t kwhole = c.bias || c.alibi || c.mask || r[0].qb || r[1].qb ? 0 : kend[0] < kend[1] ? kend[0] : kend[1];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
     int nan[2] = {0, 0};
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
         __syncthreads(); /* the previous tile's readers are done */
-        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
-        wtile_load_t(Vt, L.ldvt, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+        ptile_rows(Ks, L.ldq, Kp, bh, j0);
+        ptile_cols(Vt, L.ldvt, Vp, bh, j0);
+        if (c.diff) ptile_norms(kn, Kp, bh, j0);
         stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
-        __syncthreads();
-        if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+        /* a thread reads back the key it staged (its own write); the barrier ors the flags */
+        const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
         /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
         float sc[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
-        __syncthreads(); /* the key norms */
         /* the epilogue on the accumulators: element e of block nb is row h = e / 2, key 8nb + 2t + e % 2 */
         float tmax[2] = {-INFINITY, -INFINITY};
         int tnan[2] = {0, 0};
+        const bool whole = !tbad && j0 + WK <= kwhole;
 #pragma unroll
         for (int nb = 0; nb < NS; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
-                const int64_t j = j0 + jl;
+                const kstage<float> &z = ks[jl];
                 float v = -INFINITY;
-                if (j < kend[h] && !nan[h]) {
-                    const kstage<float> &z = ks[jl];
+                if (whole) {
+                    const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
+                    v = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
+                } else if (j0 + jl < kend[h] && !nan[h]) {
+                    const int64_t j = j0 + jl;
                     const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
                     v = mods(c, r[h], j, S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1), z.bad);
                 }
@@ -1242,9 +1308,8 @@ template <typename H, typename S, int MW> __global__ void mfwd_kernel(dcall<floa
             for (int e = 0; e < 4; e++) {
                 const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
                 const float v = sc[nb][e];
-                float p;
-                if (soft) p = nan[h] || v == -INFINITY ? 0.0f : pn_exp(v - m[h]) * ks[jl].gv;
-                else p = sigm(v) * ks[jl].gv;
+                float p = soft ? (nan[h] || v == -INFINITY ? 0.0f : pn_exp(v - m[h])) : sigm(v);
+                if (c.g) p *= ks[jl].gv; /* γ only with the einstein aggregation */
                 sc[nb][e] = p;
                 ps[h] += p;
             }
@@ -1383,7 +1448,8 @@ inline mblay mblay_of(int64_t Dg, int64_t Dv) {
     return L;
 }
 
-template <typename H, typename S, int MW> __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L) {
+template <typename H, typename S, int MW>
+__global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mpk<H> Vp) {
     enum { KC = MW / 16, NQ = MW / 8, NS = WK / 8 };
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
@@ -1421,18 +1487,20 @@ template <typename H, typename S, int MW> __global__ void mbwq_kernel(dcall<floa
     for (int nb = 0; nb < NQ; nb++) dq[nb][0] = dq[nb][1] = dq[nb][2] = dq[nb][3] = 0;
     const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
     double aq0[2] = {0, 0}, aq1[2] = {0, 0}, b0[2] = {0, 0}, b1[2] = {0, 0}, b2[2] = {0, 0}, gsum[2] = {0, 0};
+    /* whole tiles as in mfwd_kernel: the pair's score needs no row modifier there */
+    const int64_t kwhole = c.bias || c.alibi || c.mask || r[0].qb || r[1].qb ? 0 : kend[0] < kend[1] ? kend[0] : kend[1];
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
         __syncthreads();
-        wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
-        wtile_load_t(Kt, L.ldkt, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
-        wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+        ptile_rows(Ks, L.ldq, Kp, bh, j0);
+        ptile_cols(Kt, L.ldkt, Kp, bh, j0);
+        ptile_rows(Vs, L.ldv, Vp, bh, j0);
+        if (c.diff) ptile_norms(kn, Kp, bh, j0);
         stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
-        __syncthreads();
-        if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+        const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
+        const bool whole = !tbad && j0 + WK <= kwhole;
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
         mma_abt<H, KC>(dp, da, Vs, L.ldv, kv_n);
-        __syncthreads(); /* the key norms */
 #pragma unroll
         for (int nb = 0; nb < NS; nb++)
 #pragma unroll
@@ -1440,11 +1508,11 @@ template <typename H, typename S, int MW> __global__ void mbwq_kernel(dcall<floa
                 const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
                 const int64_t j = j0 + jl;
                 float gv = 0;
-                if (j < kend[h]) {
+                if (whole || j < kend[h]) {
                     const kstage<float> &z = ks[jl];
                     const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
-                    const float sv =
-                        mods(c, r[h], j, S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1), z.bad);
+                    const float s0 = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
+                    const float sv = whole ? s0 : mods(c, r[h], j, s0, z.bad);
                     dpv<float> pv;
                     norm_ds(c, sv, z.gv, st[h], Di[h], dp[nb][e], pv);
                     if (pv.ds != 0) {
@@ -1634,7 +1702,8 @@ inline mklay mklay_of(int64_t Dg, int64_t Dv) {
     return L;
 }
 
-template <typename H, typename S> __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L) {
+template <typename H, typename S>
+__global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mpk<H> Op) {
     enum { KC = MK_MAX / 16, NB = MK_MAX / 8, NS = WQ / 8 };
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(qstage<float>, qsg, WQ);
@@ -1683,19 +1752,22 @@ template <typename H, typename S> __global__ void mbwk_kernel(dcall<float> c, db
     }
     const int64_t istart = c.causal ? (j0 - c.off > 0 ? j0 - c.off : 0) : 0;
     double s0[2] = {0, 0}, s1[2] = {0, 0}, sg[2] = {0, 0}, gsum[2] = {0, 0};
+    /* whole query tiles (as mfwd_kernel's key tiles): in range, no modifier, no NaN flag on the
+     * lane's keys (nor, per tile, on the queries), every query past the causal limit of both keys */
+    const bool plain = !(c.bias || c.alibi || c.mask || kb[0] || kb[1] || !live[0] || !live[1]);
     for (int64_t i0 = istart / WQ * WQ; i0 < c.Nq; i0 += WQ) {
         __syncthreads(); /* the previous tile's readers are done (the first time: the fragments) */
-        wtile_load(Qs, L.ldq, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
-        wtile_load_t(Qt, L.ldt, c.q + bh * c.Nq * c.D, i0, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp);
-        wtile_load(dOs, L.ldv, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
-        wtile_load_t(dOt, L.ldt, a.dout + bh * c.Nq * c.Dv, i0, c.Nq, c.Dv, c.Dv, L.Dvp);
+        ptile_rows(Qs, L.ldq, Qp, bh, i0);
+        ptile_cols(Qt, L.ldt, Qp, bh, i0);
+        ptile_rows(dOs, L.ldv, Op, bh, i0);
+        ptile_cols(dOt, L.ldt, Op, bh, i0);
+        if (c.diff) ptile_norms(qn, Qp, bh, i0);
         stage_queries<WQ, float, S>(c, a, r.hd, bh, i0, qsg);
-        __syncthreads();
-        if (c.diff) wnorms(Qs, L.ldq, c.Dg, qn);
+        const int tbad = __syncthreads_or(threadIdx.x < WQ ? qsg[threadIdx.x].bad : 0);
+        const bool whole = plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off);
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
         mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
-        __syncthreads();                                      /* the query norms */
 #pragma unroll
         for (int nb = 0; nb < NS; nb++)
 #pragma unroll
@@ -1703,12 +1775,15 @@ template <typename H, typename S> __global__ void mbwk_kernel(dcall<float> c, db
                 const int h = e >> 1, il = nb * 8 + 2 * t + (e & 1);
                 const int64_t i = i0 + il;
                 float p = 0, gg = 0;
-                if (live[h] && i < c.Nq && !(c.causal && jj[h] > i + c.off)) {
+                if (whole || (live[h] && i < c.Nq && !(c.causal && jj[h] > i + c.off))) {
                     const qstage<float> &z = qsg[il];
-                    r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
                     const float G = w_G(c, sc[nb][e], c.diff ? qn[il] : 0.0f, c.diff ? kn[jl[h]] : 0.0f);
-                    const float sv =
-                        mods(c, r, jj[h], S::pair(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h]), kb[h]);
+                    const float s0v = S::pair(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h]);
+                    float sv = s0v;
+                    if (!whole) {
+                        r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
+                        sv = mods(c, r, jj[h], s0v, kb[h]);
+                    }
                     dpv<float> pv;
                     norm_ds(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
                     p = pv.p;
@@ -1960,21 +2035,58 @@ inline bool mma_wanted(int64_t Dp, int64_t Dvp, int64_t max) {
     return !(e && strcmp(e, "0") == 0) && Dp <= max && Dvp <= max;
 }
 
+/* P: src (BH blocks of n rows of D floats) packed for the mma kernels over w coordinates padded to
+ * wp (mpk: rows always, cols and nrm when asked) in scratch of g */
+template <typename H>
+pn_status mpack(const char *op, pn_cu_scratch *g, mpk<H> *P, const float *src, int64_t BH, int64_t n, int64_t D,
+                int64_t w, int64_t wp, bool cols, bool nrm) {
+    memset(P, 0, sizeof *P);
+    P->np = up(n > 0 ? n : 1, 64), P->wp = wp;
+    int64_t halves;
+    if (__builtin_mul_overflow(BH, P->np, &halves) || __builtin_mul_overflow(halves, wp, &halves))
+        return pn_error(PN_ERR_ARG, "%s: %lld × %lld × %lld packed tile elements overflow int64", op, (long long)BH,
+                        (long long)P->np, (long long)wp);
+    pn_tensor *t;
+    if (!(t = pn_cu_scratch_new(g, halves / 2, PN_F32, false))) return PN_ERR_OOM; /* wp even: whole floats */
+    H *rows = (H *)pn_ptr(t);
+    P->rows = rows;
+    PN_TRY(pn_cu_check(op, PN_LAUNCH(pack_kernel<H>, pn_cu_blocks(halves), PN_CU_THREADS, 0, pn_cu_stream(), rows, src,
+                                     BH, n, P->np, D, w, wp, 0)));
+    if (cols) {
+        if (!(t = pn_cu_scratch_new(g, halves / 2, PN_F32, false))) return PN_ERR_OOM;
+        P->cols = (H *)pn_ptr(t);
+        PN_TRY(pn_cu_check(op, PN_LAUNCH(pack_kernel<H>, pn_cu_blocks(halves), PN_CU_THREADS, 0, pn_cu_stream(),
+                                         (H *)pn_ptr(t), src, BH, n, P->np, D, w, wp, 1)));
+    }
+    if (nrm) {
+        if (!(t = pn_cu_scratch_new(g, BH * P->np, PN_F32, false))) return PN_ERR_OOM;
+        P->nrm = (const float *)pn_ptr(t);
+        PN_TRY(pn_cu_check(op, PN_LAUNCH(pack_norms_kernel<H>, pn_cu_blocks(BH * P->np), PN_CU_THREADS, 0,
+                                         pn_cu_stream(), (float *)pn_ptr(t), (const H *)rows, BH * P->np, wp)));
+    }
+    return PN_OK;
+}
+
 /* the forward on tensor cores (precision bf16 / f16, f32 tensors); false: not launched */
 template <typename H, typename S>
-bool mma_forward(const char *op, pn_status *s, const dcall<float> &c, float *out, float *stat) {
+bool mma_forward(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, float *out, float *stat) {
     const mlay L = mlay_of(c.gemm ? c.Dg : 0, c.Dv);
     if (!mma_wanted(L.Dp, L.Dvp, MF_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
-    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mfwd_kernel<H, S, 64>, nblk, WT, bytes, c, L, out, stat);
-    return tiled_launch(op, s, mfwd_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, L, out, stat);
+    mpk<H> Kp, Vp;
+    if ((*s = mpack<H>(op, g, &Kp, c.k, c.BH, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp, false, c.diff)) ||
+        (*s = mpack<H>(op, g, &Vp, c.v, c.BH, c.Nk, c.Dv, c.Dv, L.Dvp, true, false)))
+        return true;
+    if (L.Dp <= 64 && L.Dvp <= 64)
+        return tiled_launch(op, s, mfwd_kernel<H, S, 64>, nblk, WT, bytes, c, L, Kp, Vp, out, stat);
+    return tiled_launch(op, s, mfwd_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, L, Kp, Vp, out, stat);
 }
 
-template <typename S> bool wmma_forward(const char *op, pn_status *s, int prec, const dcall<float> &c, float *out,
-                                        float *stat) {
-    if (prec == PN_PREC_BF16 ? mma_forward<__nv_bfloat16, S>(op, s, c, out, stat)
-                             : mma_forward<__half, S>(op, s, c, out, stat))
+template <typename S> bool wmma_forward(const char *op, pn_status *s, pn_cu_scratch *g, int prec, const dcall<float> &c,
+                                        float *out, float *stat) {
+    if (prec == PN_PREC_BF16 ? mma_forward<__nv_bfloat16, S>(op, s, g, c, out, stat)
+                             : mma_forward<__half, S>(op, s, g, c, out, stat))
         return true;
     const wlay L = wlay_of(c.gemm ? c.Dg : 0, c.Dv, WL_FWD);
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
@@ -1986,7 +2098,8 @@ template <typename S> bool wmma_forward(const char *op, pn_status *s, int prec, 
     auto kf = wfwd_kernel<__half, S>;
     return tiled_launch(op, s, kf, nblk, WT, bytes, c, L, out, stat);
 }
-template <typename S> bool wmma_forward(const char *, pn_status *, int, const dcall<double> &, double *, double *) {
+template <typename S>
+bool wmma_forward(const char *, pn_status *, pn_cu_scratch *, int, const dcall<double> &, double *, double *) {
     return false; /* f64 tensors never ask (the front end refuses precision on them) */
 }
 
@@ -2009,29 +2122,37 @@ bool wmma_bw_launch(const char *op, pn_status *s, int side, bool fr, int64_t nbl
 /* one side of the backward on tensor cores (0: the query side, 1: the key side); false: not
  * launched */
 template <typename H, typename S>
-bool mma_backward_q(const char *op, pn_status *s, const dcall<float> &c, const dbw<float> &a) {
+bool mma_backward_q(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, const dbw<float> &a) {
     const mblay L = mblay_of(c.gemm ? c.Dg : 0, c.Dv);
     if (!mma_wanted(L.Dp, L.Dvp, MF_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
-    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwq_kernel<H, S, 64>, nblk, WT, bytes, c, a, L);
-    return tiled_launch(op, s, mbwq_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, a, L);
+    mpk<H> Kp, Vp;
+    if ((*s = mpack<H>(op, g, &Kp, c.k, c.BH, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp, true, c.diff)) ||
+        (*s = mpack<H>(op, g, &Vp, c.v, c.BH, c.Nk, c.Dv, c.Dv, L.Dvp, false, false)))
+        return true;
+    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwq_kernel<H, S, 64>, nblk, WT, bytes, c, a, L, Kp, Vp);
+    return tiled_launch(op, s, mbwq_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, a, L, Kp, Vp);
 }
 
 template <typename H, typename S>
-bool mma_backward_k(const char *op, pn_status *s, const dcall<float> &c, const dbw<float> &a) {
+bool mma_backward_k(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, const dbw<float> &a) {
     const mklay L = mklay_of(c.gemm ? c.Dg : 0, c.Dv);
     if (!mma_wanted(L.Dp, L.Dvp, MK_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nk + WK - 1) / WK);
-    return tiled_launch(op, s, mbwk_kernel<H, S>, nblk, WT, (size_t)L.total + 128, c, a, L);
+    mpk<H> Qp, Op;
+    if ((*s = mpack<H>(op, g, &Qp, c.q, c.BH, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp, true, c.diff)) ||
+        (*s = mpack<H>(op, g, &Op, a.dout, c.BH, c.Nq, c.Dv, c.Dv, L.Dvp, true, false)))
+        return true;
+    return tiled_launch(op, s, mbwk_kernel<H, S>, nblk, WT, (size_t)L.total + 128, c, a, L, Qp, Op);
 }
 
-template <typename S> bool wmma_backward(const char *op, pn_status *s, int prec, int side, const dcall<float> &c,
-                                         const dbw<float> &a) {
+template <typename S> bool wmma_backward(const char *op, pn_status *s, pn_cu_scratch *g, int prec, int side,
+                                         const dcall<float> &c, const dbw<float> &a) {
     const bool bf = prec == PN_PREC_BF16;
-    if (!side && (bf ? mma_backward_q<__nv_bfloat16, S>(op, s, c, a) : mma_backward_q<__half, S>(op, s, c, a)))
+    if (!side && (bf ? mma_backward_q<__nv_bfloat16, S>(op, s, g, c, a) : mma_backward_q<__half, S>(op, s, g, c, a)))
         return true;
-    if (side && (bf ? mma_backward_k<__nv_bfloat16, S>(op, s, c, a) : mma_backward_k<__half, S>(op, s, c, a)))
+    if (side && (bf ? mma_backward_k<__nv_bfloat16, S>(op, s, g, c, a) : mma_backward_k<__half, S>(op, s, g, c, a)))
         return true;
     /* the key side keeps dK, dV in wmma accumulators when they are narrow enough (WL_BWKF) */
     const bool fr = side && c.gemm && up(c.Dg, 16) <= WFR_MAX && up(c.Dv > 0 ? c.Dv : 1, 16) <= WFR_MAX;
@@ -2041,7 +2162,8 @@ template <typename S> bool wmma_backward(const char *op, pn_status *s, int prec,
     return prec == PN_PREC_BF16 ? wmma_bw_launch<__nv_bfloat16, S>(op, s, side, fr, nblk, bytes, c, a, L)
                                 : wmma_bw_launch<__half, S>(op, s, side, fr, nblk, bytes, c, a, L);
 }
-template <typename S> bool wmma_backward(const char *, pn_status *, int, int, const dcall<double> &, const dbw<double> &) {
+template <typename S>
+bool wmma_backward(const char *, pn_status *, pn_cu_scratch *, int, int, const dcall<double> &, const dbw<double> &) {
     return false;
 }
 
@@ -2059,7 +2181,7 @@ pn_status dforward(const char *op, const pn_tensor *q, const pn_tensor *k, const
             auto kt = tfwd_kernel<T, S>;
             const tlay L = tlay_of(c.D, c.Dv, TL_FWD);
             if (out && o->precision != PN_PREC_NATIVE &&
-                wmma_forward<S>(op, &s, o->precision, c, (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
+                wmma_forward<S>(op, &s, &g, o->precision, c, (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
             } else if (out && tiled_launch(op, &s, kt, c.BH * ((c.Nq + TQ - 1) / TQ), TT, (size_t)L.total * sizeof(T), c,
                                            L, (T *)pn_ptr(out), (T *)pn_ptr(stat))) {
             } else if (out) {
@@ -2133,10 +2255,10 @@ pn_status dbackward(const char *op, const pn_tensor *q, const pn_tensor *k, cons
         auto tk = tbwk_kernel<T, S>;
         const tlay Lq = tlay_of(c.D, c.Dv, TL_BWQ), Lk = tlay_of(c.D, c.Dv, TL_BWK);
         const bool tc = o->precision != PN_PREC_NATIVE && !a.weights; /* tensor cores */
-        if (!s && BH * Nq > 0 && !(tc && wmma_backward<S>(op, &s, o->precision, 0, c, a)) &&
+        if (!s && BH * Nq > 0 && !(tc && wmma_backward<S>(op, &s, &g, o->precision, 0, c, a)) &&
             !tiled_launch(op, &s, tq, BH * ((Nq + TQ - 1) / TQ), TT, (size_t)Lq.total * sizeof(T), c, a, Lq))
             s = pn_cu_check(op, PN_LAUNCH(kq, pn_cu_blocks(BH * Nq, DT), DT, 0, pn_cu_stream(), c, a));
-        if (!s && BH * Nk > 0 && !(tc && wmma_backward<S>(op, &s, o->precision, 1, c, a)) &&
+        if (!s && BH * Nk > 0 && !(tc && wmma_backward<S>(op, &s, &g, o->precision, 1, c, a)) &&
             !tiled_launch(op, &s, tk, BH * ((Nk + TK - 1) / TK), TT, (size_t)Lk.total * sizeof(T), c, a, Lk))
             s = pn_cu_check(op, PN_LAUNCH(kk, pn_cu_blocks(BH * Nk, DT), DT, 0, pn_cu_stream(), c, a));
         if (!s && gb_t && pn_numel(gb_t) > 0) {

@@ -165,7 +165,7 @@ const char *cudaGetErrorName(cudaError_t e) {
         N(cudaSuccess) N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation) N(cudaErrorInitializationError)
         N(cudaErrorInvalidConfiguration) N(cudaErrorInvalidDevicePointer) N(cudaErrorInvalidMemcpyDirection)
         N(cudaErrorNoDevice) N(cudaErrorInvalidDevice) N(cudaErrorInvalidResourceHandle) N(cudaErrorNotReady)
-        N(cudaErrorIllegalAddress) N(cudaErrorLaunchFailure) N(cudaErrorNotSupported) N(cudaErrorUnknown)
+        N(cudaErrorIllegalAddress) N(cudaErrorMisalignedAddress) N(cudaErrorLaunchFailure) N(cudaErrorNotSupported) N(cudaErrorUnknown)
 #undef N
     }
     return "cudaErrorUnknown";
@@ -185,6 +185,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
     default: return "unknown error";

@@ -296,6 +296,7 @@ enum cudaError_t {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
+    cudaErrorMisalignedAddress = 716,
     cudaErrorLaunchFailure = 719,
     cudaErrorNotSupported = 801,
     cudaErrorUnknown = 999
