@@ -5,6 +5,7 @@
 #   specs     every CUDA spec on the GPU (the interpreter-only ones skip)
 #   bench     experiments/perf/attention_gpu.lua $BENCH_ARGS (e.g. "scores=dot n=4096 d=64,128")
 #   probe     tools/gpu/probe.lua: one dense call's time, bf16 / f32 / CPU agreement
+#   plain     tools/gpu/sanitize.lua without the sanitizer (tells its failures from the script's)
 #   sanitize  compute-sanitizer memcheck and racecheck on tools/gpu/sanitize.lua
 #   ncu       Nsight Compute sections of the first kernel matching $NCU_KERNEL (default mfwd, the mma.sync forward;
 #             wfwd for the wmma one with PENUMBRA_CUDA_MMA=0) during probe.lua
@@ -17,8 +18,11 @@
 # d=64,128 compiled=0 power=0 rounds=2 reps=3 warmup=2" 77 s (with compiled=umbral, n=4096:
 # 88 s); "scores=dot,cosine causal=1 n=1024,4096,16384 d=64 compiled=0 power=1" 40 s; ncu 30–50 s
 # a kernel. A 15-minute lease fits, in one call: info specs probe bench ncu sanitize.
-# Next lease: BENCH_ARGS="scores=dot,dot_wmma,umbral,penumbral n=4096 d=64,128 compiled=0 power=0"
-# times the mma.sync forward against the wmma one (dot_wmma: PENUMBRA_CUDA_MMA=0).
+# Second lease (2026-11-27, three calls): start 30–60 s; specs 40–58 s; bench with six scores at
+# n=4096 d=64,128 rounds=2 reps=3 65 s (with compiled=umbral: 130 s); ncu 17–26 s a kernel;
+# memcheck 3–5 s and racecheck 60 s before sanitize.lua ended in its cosine part (README).
+# Next lease: `plain sanitize` first (is the cosine exit the sanitizer's?), then the bench after
+# ldmatrix / cp.async, then power=1 (its chunked kernels are unchanged since the first lease).
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
@@ -59,6 +63,10 @@ for stage in "$@"; do
     say "bench rc=$?"; grep -E '^\| |^targets|^causal|^peer' "$OUT/bench.log" | head -n 80 ;;
   probe)
     say probe; timeout "${T_PROBE:-120}" $PN "$R/tools/gpu/probe.lua" 2>&1 | tee "$OUT/probe.log" ;;
+  plain)
+    say plain; OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout "${T_SANITIZE:-150}" \
+      luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/sanitize.lua" > "$OUT/plain.log" 2>&1
+    say "plain rc=$?"; tail -n 3 "$OUT/plain.log" ;;
   sanitize)
     # application-only: the sanitizer follows no child process; stdout line-buffered in the script.
     # One CPU thread: on 2026-11-27 the probe (little CPU work) ran clean under memcheck while the
@@ -75,7 +83,7 @@ for stage in "$@"; do
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
       --section SourceCounters luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" > "$OUT/ncu_$k.log" 2>&1
     say "ncu rc=$?"; grep -v '^==PROF==' "$OUT/ncu_$k.log" | grep -E '^  [a-z_ ]*void|  [A-Z][A-Za-z /.()-]+  +[%a-zA-Z/]* +[0-9]' | head -n 50 ;;
-  *) echo "run.sh: unknown stage '$stage' (info, specs, bench, probe, sanitize, ncu)" ;;
+  *) echo "run.sh: unknown stage '$stage' (info, specs, bench, probe, plain, sanitize, ncu)" ;;
   esac
 done
 say end

@@ -36,16 +36,6 @@ for _, score in ipairs(pn.attention_variants()) do
     end
   end
 end
-for _, causal in ipairs({ true, false }) do
-  for _, N in ipairs({ 63, 130 }) do
-    local q, k, v = pn.randn({ 1, 2, N, 17 }, dev), pn.randn({ 1, 2, N, 17 }, dev), pn.randn({ 1, 2, N, 9 }, dev)
-    q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
-    local m = pn.full({ 2 }, 0.5, dev):requires_grad_()
-    pn.cosine_attention(q, k, v, m, { causal = causal }):sum():backward()
-    pn.cuda.synchronize()
-    print(string.format('cosine N=%d causal=%s fwd/bwd', N, tostring(causal)))
-  end
-end
 do
   local N, D = 96, 16
   local q, k, v = pn.randn({ 1, 2, N, D }, dev) * 0.3, pn.randn({ 1, 2, N, D }, dev) * 0.3, pn.randn({ 1, 2, N, D }, dev)
@@ -54,5 +44,21 @@ do
   pn.power_attention(q, k, v, { p = 2, chunk = 32, log_gate = g }):sum():backward()
   pn.cuda.synchronize()
   print('power p=2 chunk=32 gated N=96 fwd/bwd')
+end
+-- cosine last: on the H100 (2026-11-27, twice) the process ended with an error and no message
+-- under both sanitizers at N = 130 bidirectional, while the same calls pass without them
+for _, causal in ipairs({ true, false }) do
+  for _, N in ipairs({ 63, 130 }) do
+    local q, k, v = pn.randn({ 1, 2, N, 17 }, dev), pn.randn({ 1, 2, N, 17 }, dev), pn.randn({ 1, 2, N, 9 }, dev)
+    q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
+    print(string.format('cosine N=%d causal=%s: starting', N, tostring(causal)))
+    local m = pn.full({ 2 }, 0.5, dev):requires_grad_()
+    local out = pn.cosine_attention(q, k, v, m, { causal = causal })
+    pn.cuda.synchronize()
+    print('  forward done')
+    out:sum():backward()
+    pn.cuda.synchronize()
+    print(string.format('cosine N=%d causal=%s fwd/bwd', N, tostring(causal)))
+  end
 end
 print(string.format('sanitize.lua: done, %d comparisons with the CPU, worst max|Δ| %.3g', n, worst))
