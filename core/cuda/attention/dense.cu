@@ -1071,7 +1071,8 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
  * O's rescaling act on the accumulators, and the accumulators of two adjacent 8-key blocks of P,
  * rounded to H, are P·V's A operand as they stand (FlashAttention-2's arrangement). Q's fragments
  * stay in registers for the whole walk; K is staged as rows (B's pairs are two consecutive
- * coordinates of one key) and V transposed (two consecutive keys of one column), each pair one
+ * coordinates of one key) and V transposed (two consecutive keys of one column), both copied from
+ * the operands packed once per call (mpk), each pair one
  * 32-bit word; row strides of Dp + 8 and 64 + 8 halves put the 32 lanes' words in 32 banks.
  * MW (64 or 128) bounds the widths, so a narrow head does not hold a wide one's registers. */
 enum { MF_MAX = 128 };
@@ -2046,20 +2047,25 @@ pn_status mpack(const char *op, pn_cu_scratch *g, mpk<H> *P, const float *src, i
     if (__builtin_mul_overflow(BH, P->np, &halves) || __builtin_mul_overflow(halves, wp, &halves))
         return pn_error(PN_ERR_ARG, "%s: %lld × %lld × %lld packed tile elements overflow int64", op, (long long)BH,
                         (long long)P->np, (long long)wp);
+    /* the copies are the tensor-core path's only memory beyond the inputs' (linear in n, no n²) */
+    auto oom = [&]() {
+        return pn_error(PN_ERR_OOM, "%s: out of device memory for a 16-bit copy of an operand (%lld × %lld rows of %lld) "
+                        "for the tensor cores (precision bf16 / f16)", op, (long long)BH, (long long)P->np, (long long)wp);
+    };
     pn_tensor *t;
-    if (!(t = pn_cu_scratch_new(g, halves / 2, PN_F32, false))) return PN_ERR_OOM; /* wp even: whole floats */
+    if (!(t = pn_cu_scratch_new(g, halves / 2, PN_F32, false))) return oom(); /* wp even: whole floats */
     H *rows = (H *)pn_ptr(t);
     P->rows = rows;
     PN_TRY(pn_cu_check(op, PN_LAUNCH(pack_kernel<H>, pn_cu_blocks(halves), PN_CU_THREADS, 0, pn_cu_stream(), rows, src,
                                      BH, n, P->np, D, w, wp, 0)));
     if (cols) {
-        if (!(t = pn_cu_scratch_new(g, halves / 2, PN_F32, false))) return PN_ERR_OOM;
+        if (!(t = pn_cu_scratch_new(g, halves / 2, PN_F32, false))) return oom();
         P->cols = (H *)pn_ptr(t);
         PN_TRY(pn_cu_check(op, PN_LAUNCH(pack_kernel<H>, pn_cu_blocks(halves), PN_CU_THREADS, 0, pn_cu_stream(),
                                          (H *)pn_ptr(t), src, BH, n, P->np, D, w, wp, 1)));
     }
     if (nrm) {
-        if (!(t = pn_cu_scratch_new(g, BH * P->np, PN_F32, false))) return PN_ERR_OOM;
+        if (!(t = pn_cu_scratch_new(g, BH * P->np, PN_F32, false))) return oom();
         P->nrm = (const float *)pn_ptr(t);
         PN_TRY(pn_cu_check(op, PN_LAUNCH(pack_norms_kernel<H>, pn_cu_blocks(BH * P->np), PN_CU_THREADS, 0,
                                          pn_cu_stream(), (float *)pn_ptr(t), (const H *)rows, BH * P->np, wp)));
