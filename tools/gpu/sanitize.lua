@@ -45,8 +45,9 @@ do
   pn.cuda.synchronize()
   print('power p=2 chunk=32 gated N=96 fwd/bwd')
 end
--- cosine last: on the H100 (2026-11-27, twice) the process ended with an error and no message
--- under both sanitizers at N = 130 bidirectional, while the same calls pass without them
+-- cosine last: on the H100 (2026-11-27) the process ended with an error and no message under
+-- both sanitizers inside this part (once at N = 130 bidirectional, once after N = 130 causal),
+-- while the same calls pass without them (README, "Attention on an H100")
 for _, causal in ipairs({ true, false }) do
   for _, N in ipairs({ 63, 130 }) do
     local q, k, v = pn.randn({ 1, 2, N, 17 }, dev), pn.randn({ 1, 2, N, 17 }, dev), pn.randn({ 1, 2, N, 9 }, dev)

@@ -1095,18 +1095,6 @@ inline mlay mlay_of(int64_t Dg, int64_t Dv) {
     return L;
 }
 
-/* rows [r0, r0 + 64) of src (n rows of D floats) rounded to H and stored transposed: dst[d·ld + r]
- * for d < wp (zeros past w and past n); a warp per row, its lanes along the row (coalesced reads) */
-template <typename H>
-__device__ void wtile_load_t(H *dst, int64_t ld, const float *src, int64_t r0, int64_t n, int64_t D, int64_t w,
-                             int64_t wp) {
-    const int lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    for (int r = threadIdx.x / 32; r < 64; r += nw) {
-        const float *x = r0 + r < n ? src + (r0 + r) * D : NULL;
-        for (int64_t d = lane; d < wp; d += 32) dst[d * ld + r] = to16<H>(x && d < w ? x[d] : 0.0f);
-    }
-}
-
 /* An operand rounded to H once per call, so that the mma kernels' tiles are plain 16-byte copies:
  * rounding f32 tiles per block (a conversion, bounds and padding per element, once per block that
  * walks them) took most of the forward's instructions on an H100 (Nsight Compute, 2026-11-27).
@@ -1162,6 +1150,15 @@ template <typename H> __device__ void ptile_cols(H *dst, int64_t ld, const mpk<H
 /* their norms */
 template <typename H> __device__ void ptile_norms(float *dst, const mpk<H> &P, int64_t bh, int64_t r0) {
     for (int r = threadIdx.x; r < 64; r += blockDim.x) dst[r] = P.nrm[bh * P.np + r0 + r];
+}
+
+/* Whole tiles: keys [0, keys_whole) are seen by both of a lane's rows r with no modifier — no bias,
+ * ALiBi or mask, no NaN flag on the rows (a tile's keys: or-ed at its barrier), inside the causal
+ * limit (kend) — so there the score alone is what mods would return, without its per-pair index work */
+template <typename S>
+__device__ int64_t keys_whole(const dcall<float> &c, const drow<float, S> *r, const int64_t *kend) {
+    if (c.bias || c.alibi || c.mask || r[0].qb || r[1].qb) return 0;
+    return kend[0] < kend[1] ? kend[0] : kend[1];
 }
 
 /* the 32-bit word of two consecutive halves at p (p even: the layouts above keep it so) */
@@ -1253,10 +1250,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
     for (int nb = 0; nb < NV; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0;
     const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
     const bool soft = c.norm == PN_NORM_SOFTMAX;
-    /* keys [0, kwhole) are seen by both of the lane's rows with no modifier: no bias, ALiBi or
-     * mask, no NaN flag on the rows (a tile's keys: tbad below), inside the causal limit — the
-     * score alone there (mods would return it unchanged), without its per-pair index work */
-    const int64_t kwhole = c.bias || c.alibi || c.mask || r[0].qb || r[1].qb ? 0 : kend[0] < kend[1] ? kend[0] : kend[1];
+    const int64_t kwhole = keys_whole(c, r, kend);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
     int nan[2] = {0, 0};
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
@@ -1488,8 +1482,7 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     for (int nb = 0; nb < NQ; nb++) dq[nb][0] = dq[nb][1] = dq[nb][2] = dq[nb][3] = 0;
     const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
     double aq0[2] = {0, 0}, aq1[2] = {0, 0}, b0[2] = {0, 0}, b1[2] = {0, 0}, b2[2] = {0, 0}, gsum[2] = {0, 0};
-    /* whole tiles as in mfwd_kernel: the pair's score needs no row modifier there */
-    const int64_t kwhole = c.bias || c.alibi || c.mask || r[0].qb || r[1].qb ? 0 : kend[0] < kend[1] ? kend[0] : kend[1];
+    const int64_t kwhole = keys_whole(c, r, kend);
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
         __syncthreads();
         ptile_rows(Ks, L.ldq, Kp, bh, j0);
