@@ -61,6 +61,8 @@ void pn_contiguous_strides(int nd, const int64_t *shape, int64_t *strides) {
 }
 
 int pn_is_contiguous(const pn_tensor *t) {
+    for (int i = 0; i < t->nd; i++)
+        if (t->sizes[i] == 0) return 1; /* no element to be out of place (pn_contiguous_strides' strides, or any) */
     int64_t s = 1;
     for (int i = t->nd - 1; i >= 0; i--) {
         if (t->sizes[i] != 1 && t->strides[i] != s) return 0;

@@ -365,6 +365,20 @@ describe('cuda dense attention', function()
     end)
   end)
 
+  it_cuda('no query rows or no keys: empty or zero outputs as on the CPU, f32 and bf16, with the backward', function()
+    for _, prec in ipairs({ false, 'bf16' }) do
+      for _, sz in ipairs({ { 0, 7 }, { 5, 0 } }) do
+        local q, k, v = rnd({ 1, 2, sz[1], 16 }, 'f32', 1), rnd({ 1, 2, sz[2], 16 }, 'f32', 2), rnd({ 1, 2, sz[2], 8 }, 'f32', 3)
+        local ref = pn.attention(q, k, v)
+        local qc, kc, vc = q:to('cuda'):requires_grad_(), k:to('cuda'):requires_grad_(), v:to('cuda'):requires_grad_()
+        local got = pn.attention(qc, kc, vc, { precision = prec or nil })
+        close(got, ref, TOL.f32, string.format('Nq = %d, Nk = %d, %s', sz[1], sz[2], prec or 'f32'))
+        got:sum():backward()
+        assert.equal(sz[1] * 2 * 16, qc.grad:numel())
+      end
+    end
+  end)
+
   it_cuda('NaN in q gives NaN rows as on the CPU; the CPU errors (manifold, Klein ball) with its messages', function()
     each(function(dt)
       local q = rnd({ 1, 2, 6, 4 }, dt, 3, 0.05, 0.45, function(v) v[4 * 2 + 2] = 0 / 0 end)

@@ -173,6 +173,9 @@ describe('views', function()
     local tr = x:transpose(1, 3) -- (4,3,2)
     assert.same({ 4, 3, 2 }, tr:shape())
     assert.is_false(tr:is_contiguous())
+    -- an empty tensor is contiguous whatever its strides (no element is out of place)
+    assert.is_true(pn.zeros({ 2, 0, 3 }):is_contiguous())
+    assert.is_true(pn.zeros({ 2, 0, 3 }):transpose(1, 3):is_contiguous())
     for i = 1, 4 do for j = 1, 3 do for k = 1, 2 do
       assert.equal((k - 1) * 12 + (j - 1) * 4 + (i - 1), naive_get(tr, { i, j, k }))
     end end end
