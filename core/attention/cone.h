@@ -82,59 +82,70 @@ PN_HD static inline EPI(dpair) EPI(umbral_pair_vjp)(const EPI(umbral_h) *h, cons
 PN_EPI_BLOCKS(umbral, PN_T_Q1 | PN_T_K1, 0, PN_P_gamma, PN_P_r, -1)
 
 /* ---- penumbral --------------------------------------------------------------------------- */
-/* Per key, once per block (penumbral_key): B = √(r² − k_d²), 1/√(r² − k_d²) (clamped, see
- * above), r² − k_d² (the cone test is (Δ − A)² < r² − k_d²) and k_d². Per row (penumbral_row):
- * A = √(r² − q_d²), its clamped reciprocal, −∂A/∂q_d / 2 and q_d². Both branches then end in
- * one square root: r² − mm² inside (then the max with the heights), x² + k_d² outside — the
- * lane's branch picks the radicand first. 1/√ of the radicands gives the roots and the
- * divisions of the derivative together.
+/* Per key, once per block (penumbral_key): B/2 with B = √(r² − k_d²), 1/B (clamped, see
+ * above) and k_d². Per row (penumbral_row): A/2 with A = √(r² − q_d²), 1/A, −∂A/∂q_d / 2 and
+ * q_d². Halves, because the pair's arithmetic wants mm = (A + B − Δ)/2, and the cone test
+ * needs no other number: for Δ > A it is (Δ − A)² < B², i.e. Δ < A + B, i.e. mm > 0 (B ≥ 0
+ * clamped: a key above the horosphere has B = 0 and only Δ ≤ A is inside). Both branches then
+ * end in one square root: r² − mm² inside (then the max with the heights), x² + k_d² outside —
+ * the lane's branch picks the radicand first. 1/√ of the radicands gives the roots and the
+ * divisions of the derivative together. penumbral_geom holds that part once, for the score and
+ * its VJP, so their branch tests see the same numbers.
  * The dense backward recomputes the scores (fwd_save) before the VJP: that pass stores the two
  * reciprocal roots of every pair, 1/Δ and 1/√rad (sv0, sv1), and the VJP (vjp_saved, keep)
  * reads them instead of evaluating them again — the roots are most of the score's arithmetic.
  * Same numbers either way (bit for bit): the VJP redoes only the cheap arithmetic around
- * them, so its branch tests see exactly the forward's values. */
+ * them. */
 typedef struct { real gamma, r, r2; int squared; } EPI(penumbral_h);
 PN_HD static inline EPI(penumbral_h) EPI(penumbral_head)(const pn_score_params *p) {
     const real r = (real)p->v[PN_P_r];
     EPI(penumbral_h) h = {(real)p->v[PN_P_gamma], r, r * r, p->squared};
     return h;
 }
-/* {B, 1/B (0 near the horosphere), r² − k_d², k_d²} */
+/* {B/2, 1/B (0 near the horosphere), k_d², k_d²/2} */
 PN_HD static inline EPI(x4) EPI(penumbral_key)(const EPI(penumbral_h) *h, real k0, real k1) {
     real kh2 = k1 * k1;
     real bk = h->r2 - kh2;
     real ib = bk > 0 ? pn_rsqrt(bk) : 0;
-    EPI(x4) x = {bk * ib, bk > PN_EPI_EPS * h->r2 ? ib : 0, bk, kh2};
+    EPI(x4) x = {(real)0.5 * bk * ib, bk > PN_EPI_EPS * h->r2 ? ib : 0, kh2, (real)0.5 * kh2};
     return x;
 }
-/* {A, 1/A (0 near the horosphere), −∂A/∂q_d / 2, q_d²} */
+/* {A/2, 1/A (0 near the horosphere), −∂A/∂q_d / 2, q_d²} */
 PN_HD static inline EPI(x4) EPI(penumbral_row)(const EPI(penumbral_h) *h, real q0, real q1) {
     const real qh2 = q1 * q1;
     const real aq = h->r2 - qh2;
     const real iAq = aq > 0 ? pn_rsqrt(aq) : 0;
     const real iA = aq > PN_EPI_EPS * h->r2 ? iAq : 0;
-    EPI(x4) x = {aq * iAq, iA, (real)0.5 * q1 * iA, qh2};
+    EPI(x4) x = {(real)0.5 * aq * iAq, iA, (real)0.5 * q1 * iA, qh2};
     return x;
 }
 
-/* sv0 = 1/Δ (0 at the kink), sv1 = 1/√rad (0 where rad ∉ (0, 3e38)) */
+/* one pair's geometry from Δ and 1/Δ: inside the cone or not, mm = (A + B − Δ)/2,
+ * u = (q_d² − k_d²)/(2Δ) and x = Δ/2 + u (Eq. 6), and the radicand of the height */
+typedef struct { real mm, u, x, rad; int in; } EPI(penumbral_g);
+PN_HD static inline EPI(penumbral_g) EPI(penumbral_geom)(const EPI(penumbral_h) *h, const EPI(x4) r,
+                                                        const EPI(x4) k, real d, real rd) {
+    EPI(penumbral_g) g;
+    const real hd = (real)0.5 * d;
+    g.mm = (r.a + k.a) - hd;
+    g.in = g.mm > 0 || hd <= r.a; /* Δ < A + B, or Δ ≤ A */
+    /* outside, Δ > A ≥ 0, so rd = 1/Δ */
+    g.u = ((real)0.5 * r.d - k.d) * rd;
+    g.x = hd + g.u;
+    g.rad = g.in ? h->r2 - g.mm * g.mm : g.x * g.x + k.c;
+    return g;
+}
+
+/* sv0 = 1/Δ (0 at the kink), sv1 = 1/√rad (0 where rad is not a positive normal float) */
 PN_HD static inline EPI(spair) EPI(penumbral_pair)(const EPI(penumbral_h) *h, const EPI(x4) r, const EPI(x4) k, real G,
                                              real q0, real q1, real k0, real k1) {
-    const real A = r.a, qh2 = r.d, B = k.a, B2 = k.c, K2 = k.d;
     real d2 = -2 * G;
     real rd = pn_rsqrt(d2); /* 1/Δ, 0 at the kink */
-    real d = d2 * rd;
-    real t = d - A;
-    int in = t * t < B2 || d <= A;
-    real mm = (A + B - d) * (real)0.5;
-    /* outside (Eq. 6): x = (Δ² + q_d² − k_d²)/(2Δ); there Δ > A ≥ 0, so rd = 1/Δ */
-    real x = (real)0.5 * d + (real)0.5 * (qh2 - K2) * rd;
-    real rad = in ? h->r2 - mm * mm : x * x + K2;
-    real ih = rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0;
-    real hh = rad > (real)3e38 ? rad : rad * ih; /* f32 overflow of x²: height +inf, weight 0 */
-    real ht = hh;
-    ht = in && q1 > ht ? q1 : ht; /* inside (Eq. 5): max(q_d, k_d, z) */
-    ht = in && k1 > ht ? k1 : ht;
+    const EPI(penumbral_g) g = EPI(penumbral_geom)(h, r, k, d2 * rd, rd);
+    real ih = pn_rsqrt(g.rad);
+    real hh = g.rad > (real)3e38 ? g.rad : g.rad * ih; /* f32 overflow of x²: height +inf, weight 0 */
+    real qk = q1 > k1 ? q1 : k1;
+    real ht = g.in && qk > hh ? qk : hh; /* inside (Eq. 5): max(q_d, k_d, z) */
     EPI(spair) o = {h->squared ? -h->gamma * ht * ht : -h->gamma * ht, rd, ih};
     return o;
 }
@@ -144,21 +155,17 @@ PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h
                                                  real G, real q0, real q1, real k0, real k1, real ds, real sv0,
                                                  real sv1, int keep, int want) {
     EPI(dpair) dp = {0, 0, 0, 0, 0, 0, 0, 0};
-    const real A = r.a, iA = r.b, QA = r.c, qh2 = r.d, B = k.a, iB = k.b, B2 = k.c, K2 = k.d;
-    const real rr = h->r, r2 = h->r2, gamma = h->gamma;
+    const real iA = r.b, QA = r.c, iB = k.b;
+    const real rr = h->r, gamma = h->gamma;
     real g = ds;
     real d2 = -2 * G;
     real rd = keep ? sv0 : pn_rsqrt(d2); /* 1/Δ, 0 at the kink */
-    real d = d2 * rd;
+    const EPI(penumbral_g) ge = EPI(penumbral_geom)(h, r, k, d2 * rd, rd);
+    const real mm = ge.mm, u = ge.u, x = ge.x;
+    const int in = ge.in;
     real qh = q1, kh = k1;
-    real t = d - A;
-    int in = t * t < B2 || d <= A;
-    real mm = (A + B - d) * (real)0.5;
-    real u = (real)0.5 * (qh2 - K2) * rd; /* (q_d² − k_d²)/(2Δ) */
-    real x = (real)0.5 * d + u;
-    real rad = in ? r2 - mm * mm : x * x + K2;
-    real ih = keep ? sv1 : (rad > 0 && rad < (real)3e38 ? pn_rsqrt(rad) : 0); /* 1/z or 1/h */
-    real hh = rad * ih;
+    real ih = keep ? sv1 : pn_rsqrt(ge.rad); /* 1/z or 1/h */
+    real hh = ge.rad * ih;
     int isz = in && hh >= qh && hh >= kh;
     int isq = in && !isz && qh >= kh;
     int isk = in && !isz && !isq;
