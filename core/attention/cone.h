@@ -83,7 +83,7 @@ PN_EPI_BLOCKS(umbral, PN_T_Q1 | PN_T_K1, 0, PN_P_gamma, PN_P_r, -1)
 
 /* ---- penumbral --------------------------------------------------------------------------- */
 /* Per key, once per block (penumbral_key): B/2 with B = √(r² − k_d²), 1/B (clamped, see
- * above) and k_d². Per row (penumbral_row): A/2 with A = √(r² − q_d²), 1/A, −∂A/∂q_d / 2 and
+ * above), k_d² and −∂B/∂k_d / 2. Per row (penumbral_row): A/2 with A = √(r² − q_d²), 1/A, −∂A/∂q_d / 2 and
  * q_d². Halves, because the pair's arithmetic wants mm = (A + B − Δ)/2, and the cone test
  * needs no other number: for Δ > A it is (Δ − A)² < B², i.e. Δ < A + B, i.e. mm > 0 (B ≥ 0
  * clamped: a key above the horosphere has B = 0 and only Δ ≤ A is inside). Both branches then
@@ -102,12 +102,13 @@ PN_HD static inline EPI(penumbral_h) EPI(penumbral_head)(const pn_score_params *
     EPI(penumbral_h) h = {(real)p->v[PN_P_gamma], r, r * r, p->squared};
     return h;
 }
-/* {B/2, 1/B (0 near the horosphere), k_d², k_d²/2} */
+/* {B/2, 1/B (0 near the horosphere), k_d², −∂B/∂k_d / 2} */
 PN_HD static inline EPI(x4) EPI(penumbral_key)(const EPI(penumbral_h) *h, real k0, real k1) {
     real kh2 = k1 * k1;
     real bk = h->r2 - kh2;
     real ib = bk > 0 ? pn_rsqrt(bk) : 0;
-    EPI(x4) x = {(real)0.5 * bk * ib, bk > PN_EPI_EPS * h->r2 ? ib : 0, kh2, (real)0.5 * kh2};
+    const real iB = bk > PN_EPI_EPS * h->r2 ? ib : 0;
+    EPI(x4) x = {(real)0.5 * bk * ib, iB, kh2, (real)0.5 * k1 * iB};
     return x;
 }
 /* {A/2, 1/A (0 near the horosphere), −∂A/∂q_d / 2, q_d²} */
@@ -130,7 +131,7 @@ PN_HD static inline EPI(penumbral_g) EPI(penumbral_geom)(const EPI(penumbral_h) 
     g.mm = (r.a + k.a) - hd;
     g.in = g.mm > 0 || hd <= r.a; /* Δ < A + B, or Δ ≤ A */
     /* outside, Δ > A ≥ 0, so rd = 1/Δ */
-    g.u = ((real)0.5 * r.d - k.d) * rd;
+    g.u = ((real)0.5 * r.d - (real)0.5 * k.c) * rd;
     g.x = hd + g.u;
     g.rad = g.in ? h->r2 - g.mm * g.mm : g.x * g.x + k.c;
     return g;
@@ -155,7 +156,7 @@ PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h
                                                  real G, real q0, real q1, real k0, real k1, real ds, real sv0,
                                                  real sv1, int keep, int want) {
     EPI(dpair) dp = {0, 0, 0, 0, 0, 0, 0, 0};
-    const real iA = r.b, QA = r.c, iB = k.b;
+    const real iA = r.b, QA = r.c, iB = k.b, KB = k.d;
     const real rr = h->r, gamma = h->gamma;
     real g = ds;
     real d2 = -2 * G;
@@ -176,12 +177,14 @@ PN_HD static inline EPI(dpair) EPI(penumbral_pair_vjp)(const EPI(penumbral_h) *h
     /* inside, height = z = √(r² − mm²), mm = (A + B − Δ)/2:
      *   ∂z/∂mm = −mm/z, ∂mm/∂A = ∂mm/∂B = ½, ∂mm/∂Δ = −½; gmm = ∂L/∂mm */
     real gmm = isz ? -w * mm : 0;
-    /* outside, height = √(x² + k_d²), x = Δ/2 + u: gx = ∂L/∂x */
-    real gx = in ? 0 : w * x;
-    real gd = (real)0.5 * (gx - gmm) - gx * u * rd; /* ∂L/∂Δ */
-    real KB = (real)0.5 * kh * iB;                  /* −∂B/∂k_d / 2 */
-    real gq1 = (isq ? gh : 0) - gmm * QA + gx * qh * rd;
-    real gk1 = (isk ? gh : 0) - gmm * KB + (in ? 0 : w * kh) - gx * kh * rd;
+    /* outside, height = √(x² + k_d²), x = Δ/2 + u, u = (q_d² − k_d²)/(2Δ): gx = ∂L/∂x,
+     * and ∂u/∂Δ = −u/Δ, ∂u/∂q_d = q_d/Δ, ∂u/∂k_d = −k_d/Δ (gxr = gx/Δ) */
+    real wo = in ? 0 : w;
+    real gx = wo * x;
+    real gxr = gx * rd;
+    real gd = (real)0.5 * (gx - gmm) - gxr * u; /* ∂L/∂Δ */
+    real gq1 = (isq ? gh : 0) - gmm * QA + gxr * qh;
+    real gk1 = (isk ? gh : 0) - gmm * KB + kh * (wo - gxr);
 
     real f = g != 0 ? (real)0.5 * gd * rd : 0; /* ∂L/∂(Δ²) */
     dp.q1 = g != 0 ? gq1 : 0;
