@@ -61,8 +61,13 @@ PN_HD static inline float pn_rsqrtf_fast(float x) {
      * itself, and a negative x seeds a tiny y whose products underflow — subnormal results,
      * each a ~100-cycle microcode assist (70× slower measured on a Xeon). |x| seeds a normal y
      * for every x but the subnormals and zero. */
+#if defined(__CUDA_ARCH__) /* the GPU (nvcc's device pass; not the interpreter): its special-function
+                              unit's 1/√, one instruction within 2 ulp */
+    return ok ? rsqrtf(x) : 0.0f;
+#else
     float y = pn_rsqrtf_core(fabsf(x));
     return ok ? y : 0.0f;
+#endif
 }
 
 /* sqrt for x >= 0 (x <= 0 and subnormal x → 0, +inf → +inf) */
