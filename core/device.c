@@ -22,6 +22,9 @@ pn_status pn_cuda_synchronize(void) { return no_cuda("cuda.synchronize"); }
 int pn_cuda_set_tf32(int on) { return 0; } /* nothing to switch: no CUDA matmul here */
 pn_status pn_cuda_emu_schedule(const char *spec) { return no_cuda("cuda.emu_schedule"); }
 const char *pn_cuda_emu_schedule_name(void) { return ""; }
+pn_status pn_cuda_emu_device_memory(int64_t bytes, int64_t *prev, int64_t *used) {
+    return no_cuda("cuda.emu_device_memory");
+}
 pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) { return no_cuda("cuda.emu_selftest"); }
 pn_status pn_cuda_mma_check(int half, const float *a, const float *b, const float *c, float *d) {
     return no_cuda("cuda.mma_check");

@@ -108,6 +108,10 @@ int pn_cuda_set_tf32(int on);
  * = fwd); pn_cuda_emu_schedule_name says which is in force. */
 pn_status pn_cuda_emu_schedule(const char *spec);
 const char *pn_cuda_emu_schedule_name(void);
+/* The device memory the interpreter reports and lets cudaMalloc hand out, in bytes (0: its
+ * default, 80 GiB; < 0: unchanged); *prev gets the size before and *used what cudaMalloc has
+ * handed out (either may be NULL). An error on a GPU. */
+pn_status pn_cuda_emu_device_memory(int64_t bytes, int64_t *prev, int64_t *used);
 /* The interpreter's planted-bug cases (core/cuda/emu/selftest.cu): runs case name, writes up
  * to n result values to out; the interpreter's report as the error when it caught one. */
 pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n);

@@ -365,6 +365,55 @@ describe('cuda dense attention', function()
     end)
   end)
 
+  it_cuda('precision bf16: when the 16-bit copies of the operands do not fit in device memory, the wmma kernels run instead (forward; backward), with the CPU\'s answer', function()
+    if not pn.cuda.interpreted() then pending('needs the interpreter\'s device-memory size (pn.cuda.emu_device_memory)'); return end
+    -- one query block against many keys, then many queries against one key block: the copies
+    -- (2048 rows of 16 bf16) are then the largest allocations of the forward and of the backward's
+    -- query pass (K, V), or of the backward's key pass (Q, dO; that forward's largest is its
+    -- output). The gradients are held against the same call with room (the mma kernels): summed over
+    -- 2000 rows with cancellation, bf16 keeps dk and dv only to ~5 % of the CPU's on either kernel.
+    for _, cs in ipairs({ { 3, 2000, { false, true }, 'umbral' }, { 2000, 3, { true }, 'dot' } }) do
+      local B, H, Nq, Nk, D = 1, 1, cs[1], cs[2], 16
+      local q = rnd({ B, H, Nq, D }, 'f32', 21, 0.05, 0.45)
+      local k = rnd({ B, H, Nk, D }, 'f32', 22, 0.05, 0.45)
+      local v = rnd({ B, H, Nk, D }, 'f32', 23, -0.5, 0.5)
+      local w = rnd({ B, H, Nq, D }, 'f32', 24, -1, 1)
+      q:requires_grad_(); k:requires_grad_(); v:requires_grad_()
+      local ref = pn.attention(q, k, v, { score = cs[4] })
+      ;(ref * w):sum():backward()
+      local function call(backward)
+        local qc, kc, vc = q:detach():to('cuda'):requires_grad_(), k:detach():to('cuda'):requires_grad_(),
+          v:detach():to('cuda'):requires_grad_()
+        local got = pn.attention(qc, kc, vc, { score = cs[4], precision = 'bf16' })
+        if backward then (got * w:to('cuda')):sum():backward() end
+        pn.cuda.synchronize()
+        return { got, qc.grad, kc.grad, vc.grad }
+      end
+      for _, backward in ipairs(cs[3]) do
+        local what = string.format('%s, Nq = %d, Nk = %d, %s', cs[4], Nq, Nk, backward and 'forward and backward' or 'forward')
+        -- what the call takes from cudaMalloc with room to spare (an empty cache first, so all of it is new) …
+        pn.cuda.empty_cache()
+        local _, used0 = pn.cuda.emu_device_memory()
+        local roomy = call(backward)
+        local _, used1 = pn.cuda.emu_device_memory()
+        assert(used1 - used0 > 2 * 65536, what .. ': the call took less than the copies need')
+        -- … and the same call with 48 KiB less than that: a 64 KiB copy no longer fits
+        pn.cuda.empty_cache()
+        local _, base = pn.cuda.emu_device_memory()
+        local prev = pn.cuda.emu_device_memory(base + (used1 - used0) - 49152)
+        local ok, res = pcall(call, backward)
+        pn.cuda.emu_device_memory(prev)
+        assert(ok, what .. ' with too little device memory for the copies: ' .. tostring(res))
+        close(res[1], ref, TOL.bf16, 'bf16 ' .. what .. ' without room for the copies')
+        if backward then
+          for n, name in ipairs({ 'q', 'k', 'v' }) do
+            close(res[n + 1], roomy[n + 1], TOL.bf16, 'bf16 ' .. what .. ': d' .. name .. ' against the call with room')
+          end
+        end
+      end
+    end
+  end)
+
   it_cuda('no query rows or no keys: empty or zero outputs as on the CPU, f32 and bf16, with the backward', function()
     for _, prec in ipairs({ false, 'bf16' }) do
       for _, sz in ipairs({ { 0, 7 }, { 5, 0 } }) do

@@ -136,6 +136,20 @@ pn_status pn_cuda_emu_schedule(const char *spec) {
 #endif
 }
 
+pn_status pn_cuda_emu_device_memory(int64_t bytes, int64_t *prev, int64_t *used) {
+#ifdef PN_CUDA_EMU
+    long long u = 0;
+    const long long p = pn_emu_set_device_memory((long long)bytes, &u);
+    if (prev) *prev = (int64_t)p;
+    if (used) *used = (int64_t)u;
+    return PN_OK;
+#else
+    (void)bytes, (void)prev, (void)used;
+    return pn_error(PN_ERR_DEVICE, "cuda.emu_device_memory: this build runs CUDA on %s, not the kernel interpreter",
+                    pn_cuda_available() ? "a GPU" : "no device");
+#endif
+}
+
 const char *pn_cuda_emu_schedule_name(void) {
 #ifdef PN_CUDA_EMU
     return pn_emu_schedule();

@@ -51,6 +51,18 @@ function M.with_schedule(spec, fn)
   if not ok then error(err, 0) end
 end
 
+-- The device memory the interpreter reports and lets cudaMalloc hand out: with bytes (0: its
+-- default, 80 GiB) it sets the size; returns the size before and the bytes cudaMalloc has handed
+-- out (the allocator's cache included). Makes out-of-memory paths testable.
+function M.emu_device_memory(bytes)
+  if bytes ~= nil and (type(bytes) ~= 'number' or bytes < 0 or bytes % 1 ~= 0) then
+    error('cuda.emu_device_memory: expected a whole number of bytes >= 0 (0: the default), got ' .. tostring(bytes), 2)
+  end
+  local prev, used = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  B.check(C.pn_cuda_emu_device_memory(bytes or -1, prev, used))
+  return tonumber(prev[0]), tonumber(used[0])
+end
+
 -- The interpreter's planted-bug cases (core/cuda/emu/selftest.cu): true and the case's result
 -- values, or false and the interpreter's report.
 function M.selftest(name, n)

@@ -2040,7 +2040,8 @@ pn_status mpack(const char *op, pn_cu_scratch *g, mpk<H> *P, const float *src, i
     if (__builtin_mul_overflow(BH, P->np, &halves) || __builtin_mul_overflow(halves, wp, &halves))
         return pn_error(PN_ERR_ARG, "%s: %lld × %lld × %lld packed tile elements overflow int64", op, (long long)BH,
                         (long long)P->np, (long long)wp);
-    /* the copies are the tensor-core path's only memory beyond the inputs' (linear in n, no n²) */
+    /* the copies are the tensor-core path's only memory beyond the inputs' (linear in n, no n²);
+     * when they do not fit, the callers fall back to the wmma kernels (mpack_oom) */
     auto oom = [&]() {
         return pn_error(PN_ERR_OOM, "%s: out of device memory for a 16-bit copy of an operand (%lld × %lld rows of %lld) "
                         "for the tensor cores (precision bf16 / f16)", op, (long long)BH, (long long)P->np, (long long)wp);
@@ -2066,6 +2067,16 @@ pn_status mpack(const char *op, pn_cu_scratch *g, mpk<H> *P, const float *src, i
     return PN_OK;
 }
 
+/* After a failed mpack: when it ran out of device memory, the copies' scratch (taken since nt0)
+ * goes back and the status is cleared — true, and the caller returns false ("not launched"),
+ * so the wmma kernels, which read the f32 operands and need no copies, run instead. */
+inline bool mpack_oom(pn_status *s, pn_cu_scratch *g, int nt0) {
+    if (*s != PN_ERR_OOM) return false;
+    while (g->nt > nt0) pn_release(g->t[--g->nt]);
+    *s = PN_OK;
+    return true;
+}
+
 /* the forward on tensor cores (precision bf16 / f16, f32 tensors); false: not launched */
 template <typename H, typename S>
 bool mma_forward(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, float *out, float *stat) {
@@ -2074,9 +2085,10 @@ bool mma_forward(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<flo
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     mpk<H> Kp, Vp;
+    const int nt0 = g->nt;
     if ((*s = mpack<H>(op, g, &Kp, c.k, c.BH, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp, false, c.diff)) ||
         (*s = mpack<H>(op, g, &Vp, c.v, c.BH, c.Nk, c.Dv, c.Dv, L.Dvp, true, false)))
-        return true;
+        return !mpack_oom(s, g, nt0);
     if (L.Dp <= 64 && L.Dvp <= 64)
         return tiled_launch(op, s, mfwd_kernel<H, S, 64>, nblk, WT, bytes, c, L, Kp, Vp, out, stat);
     return tiled_launch(op, s, mfwd_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, L, Kp, Vp, out, stat);
@@ -2127,9 +2139,10 @@ bool mma_backward_q(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     mpk<H> Kp, Vp;
+    const int nt0 = g->nt;
     if ((*s = mpack<H>(op, g, &Kp, c.k, c.BH, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp, true, c.diff)) ||
         (*s = mpack<H>(op, g, &Vp, c.v, c.BH, c.Nk, c.Dv, c.Dv, L.Dvp, false, false)))
-        return true;
+        return !mpack_oom(s, g, nt0);
     if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwq_kernel<H, S, 64>, nblk, WT, bytes, c, a, L, Kp, Vp);
     return tiled_launch(op, s, mbwq_kernel<H, S, MF_MAX>, nblk, WT, bytes, c, a, L, Kp, Vp);
 }
@@ -2140,9 +2153,10 @@ bool mma_backward_k(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<
     if (!mma_wanted(L.Dp, L.Dvp, MK_MAX)) return false;
     const int64_t nblk = c.BH * ((c.Nk + WK - 1) / WK);
     mpk<H> Qp, Op;
+    const int nt0 = g->nt;
     if ((*s = mpack<H>(op, g, &Qp, c.q, c.BH, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp, true, c.diff)) ||
         (*s = mpack<H>(op, g, &Op, a.dout, c.BH, c.Nq, c.Dv, c.Dv, L.Dvp, true, false)))
-        return true;
+        return !mpack_oom(s, g, nt0);
     return tiled_launch(op, s, mbwk_kernel<H, S>, nblk, WT, (size_t)L.total + 128, c, a, L, Qp, Op);
 }
 

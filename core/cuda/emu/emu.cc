@@ -26,7 +26,8 @@ struct CUevent_st {
 
 namespace {
 
-const size_t TOTAL_MEM = 80ull << 30;
+const size_t DEFAULT_MEM = 80ull << 30; /* an H100's */
+size_t g_total_mem = DEFAULT_MEM; /* pn_emu_set_device_memory */
 
 std::recursive_mutex g_mu;                 /* one lock over all runtime state */
 /* base → bytes; never destroyed, so device memory alive at exit stays reachable for
@@ -225,7 +226,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
     if (dev != 0) return pn_emu_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties: no device %d", dev);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "penumbra kernel interpreter");
-    p->totalGlobalMem = TOTAL_MEM;
+    p->totalGlobalMem = g_total_mem;
     p->sharedMemPerBlock = 49152;
     p->sharedMemPerBlockOptin = 232448;
     p->sharedMemPerMultiprocessor = 233472;
@@ -249,8 +250,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     Lock l(g_mu);
-    if (free_bytes) *free_bytes = g_alloc_bytes < TOTAL_MEM ? TOTAL_MEM - g_alloc_bytes : 0;
-    if (total_bytes) *total_bytes = TOTAL_MEM;
+    if (free_bytes) *free_bytes = g_alloc_bytes < g_total_mem ? g_total_mem - g_alloc_bytes : 0;
+    if (total_bytes) *total_bytes = g_total_mem;
     return cudaSuccess;
 }
 
@@ -269,13 +270,22 @@ bool pn_emu_is_device(const void *p, size_t bytes) {
     return (uintptr_t)p + bytes <= it->first + it->second;
 }
 
+extern "C" long long pn_emu_set_device_memory(long long bytes, long long *used) {
+    Lock l(g_mu);
+    const long long prev = (long long)g_total_mem;
+    if (bytes >= 0) g_total_mem = bytes > 0 ? (size_t)bytes : DEFAULT_MEM;
+    if (used) *used = (long long)g_alloc_bytes;
+    return prev;
+}
+
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     Lock l(g_mu);
     g_malloc_calls++;
     if (!p) return pn_emu_error(cudaErrorInvalidValue, "cudaMalloc: NULL result pointer");
     *p = nullptr;
-    if (bytes > TOTAL_MEM - g_alloc_bytes)
-        return pn_emu_error(cudaErrorMemoryAllocation, "cudaMalloc(%zu): over the 80 GiB the interpreter reports", bytes);
+    if (g_alloc_bytes > g_total_mem || bytes > g_total_mem - g_alloc_bytes) /* the size may have been lowered */
+        return pn_emu_error(cudaErrorMemoryAllocation, "cudaMalloc(%zu): over the %zu bytes the interpreter reports (%zu in use)",
+                            bytes, g_total_mem, g_alloc_bytes);
     void *m = nullptr;
     /* own heap block per allocation (exact size, so ASan sees overruns); 256-aligned like the driver */
     if (posix_memalign(&m, 256, bytes ? bytes : 1))

@@ -379,6 +379,10 @@ int pn_emu_set_schedule(const char *spec);         /* fwd | rev | rand:SEED; NUL
 const char *pn_emu_schedule(void);                 /* the current spec */
 long long pn_emu_malloc_calls(void);               /* cumulative cudaMalloc calls */
 long long pn_emu_launches(void);                   /* cumulative queued launches */
+/* the device memory the interpreter reports and lets cudaMalloc hand out, in bytes (0: the
+ * default 80 GiB; < 0: unchanged); returns the previous size and, in *used, what cudaMalloc has
+ * handed out — a small size makes out-of-memory paths testable */
+long long pn_emu_set_device_memory(long long bytes, long long *used);
 }
 
 /* ---- launches and other queued work ---------------------------------------------- */
