@@ -83,8 +83,8 @@ PN_EPI_BLOCKS(umbral, PN_T_Q1 | PN_T_K1, 0, PN_P_gamma, PN_P_r, -1)
 
 /* ---- penumbral --------------------------------------------------------------------------- */
 /* Per key, once per block (penumbral_key): B/2 with B = √(r² − k_d²), 1/B (clamped, see
- * above), k_d² and −∂B/∂k_d / 2. Per row (penumbral_row): A/2 with A = √(r² − q_d²), 1/A, −∂A/∂q_d / 2 and
- * q_d². Halves, because the pair's arithmetic wants mm = (A + B − Δ)/2, and the cone test
+ * above), k_d² and −∂B/∂k_d / 2. Per row (penumbral_row): A/2 with A = √(r² − q_d²), 1/A,
+ * −∂A/∂q_d / 2 and q_d². Halves, because the pair's arithmetic wants mm = (A + B − Δ)/2, and the cone test
  * needs no other number: for Δ > A it is (Δ − A)² < B², i.e. Δ < A + B, i.e. mm > 0 (B ≥ 0
  * clamped: a key above the horosphere has B = 0 and only Δ ≤ A is inside). Both branches then
  * end in one square root: r² − mm² inside (then the max with the heights), x² + k_d² outside —

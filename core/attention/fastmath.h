@@ -57,14 +57,14 @@ PN_HD static inline float pn_rsqrtf_core(float x) {
  * one evaluation). */
 PN_HD static inline float pn_rsqrtf_fast(float x) {
     int ok = x >= 1.17549435e-38f && x <= 3.40282347e38f;
-    /* not `ok ? x : 1`: GCC folds that select into the final one and runs the steps on x
-     * itself, and a negative x seeds a tiny y whose products underflow — subnormal results,
-     * each a ~100-cycle microcode assist (70× slower measured on a Xeon). |x| seeds a normal y
-     * for every x but the subnormals and zero. */
 #if defined(__CUDA_ARCH__) /* the GPU (nvcc's device pass; not the interpreter): its special-function
                               unit's 1/√, one instruction within 2 ulp */
     return ok ? rsqrtf(x) : 0.0f;
 #else
+    /* not `ok ? x : 1`: GCC folds that select into the final one and runs the steps on x
+     * itself, and a negative x seeds a tiny y whose products underflow — subnormal results,
+     * each a ~100-cycle microcode assist (70× slower measured on a Xeon). |x| seeds a normal y
+     * for every x but the subnormals and zero. */
     float y = pn_rsqrtf_core(fabsf(x));
     return ok ? y : 0.0f;
 #endif

@@ -55,8 +55,9 @@ end
 -- default, 80 GiB) it sets the size; returns the size before and the bytes cudaMalloc has handed
 -- out (the allocator's cache included). Makes out-of-memory paths testable.
 function M.emu_device_memory(bytes)
-  if bytes ~= nil and (type(bytes) ~= 'number' or bytes < 0 or bytes % 1 ~= 0) then
-    error('cuda.emu_device_memory: expected a whole number of bytes >= 0 (0: the default), got ' .. tostring(bytes), 2)
+  if bytes ~= nil and (type(bytes) ~= 'number' or bytes < 0 or bytes % 1 ~= 0 or bytes > 2 ^ 53) then
+    error('cuda.emu_device_memory: expected a whole number of bytes from 0 to 2^53 (0: the default), got ' ..
+      tostring(bytes), 2)
   end
   local prev, used = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
   B.check(C.pn_cuda_emu_device_memory(bytes or -1, prev, used))
