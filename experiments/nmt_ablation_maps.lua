@@ -10,7 +10,8 @@
 --   ./bench experiments/nmt_ablation_maps.lua preset=small epochs=1 train_limit=300 eval_limit=20   (a dry run)
 --   ./bench experiments/nmt_ablation_maps.lua resume=runs/ablation/nmt_ablation_maps-<stamp>.h5
 --
--- Keys: scores (penumbral,umbral,hyperbolic: which rows), seeds (3), resume=<table.h5>,
+-- Keys: scores (penumbral,umbral,hyperbolic: which rows), maps (exp0,xi,psi,pseudopolar: which
+-- columns; e.g. maps=exp0 when the ξ/ψ runs exist already), seeds (3), resume=<table.h5>,
 -- plot=false; any other key=value goes to every run (preset=small epochs=1 …).
 --
 -- Writes runs/ablation/nmt_ablation_maps-<UTC stamp>.md and .h5: the Table 2 layout (rows =
@@ -31,19 +32,23 @@ local ROWS = {
 return compare.sweep {
   name = 'nmt_ablation_maps',
   args = rawget(_G, 'args'),
-  keys = { scores = 'penumbral,umbral,hyperbolic' },
+  keys = { scores = 'penumbral,umbral,hyperbolic', maps = 'exp0,xi,psi,pseudopolar' },
   pass = { quiet = 'true' },
   rows = function(k)
-    local want, known = {}, {}
+    local want, known, want_map, known_map = {}, {}, {}, {}
     for _, s in ipairs(compare.list(k.scores)) do want[s] = true end
-    for _, r in ipairs(ROWS) do known[r[1]] = true end
+    for _, m in ipairs(compare.list(k.maps)) do want_map[m] = true end
+    for _, r in ipairs(ROWS) do known[r[1]] = true; known_map[r[2]] = true end
     for s in pairs(want) do
       if not known[s] then error("nmt_ablation_maps: scores: no rows for '" .. s .. "' (penumbral, umbral, hyperbolic)", 0) end
+    end
+    for m in pairs(want_map) do
+      if not known_map[m] then error("nmt_ablation_maps: maps: no rows for '" .. m .. "' (exp0, xi, psi, pseudopolar)", 0) end
     end
     local rows = {}
     for _, r in ipairs(ROWS) do
       local score, map, model = r[1], r[2], r[3]
-      if want[score] then
+      if want[score] and want_map[map] then
         rows[#rows + 1] = {
           name = score .. ' ' .. map .. (model and (' (' .. model .. ')') or ''),
           script = home .. '/experiments/nmt_multi30k_' .. score .. '.lua',
@@ -52,7 +57,7 @@ return compare.sweep {
         }
       end
     end
-    if #rows == 0 then error('nmt_ablation_maps: no rows (scores= must not be empty)', 0) end
+    if #rows == 0 then error('nmt_ablation_maps: no rows (scores= ' .. k.scores .. ' and maps= ' .. k.maps .. ' select none)', 0) end
     return rows
   end,
   metric = 'bleu',
