@@ -189,4 +189,23 @@ describe('distance scores at close points keep f32 precision', function()
       assert.truthy(math.abs(got - want) < 1e-3 * math.abs(want) + 1e-7, string.format('pair %d: %g vs %g', i, got, want))
     end
   end)
+
+  it('a query row whose squared norm overflows, after the close pairs, does not hide them', function()
+    -- the CPU kernel's test for cancelled pairs keeps a running maximum over a block of rows,
+    -- and a row with ‖q‖² = inf makes its expansion NaN (inf − inf): the NaN must not replace
+    -- the earlier rows' evidence (NaN-carrying inputs are set aside before the kernel; overflow
+    -- is not)
+    local q, k = close_pairs(CASES[1], 402)
+    local qt, kt = q:totable(), k:totable()
+    qt[4] = { 3e19, -3e19, 3e19, 3e19 }
+    local s = pn.attention_weights(pn.tensor(qt, { dtype = 'f32' }), k, { score = 'laplacian', gamma = 1.0, normalize = 'sigmoid' })
+    local st = s:totable()
+    for i = 1, 3 do
+      local e = 0
+      for c = 1, D do e = e + (qt[i][c] - kt[i][c]) ^ 2 end
+      local want = -math.sqrt(e)
+      local got = -math.log(1 / st[i][i] - 1)
+      assert.truthy(math.abs(got - want) < 1e-3 * math.abs(want) + 1e-7, string.format('row %d: %g vs %g', i, got, want))
+    end
+  end)
 end)

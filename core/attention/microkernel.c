@@ -26,6 +26,10 @@ static inline pn_v4 pn_v4_load(const float *p) {
 static inline void pn_v4_store(float *p, pn_v4 x) { memcpy(p, &x, sizeof x); }
 typedef int32_t pn_v4i __attribute__((vector_size(16)));
 static inline int64_t pn_v4_count(pn_v4i m) { return -(int64_t)(m[0] + m[1] + m[2] + m[3]); } /* lanes are 0 / −1 */
+static inline pn_v4 pn_v4_max(pn_v4 x, pn_v4 m) { /* m where x is NaN, as maxps */
+    for (int l = 0; l < 4; l++) m[l] = x[l] > m[l] ? x[l] : m[l];
+    return m;
+}
 static inline pn_v4 pn_v4_set1(float a) {
     pn_v4 x = {a, a, a, a};
     return x;
@@ -40,6 +44,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_SET1(x) pn_v4_set1(x)
 #define V_FMA(a, b, c) ((a) * (b) + (c))
 #define V_COUNT_LT(a, b) pn_v4_count((a) < (b))
+#define V_MAX(x, m) pn_v4_max(x, m)
 #include "microkernel_impl.h"
 
 #ifdef PN_MK_X86
@@ -56,6 +61,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_SET1(x) _mm256_set1_ps(x)
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define V_COUNT_LT(a, b) __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ)))
+#define V_MAX(x, m) _mm256_max_ps(x, m) /* the second operand where either is NaN */
 #include "microkernel_impl.h"
 #pragma GCC pop_options
 
@@ -72,6 +78,7 @@ static inline pn_v4 pn_v4_set1(float a) {
 #define V_SET1(x) _mm512_set1_ps(x)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_COUNT_LT(a, b) __builtin_popcount((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ))
+#define V_MAX(x, m) _mm512_max_ps(x, m)
 #include "microkernel_impl.h"
 #pragma GCC pop_options
 #endif

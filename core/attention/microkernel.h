@@ -30,9 +30,9 @@ typedef void (*pn_mk_gemm_fn)(int64_t mr, int64_t ncols, int64_t K, const float 
 
 /* The distance scores' form of the product (K = the coordinates, cs = 1): C (mr, ncols) =
  * −½‖a_i − b_c‖², expanded as a_i·b_c − ½rn[i] − ½cn[c] in the registers from the squared
- * norms rn (mr) and cn (ncols rounded up to nr, 0 in the padding); returns how many pairs have
- * ‖a − b‖² < lim·(rn + cn) — where the expansion cancelled and the caller recomputes from the
- * differences (attention.h, PN_DIFF_NEAR). Padding columns never count. */
+ * norms rn (mr) and cn (ncols rounded up to nr, 0 in the padding); returns nonzero when some
+ * pair has ‖a − b‖² < lim·(rn + cn) — where the expansion cancelled and the caller recomputes
+ * from the differences (attention.h, PN_DIFF_NEAR). Padding columns never count. */
 typedef int64_t (*pn_mk_dist_fn)(int64_t mr, int64_t ncols, int64_t K, const float *A, int64_t rs, const float *Bp,
                                  int64_t bstride, const float *rn, const float *cn, float lim, float *C, int64_t ldc);
 
