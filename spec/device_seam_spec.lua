@@ -40,7 +40,7 @@ describe('device seam', function()
   it('a device this build lacks is an error, not a silent cpu run', function()
     if pn.cuda_available() then return end -- a CUDA build: covered by the backend op harness
     check.assert_error_matching(function() pn.kernels('cuda') end, 'kernels', 'cuda', 'not available')
-    check.assert_error_matching(function() pn.zeros({ 2 }, { device = 'cuda' }) end, 'cuda', 'not available')
+    check.assert_error_matching(function() pn.zeros({ 2 }, { device = 'cuda' }) end, 'zeros', 'no cuda backend', 'built without CUDA')
     check.assert_error_matching(function() pn.kernels('tpu') end, 'kernels', 'tpu', 'cpu, cuda')
   end)
 end)
