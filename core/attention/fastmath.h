@@ -114,16 +114,17 @@ PN_HD static inline float pn_logf_core(float x) {
     return pn_logf_poly(r.m - 1.0f, r.e);
 }
 
-/* log(2^k·(1 + v)) for v >= 0 with 1 + v finite (NaN stays NaN) and a small whole k. Below
+/* log(2^k·(1 + v)) for v >= 0 with 1 + v finite (NaN stays NaN) and a small whole k (a float:
+ * a select of 0 or 1 adds to the exponent with one masked add, an int took three). Below
  * 1 + v = √2 the reduction would read f = (1 + v) − 1, which lost v's low digits in the
  * rounding of 1 + v; there f is v itself (m = 1 + v exactly), so small v keep their relative
  * precision with no series and no second branch. Above √2 the rounding costs <= 2^-24
  * against log >= 0.34. k joins the exponent, whose ln 2 is added exactly. */
-PN_HD static inline float pn_log1pf_core(float v, int k) {
+PN_HD static inline float pn_log1pf_core(float v, float k) {
     float x = 1.0f + v;
     pn_logf_parts r = pn_logf_reduce(x);
     float f = x >= 1.41421356f ? r.m - 1.0f : v; /* NaN: the comparison fails, v carries it */
-    return pn_logf_poly(f, r.e + (float)k);
+    return pn_logf_poly(f, r.e + k);
 }
 
 /* log for x > 0: x <= 0 → -inf, +inf → +inf; subnormal inputs are scaled by 2^64 first */
@@ -163,7 +164,7 @@ PN_HD static inline float pn_acosh1pf_fast(float t) {
      * and masks afterwards, and a negative w would seed subnormal Newton products (microcode
      * assists, pn_rsqrtf_fast) */
     float sq = w * pn_rsqrtf_core(fabsf(w));
-    return pn_log1pf_core(big ? tt : tt + sq, big);
+    return pn_log1pf_core(big ? tt : tt + sq, big ? 1.0f : 0.0f);
 }
 PN_HD static inline double pn_acosh1p_d(double t) { return t != t ? t : (t > 0 ? log1p(t + sqrt(t * (t + 2))) : 0.0); }
 
