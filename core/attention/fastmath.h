@@ -136,18 +136,6 @@ PN_HD static inline float pn_logf_fast(float x) {
     return x > 3.40282347e38f ? x : y;
 }
 
-/* acosh for x >= 1 (x < 1 is treated as 1): log(x + √((x−1)(x+1))), or log(x) + ln 2 once
- * x² would lose the −1 (x > 2^12 makes the difference below float resolution) — one log
- * either way, the branch picks its argument. */
-PN_HD static inline float pn_acoshf_fast(float x) {
-    float a = x < 1.0f ? 1.0f : (x < 3.0e38f ? x : 3.0e38f);
-    int big = a > 4096.0f;
-    float t = (a - 1.0f) * (a + 1.0f); /* 0, or >= 1.2e-7: never subnormal */
-    float r = t > 0.0f ? t * pn_rsqrtf_core(t > 0.0f ? t : 1.0f) : 0.0f;
-    float arg = big ? a : a + r;
-    return pn_logf_core(arg) + (big ? 0.69314718f : 0.0f);
-}
-
 /* acosh(1 + t) for t >= 0 (t < 0 and t below the smallest normal → 0, NaN stays NaN),
  * accurate for small t, where 1 + t would round away the digits of t (points close together,
  * the distance scores): log1p(t + s), s = √(t(t + 2)), through pn_log1pf_core, which keeps
