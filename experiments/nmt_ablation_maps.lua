@@ -35,16 +35,18 @@ return compare.sweep {
   keys = { scores = 'penumbral,umbral,hyperbolic', maps = 'exp0,xi,psi,pseudopolar' },
   pass = { quiet = 'true' },
   rows = function(k)
-    local want, known, want_map, known_map = {}, {}, {}, {}
-    for _, s in ipairs(compare.list(k.scores)) do want[s] = true end
-    for _, m in ipairs(compare.list(k.maps)) do want_map[m] = true end
-    for _, r in ipairs(ROWS) do known[r[1]] = true; known_map[r[2]] = true end
-    for s in pairs(want) do
-      if not known[s] then error("nmt_ablation_maps: scores: no rows for '" .. s .. "' (penumbral, umbral, hyperbolic)", 0) end
+    -- the rows' scores (column 1) and maps (column 2) that the comma list asks for, each known
+    local function pick(list, col, key, names)
+      local known, want = {}, {}
+      for _, r in ipairs(ROWS) do known[r[col]] = true end
+      for _, v in ipairs(compare.list(list)) do
+        if not known[v] then error("nmt_ablation_maps: " .. key .. ": no rows for '" .. v .. "' (" .. names .. ")", 0) end
+        want[v] = true
+      end
+      return want
     end
-    for m in pairs(want_map) do
-      if not known_map[m] then error("nmt_ablation_maps: maps: no rows for '" .. m .. "' (exp0, xi, psi, pseudopolar)", 0) end
-    end
+    local want = pick(k.scores, 1, 'scores', 'penumbral, umbral, hyperbolic')
+    local want_map = pick(k.maps, 2, 'maps', 'exp0, xi, psi, pseudopolar')
     local rows = {}
     for _, r in ipairs(ROWS) do
       local score, map, model = r[1], r[2], r[3]
