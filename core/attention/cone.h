@@ -146,7 +146,10 @@ PN_HD static inline EPI(spair) EPI(penumbral_pair)(const EPI(penumbral_h) *h, co
     real ih = pn_rsqrt(g.rad);
     real hh = g.rad > (real)3e38 ? g.rad : g.rad * ih; /* f32 overflow of x²: height +inf, weight 0 */
     real qk = q1 > k1 ? q1 : k1;
-    real ht = g.in && qk > hh ? qk : hh; /* inside (Eq. 5): max(q_d, k_d, z) */
+    /* inside (Eq. 5): max(q_d, k_d, z), as a max (NaN hh stays) and a select: one vector op
+     * fewer than a select on `in && qk > hh` */
+    real mx = qk > hh ? qk : hh;
+    real ht = g.in ? mx : hh;
     EPI(spair) o = {h->squared ? -h->gamma * ht * ht : -h->gamma * ht, rd, ih};
     return o;
 }
