@@ -313,9 +313,11 @@ static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int6
         return 0;
     }
     int64_t cnt = 0;
-    for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
-        cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n, Dg, Q + r0 * D, D, Kr, Dg * NR, qn + r0,
-                        pk->kn + bh * pk->nkp + j0, (real)PN_DIFF_NEAR, G + r0 * ldg, ldg);
+    for (int64_t c0 = 0; c0 < n; c0 += NR)
+        for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
+            cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n - c0 < NR ? n - c0 : NR, Dg, Q + r0 * D, D,
+                            Kr + (c0 / NR) * Dg * NR, Dg * NR, qn + r0, pk->kn + bh * pk->nkp + j0 + c0,
+                            (real)PN_DIFF_NEAR, G + r0 * ldg + c0, ldg);
     return cnt ? SFX(diff_fix)(c, m, n, Q, K, qn, kn, G, ldg, near) : 0;
 #else
     (void)pk;
@@ -399,13 +401,12 @@ static inline void SFX(tile_pv)(const pn_attn_call *c, const mk_packed *pk, int6
 }
 
 /* One query tile [i0, i0+tq) of head bh: out rows (tq, Dv) and their statistics. The tile walks
- * the keys in tiles of PN_MK_TK and, within a key tile, its rows in strips of `strip` (the
- * microkernel's MR in f32, dense_mk.h; the whole tile in f64): a strip's scores S (strip,
- * PN_MK_TK), the score's epilogue, the row modifiers and the online softmax, then acc (tq, ldacc)
- * += P·V. The causal limit is applied per strip. m, l (tq): the running max and sum. */
+ * the keys in tiles of PN_MK_TK (dense_mk.h): the tile's scores S (tq, PN_MK_TK), the score's
+ * epilogue, the row modifiers and the online softmax, then acc (tq, ldacc) += P·V. Keys past
+ * the tile's last row's causal limit are skipped; the row modifiers mask the rest. m, l (tq):
+ * the running max and sum. */
 PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t i0, int64_t tq,
-                                 int64_t strip, real *S, real *acc, int64_t ldacc, real *m, real *l, real *out,
-                                 real *stat) {
+                                 real *S, real *acc, int64_t ldacc, real *m, real *l, real *out, real *stat) {
     const int64_t D = c->D, Dv = c->Dv, Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
@@ -421,30 +422,23 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int
     for (int64_t i = 0; i < tq; i++) m[i] = (real)-INFINITY, l[i] = 0;
     const int64_t kend = SFX(key_end)(c, i0, tq);
     for (int64_t j0 = 0; j0 < kend; j0 += PN_MK_TK) {
-        const int64_t tk = kend - j0 < PN_MK_TK ? kend - j0 : PN_MK_TK;
-        for (int64_t r0 = 0; r0 < tq; r0 += strip) {
-            const int64_t mr = tq - r0 < strip ? tq - r0 : strip;
-            const int64_t e = SFX(key_end)(c, i0 + r0, mr) - j0; /* the strip's last key + 1 */
-            if (e <= 0) continue;
-            const int64_t n = e < tk ? e : tk;
-            SFX(tile_scores)(c, pk, bh, mr, j0, n, Q + r0 * D, qt0 ? qt0 + r0 : NULL, S, PN_MK_TK, NULL);
-            fwd(pp, mr, n, PN_MK_TK, S, qt0 ? qt0 + r0 : NULL, qt1 ? qt1 + r0 : NULL, kt0 ? kt0 + j0 : NULL,
-                kt1 ? kt1 + j0 : NULL, S);
-            for (int64_t i = 0; i < mr; i++) {
-                real *s = S + i * PN_MK_TK;
-                SFX(row_mods)(c, b, h, i0 + r0 + i, j0, n, s);
-                if (soft) {
-                    const real alpha = SFX(row_softmax)(s, n, g ? g + j0 : NULL, &m[r0 + i], &l[r0 + i]);
-                    if (alpha != 1) {
-                        real *a = acc + (r0 + i) * ldacc;
-                        for (int64_t d = 0; d < Dv; d++) a[d] *= alpha;
-                    }
-                } else {
-                    SFX(row_sigmoid)(s, n, g ? g + j0 : NULL, &l[r0 + i]);
+        const int64_t n = kend - j0 < PN_MK_TK ? kend - j0 : PN_MK_TK;
+        SFX(tile_scores)(c, pk, bh, tq, j0, n, Q, qt0, S, PN_MK_TK, NULL);
+        fwd(pp, tq, n, PN_MK_TK, S, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, S);
+        for (int64_t i = 0; i < tq; i++) {
+            real *s = S + i * PN_MK_TK;
+            SFX(row_mods)(c, b, h, i0 + i, j0, n, s);
+            if (soft) {
+                const real alpha = SFX(row_softmax)(s, n, g ? g + j0 : NULL, &m[i], &l[i]);
+                if (alpha != 1) {
+                    real *a = acc + i * ldacc;
+                    for (int64_t d = 0; d < Dv; d++) a[d] *= alpha;
                 }
+            } else {
+                SFX(row_sigmoid)(s, n, g ? g + j0 : NULL, &l[i]);
             }
-            SFX(tile_pv)(c, pk, bh, mr, j0, n, S, PN_MK_TK, acc + r0 * ldacc, ldacc);
         }
+        SFX(tile_pv)(c, pk, bh, tq, j0, n, S, PN_MK_TK, acc, ldacc);
     }
     SFX(fwd_finish)(c, bh, i0, tq, acc, ldacc, m, l, out, stat);
 }
@@ -453,21 +447,21 @@ PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int
  * row) or Σ_j σ(s_ij)·g_j (sigmoid). PN_OK, or an error (memory; PENUMBRA_CPU_KERNEL). */
 static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
     mk_packed *pk = NULL;
-    int64_t strip = PN_MK_TQ, ldacc = c->Dv > 0 ? c->Dv : 1;
+    int64_t ldacc = c->Dv > 0 ? c->Dv : 1;
 #if PN_DENSE_MK
     const pn_microkernel *mk = pn_mk_get();
     if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
     mk_packed pkd;
     PN_TRY(mk_pack(c, mk, (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0) | MK_VC, &pkd));
     pk = &pkd;
-    strip = mk->mr, ldacc = pkd.Dvp;
+    ldacc = pkd.Dvp;
 #endif
     const int64_t nqt = (c->Nq + PN_MK_TQ - 1) / PN_MK_TQ, items = c->BH * nqt;
     int oom = 0;
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
     {
-        real *S = malloc(sizeof(real) * (size_t)(strip * PN_MK_TK + PN_MK_TQ * (ldacc + 2)));
-        real *acc = S ? S + strip * PN_MK_TK : NULL, *m = acc ? acc + PN_MK_TQ * ldacc : NULL;
+        real *S = malloc(sizeof(real) * (size_t)(PN_MK_TQ * PN_MK_TK + PN_MK_TQ * (ldacc + 2)));
+        real *acc = S ? S + PN_MK_TQ * PN_MK_TK : NULL, *m = acc ? acc + PN_MK_TQ * ldacc : NULL;
         if (!S) {
             #pragma omp atomic write
             oom = 1;
@@ -478,7 +472,7 @@ static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
             if (!S) continue;
             const int64_t bh = it / nqt, i0 = (it % nqt) * PN_MK_TQ;
             const int64_t tq = c->Nq - i0 < PN_MK_TQ ? c->Nq - i0 : PN_MK_TQ;
-            SFX(fwd_tile)(c, pk, bh, i0, tq, strip, S, acc, ldacc, m, m + PN_MK_TQ, out, stat);
+            SFX(fwd_tile)(c, pk, bh, i0, tq, S, acc, ldacc, m, m + PN_MK_TQ, out, stat);
         }
         free(S);
     }

@@ -3,19 +3,24 @@
  * by dense.c once, before the typed bodies; dense_impl.h's f32 body (PN_DENSE_MK) uses it in
  * its forward and backward. No include guard.
  *
- * Forward blocking (dense_impl.h; f64 walks the same tiles with BLAS products and the whole
- * tile as one strip). K (its first Dg columns) and V are packed once
- * per call for every head (O(N·D) copies against O(N²·D) work). A work item is PN_MK_TQ query
- * rows of one head; it walks the keys in tiles of PN_MK_TK and, within a tile, its rows in
- * strips of MR (the register block): the strip's scores S (MR, PN_MK_TK) come from one
- * microkernel call with Q read in place, the score's epilogue, the row modifiers and the
- * online softmax run on S while it is in L1, and acc (PN_MK_TQ, Dv) += P·V is the next call.
- * The K and V tiles (PN_MK_TK × D each) stay in L1/L2 across the strips. The causal limit is
- * applied per strip, so the diagonal tile skips the strips' masked keys.
+ * Forward blocking (dense_impl.h; f64 walks the same tiles with BLAS products). K (its first
+ * Dg columns) and V are packed once per call for every head (O(N·D) copies against O(N²·D)
+ * work). A work item is PN_MK_TQ query rows of one head; it walks the keys in tiles of
+ * PN_MK_TK: the tile's scores S (PN_MK_TQ, PN_MK_TK) with Q read in place, the score's
+ * epilogue over all its rows at once (its per-key values computed once a tile), the row
+ * modifiers and the online softmax per row, then acc (PN_MK_TQ, Dv) += P·V. Both products walk
+ * the packed panels outermost and the MR-row strips inside (mk_prod): one panel of NR keys
+ * (Q·Kᵀ, NR·D floats) or of NR value columns (P·V, PN_MK_TK·NR floats: 32 KB in AVX-512) stays
+ * in L1 while every strip of the tile uses it. Strips outermost streamed every panel from L2
+ * once per strip: at D = 128 the microkernel ran at ~70 % of sgemm's rate that way. Panels
+ * outermost and 96 rows a tile instead of 48 took the dot forward at N = 4096 from 671 to
+ * 599–618 ms at D = 128 and from 363–389 to 355–374 ms at D = 64 (one thread, Xeon with
+ * AVX-512, alternating runs; 192 rows, or 128- or 512-key tiles, were slower). Causal rows compute the tile's keys up to the tile's last row and mask the rest
+ * (row_mods): at most PN_MK_TQ − 1 keys a row, on the diagonal tile only.
  * Backward: the tile loop of dense_impl.h (PN_TQ × PN_TK) with its five products on the
  * microkernel — K and V packed per head, the query tile's Q and dO packed per tile. */
 
-#define PN_MK_TQ 48   /* forward (f32 and f64): query rows per item, a multiple of every kernel's MR (4, 6, 8) */
+#define PN_MK_TQ 96   /* forward (f32 and f64): query rows per item, a multiple of every kernel's MR (4, 6, 8) */
 #define PN_MK_TK 256  /* forward (f32 and f64): keys per tile, a multiple of every kernel's NR (8, 16, 32) */
 
 /* every head's K and V in the microkernel's panels; NULL where the pass does not need one */
@@ -73,12 +78,15 @@ static pn_status mk_pack(const pn_attn_call *c, const pn_microkernel *mk, unsign
     return PN_OK;
 }
 
-/* C (m, ncols) (+)= A (m, K; strides rs, cs) · B (packed, microkernel.h), any m: strips of MR */
+/* C (m, ncols) (+)= A (m, K; strides rs, cs) · B (packed, microkernel.h), any m: panels of NR
+ * outermost, strips of MR inside, so a panel is read from L1 by every strip (see above) */
 static inline void mk_prod(const pn_microkernel *mk, int64_t m, int64_t ncols, int64_t K, const float *A,
                            int64_t rs, int64_t cs, const float *Bp, int64_t bstride, float *C, int64_t ldc,
                            int accumulate) {
     if (ncols <= 0) return;
-    for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
-        mk->gemm(m - r0 < mk->mr ? m - r0 : mk->mr, ncols, K, A + r0 * rs, rs, cs, Bp, bstride, C + r0 * ldc, ldc,
-                 accumulate);
+    const int64_t nr = mk->nr;
+    for (int64_t c0 = 0; c0 < ncols; c0 += nr)
+        for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
+            mk->gemm(m - r0 < mk->mr ? m - r0 : mk->mr, ncols - c0 < nr ? ncols - c0 : nr, K, A + r0 * rs, rs, cs,
+                     Bp + (c0 / nr) * bstride, bstride, C + r0 * ldc + c0, ldc, accumulate);
 }
