@@ -1,7 +1,8 @@
 -- fastmath_spec.lua — the float maths the attention epilogues use on the CPU and in the CUDA
 -- kernels (core/attention/fastmath.h: 1/√ and √ from a bit-trick seed and two fitted Newton
 -- steps, log, acosh(1 + t)) against double libm over the normal floats, with the accuracy the
--- header states. The functions are static inline (no symbol to reach through the FFI), so
+-- header states; and the softmax's exp for x <= 0 (ops/fast_math.h) against libm's exp and,
+-- bit for bit, against pn_fast_expf over the floats <= 0. The functions are static inline (no symbol to reach through the FFI), so
 -- the spec builds spec/fixtures/fastmath_check.c with the system C compiler (as CI has) and
 -- reads its report; every 61st bit pattern from 2^-126 to the largest float (~3.5e7 values,
 -- about a second; the fixture's argument 1 makes it exhaustive).
@@ -31,7 +32,8 @@ describe('fastmath.h', function()
   end)
 
   -- bound: the header's figure (error relative to max(|exact|, floor): see the fixture)
-  for _, c in ipairs({ { 'rsqrt', 9e-7 }, { 'sqrt', 9e-7 }, { 'log', 2e-7 }, { 'acosh1p', 1.2e-6 } }) do
+  for _, c in ipairs({ { 'rsqrt', 9e-7 }, { 'sqrt', 9e-7 }, { 'log', 2e-7 }, { 'acosh1p', 1.2e-6 },
+                       { 'expf_nonpos', 2e-7 } }) do
     it(string.format('%s is within %.1e of double libm on every sampled normal float', c[1], c[2]), function()
       if why then pending(why); return end
       local r = report[c[1]]
@@ -40,4 +42,11 @@ describe('fastmath.h', function()
       assert(r.err > 0, c[1] .. ': error exactly 0 — the fixture compared the function with itself?')
     end)
   end
+
+  it('the softmax exp (x <= 0) returns pn_fast_expf\'s bits on every sampled x <= 0, NaN for NaN', function()
+    if why then pending(why); return end
+    local r = report.expf_nonpos_differs
+    assert.is_not_nil(r, 'no expf_nonpos_differs line in the fixture\'s report')
+    assert(r.err == 0, string.format('%d inputs differ, the first x = %.9g', r.err, r.at))
+  end)
 end)

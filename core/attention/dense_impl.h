@@ -156,19 +156,19 @@ PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, rea
         for (int64_t j = 0; j < tk; j++) s[j] = 0;
         return 1;
     }
-    real alpha = pn_exp(*m - mnew);
+    real alpha = pn_exp_nonpos(*m - mnew); /* m <= mnew */
     real sum = 0;
     if (g) {
         #pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < tk; j++) {
-            real p = pn_exp(s[j] - mnew) * g[j];
+            real p = pn_exp_nonpos(s[j] - mnew) * g[j];
             s[j] = p;
             sum += p;
         }
     } else {
         #pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < tk; j++) {
-            real p = pn_exp(s[j] - mnew);
+            real p = pn_exp_nonpos(s[j] - mnew);
             s[j] = p;
             sum += p;
         }
@@ -651,9 +651,9 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                     if (st == (real)-INFINITY) {
                         for (int64_t j = 0; j < tk; j++) p[j] = 0;
                     } else if (g) {
-                        for (int64_t j = 0; j < tk; j++) p[j] = pn_exp(s[j] - st) * g[j0 + j];
+                        for (int64_t j = 0; j < tk; j++) p[j] = pn_exp_nonpos(s[j] - st) * g[j0 + j];
                     } else {
-                        for (int64_t j = 0; j < tk; j++) p[j] = pn_exp(s[j] - st);
+                        for (int64_t j = 0; j < tk; j++) p[j] = pn_exp_nonpos(s[j] - st); /* st = logsumexp >= s */
                     }
                 } else {
                     const real inv = normalized ? (st > 0 ? 1 / st : 0) : 1;

@@ -192,6 +192,8 @@ PN_HD static inline float pn_rsqrt(float x) { return pn_rsqrtf_fast(x); }
 PN_HD static inline double pn_rsqrt(double x) { return pn_rsqrt_d(x); }
 PN_HD static inline float pn_exp(float x) { return pn_fast_expf(x); }
 PN_HD static inline double pn_exp(double x) { return exp(x); }
+PN_HD static inline float pn_exp_nonpos(float x) { return pn_fast_expf_nonpos(x); }
+PN_HD static inline double pn_exp_nonpos(double x) { return exp(x); }
 PN_HD static inline float pn_log(float x) { return pn_logf_fast(x); }
 PN_HD static inline double pn_log(double x) { return log(x); }
 PN_HD static inline float pn_acosh1p(float x) { return pn_acosh1pf_fast(x); }
@@ -200,6 +202,7 @@ PN_HD static inline double pn_acosh1p(double x) { return pn_acosh1p_d(x); }
 #define pn_sqrt(x) _Generic((x), float: pn_sqrtf_fast, default: sqrt)(x)
 #define pn_rsqrt(x) _Generic((x), float: pn_rsqrtf_fast, default: pn_rsqrt_d)(x)
 #define pn_exp(x) _Generic((x), float: pn_fast_expf, default: exp)(x)
+#define pn_exp_nonpos(x) _Generic((x), float: pn_fast_expf_nonpos, default: exp)(x) /* x <= 0: a softmax's */
 #define pn_log(x) _Generic((x), float: pn_logf_fast, default: log)(x)
 #define pn_acosh1p(x) _Generic((x), float: pn_acosh1pf_fast, default: pn_acosh1p_d)(x)
 #endif

@@ -96,9 +96,9 @@ PN_INLINE real SFX(gweights)(const pn_attn_call *c, int64_t deg, const real *gv,
         }
         /* the exponentials vectorize; the sum keeps its order */
         if (gv)
-            for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - m) * gv[e];
+            for (int64_t e = 0; e < deg; e++) w[e] = pn_exp_nonpos(s[e] - m) * gv[e];
         else
-            for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - m);
+            for (int64_t e = 0; e < deg; e++) w[e] = pn_exp_nonpos(s[e] - m);
         real z = 0;
         for (int64_t e = 0; e < deg; e++) z += w[e];
         for (int64_t e = 0; e < deg; e++) w[e] /= z;
@@ -241,9 +241,9 @@ PN_INLINE void SFX(gnode_bw1)(const pn_attn_call *c, const int64_t *off, const i
             if (st == (real)-INFINITY)
                 for (int64_t e = 0; e < deg; e++) w[e] = 0;
             else if (gv)
-                for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - st) * gv[e];
+                for (int64_t e = 0; e < deg; e++) w[e] = pn_exp_nonpos(s[e] - st) * gv[e];
             else
-                for (int64_t e = 0; e < deg; e++) w[e] = pn_exp(s[e] - st);
+                for (int64_t e = 0; e < deg; e++) w[e] = pn_exp_nonpos(s[e] - st);
         } else {
             for (int64_t e = 0; e < deg; e++) {
                 const real ge = gv ? gv[e] : 1;

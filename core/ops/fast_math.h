@@ -34,6 +34,17 @@
 #define PN_NOTRAP_END
 #endif
 
+/* e^r for |r| <= ln 2 / 2: Cephes' polynomial, shared by both exps below */
+PN_HD PN_VEC_FN static inline float pn_expf_poly(float r) {
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    return p * r * r + r + 1.0f;
+}
+
 PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
     /* exp(x) = 2^n · e^r with n = round(x / ln 2), |r| <= ln 2 / 2 */
     float xc = x < -104.0f ? -104.0f : x;
@@ -42,19 +53,35 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
     float n = (xc * 1.44269504088896341f + shift) - shift;
     float r = xc - n * 0.693359375f; /* ln 2 in two parts, so r keeps its low bits */
     r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float p = pn_expf_poly(r);
     /* 2^n as two factors: n ranges over [-150, 129], beyond one float's normal exponents */
     int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
     union { int32_t i; float f; } s1 = {(n1 + 127) * (1 << 23)}, s2 = {(n2 + 127) * (1 << 23)};
     float y = p * s1.f * s2.f;
     y = x < -104.0f ? 0.0f : y;
     return x != x ? x : y;
+}
+
+/* exp(x) for x <= 0 — a softmax's e^(s − max), e^(s − logsumexp), e^(log-softmax) — equal to
+ * pn_fast_expf bit for bit there (checked over every float <= 0: spec/fixtures/expf_check.c),
+ * gradual underflow and NaN included, in about half its instructions (the softmax loops of
+ * the attention forward spent a fifth of the dot's time in exp): no upper clamp and no NaN
+ * select (NaN flows through the arithmetic), and 2^n from the rounding sum's own bits — its
+ * shift 1.5·2^23 + 192 (even, so ties round as pn_fast_expf's) leaves n + 192 in the low
+ * mantissa bits, which shifted into the exponent field are 2^(n + 65), normal for every
+ * n in [-150, 62]; the exact product p·2^(n + 65) times 2^-65 then rounds once, as
+ * pn_fast_expf's second factor does. Exact up to x = 43 (n = 62); +inf gives NaN. */
+PN_HD PN_VEC_FN static inline float pn_fast_expf_nonpos(float x) {
+    float xc = x < -104.0f ? -104.0f : x; /* NaN passes */
+    const float shift = 12583104.0f;      /* 1.5 · 2^23 + 192 */
+    float t = xc * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    union { float f; uint32_t u; } b = {t};
+    b.u <<= 23; /* 2^(n + 65) */
+    float y = pn_expf_poly(r) * b.f * 2.71050543e-20f; /* 2^-65 */
+    return x < -104.0f ? 0.0f : y;
 }
 
 #endif /* PN_FAST_MATH_H */
