@@ -157,22 +157,30 @@ PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, rea
         return 1;
     }
     real alpha = pn_exp_nonpos(*m - mnew); /* m <= mnew */
-    real sum = 0;
+    /* the sum in 16 running lanes and a halving tree: `omp simd reduction` ended every row
+     * with 16 dependent scalar adds through the stack, a fifth of this function's time */
+    real part[16] = {0};
+    int64_t j = 0;
     if (g) {
-        #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < tk; j++) {
-            real p = pn_exp_nonpos(s[j] - mnew) * g[j];
-            s[j] = p;
-            sum += p;
-        }
+        for (; j + 16 <= tk; j += 16)
+            for (int u = 0; u < 16; u++) {
+                const real p = pn_exp_nonpos(s[j + u] - mnew) * g[j + u];
+                s[j + u] = p;
+                part[u] += p;
+            }
+        for (; j < tk; j++) part[0] += s[j] = pn_exp_nonpos(s[j] - mnew) * g[j];
     } else {
-        #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < tk; j++) {
-            real p = pn_exp_nonpos(s[j] - mnew);
-            s[j] = p;
-            sum += p;
-        }
+        for (; j + 16 <= tk; j += 16)
+            for (int u = 0; u < 16; u++) {
+                const real p = pn_exp_nonpos(s[j + u] - mnew);
+                s[j + u] = p;
+                part[u] += p;
+            }
+        for (; j < tk; j++) part[0] += s[j] = pn_exp_nonpos(s[j] - mnew);
     }
+    for (int w = 8; w > 0; w /= 2)
+        for (int u = 0; u < w; u++) part[u] += part[u + w];
+    const real sum = part[0];
     if (sum != sum) goto poison; /* a NaN score, or +inf (inf − inf) */
     *l = *l * alpha + sum;
     *m = mnew;
