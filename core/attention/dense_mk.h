@@ -15,8 +15,9 @@
  * once per strip: at D = 128 the microkernel ran at ~70 % of sgemm's rate that way. Panels
  * outermost and 96 rows a tile instead of 48 took the dot forward at N = 4096 from 671 to
  * 599–618 ms at D = 128 and from 363–389 to 355–374 ms at D = 64 (one thread, Xeon with
- * AVX-512, alternating runs; 192 rows, or 128- or 512-key tiles, were slower). Causal rows compute the tile's keys up to the tile's last row and mask the rest
- * (row_mods): at most PN_MK_TQ − 1 keys a row, on the diagonal tile only.
+ * AVX-512, alternating runs; 192 rows, or 128- or 512-key tiles, were slower). Causal rows
+ * compute the tile's keys up to the tile's last row and mask the rest (row_mods): at most
+ * PN_MK_TQ − 1 keys a row, on the diagonal tile only.
  * Backward: the tile loop of dense_impl.h (PN_TQ × PN_TK) with its five products on the
  * microkernel — K and V packed per head, the query tile's Q and dO packed per tile. */
 

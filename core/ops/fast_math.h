@@ -63,8 +63,8 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
 }
 
 /* exp(x) for x <= 0 — a softmax's e^(s − max), e^(s − logsumexp), e^(log-softmax) — equal to
- * pn_fast_expf bit for bit there (checked over every float <= 0: spec/fixtures/expf_check.c),
- * gradual underflow and NaN included, in about half its instructions (the softmax loops of
+ * pn_fast_expf bit for bit there (checked over every float <= 0; spec/fixtures/fastmath_check.c
+ * samples them), gradual underflow and NaN included, in about half its instructions (the softmax loops of
  * the attention forward spent a fifth of the dot's time in exp): no upper clamp and no NaN
  * select (NaN flows through the arithmetic), and 2^n from the rounding sum's own bits — its
  * shift 1.5·2^23 + 192 (even, so ties round as pn_fast_expf's) leaves n + 192 in the low
