@@ -137,6 +137,29 @@ PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_
     }
 }
 
+/* s (tk) → p = exp(s − mnew)·g (g only when has_g, a constant at every call site), returning
+ * Σ p. The sum runs in 16 lanes and a halving tree: `omp simd reduction` ended every row with 16
+ * dependent scalar adds through the stack, a fifth of row_softmax's time. */
+PN_INLINE real SFX(exp_sum)(real *s, int64_t tk, const real *g, const int has_g, real mnew) {
+    real part[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= tk; j += 16)
+        for (int u = 0; u < 16; u++) {
+            real p = pn_exp_nonpos(s[j + u] - mnew);
+            if (has_g) p *= g[j + u];
+            s[j + u] = p;
+            part[u] += p;
+        }
+    for (; j < tk; j++) {
+        real p = pn_exp_nonpos(s[j] - mnew);
+        if (has_g) p *= g[j];
+        part[0] += s[j] = p;
+    }
+    for (int w = 8; w > 0; w /= 2)
+        for (int u = 0; u < w; u++) part[u] += part[u + w];
+    return part[0];
+}
+
 /* Online softmax over one tile row: s → p = exp(s − m_new)·g (g may be NULL); updates the
  * running max *m and sum *l, and returns the factor the accumulated output row must be
  * rescaled by. A row masked so far keeps m = −inf and p = 0. */
@@ -157,30 +180,8 @@ PN_INLINE real SFX(row_softmax)(real *s, int64_t tk, const real *g, real *m, rea
         return 1;
     }
     real alpha = pn_exp_nonpos(*m - mnew); /* m <= mnew */
-    /* the sum in 16 running lanes and a halving tree: `omp simd reduction` ended every row
-     * with 16 dependent scalar adds through the stack, a fifth of this function's time */
-    real part[16] = {0};
-    int64_t j = 0;
-    if (g) {
-        for (; j + 16 <= tk; j += 16)
-            for (int u = 0; u < 16; u++) {
-                const real p = pn_exp_nonpos(s[j + u] - mnew) * g[j + u];
-                s[j + u] = p;
-                part[u] += p;
-            }
-        for (; j < tk; j++) part[0] += s[j] = pn_exp_nonpos(s[j] - mnew) * g[j];
-    } else {
-        for (; j + 16 <= tk; j += 16)
-            for (int u = 0; u < 16; u++) {
-                const real p = pn_exp_nonpos(s[j + u] - mnew);
-                s[j + u] = p;
-                part[u] += p;
-            }
-        for (; j < tk; j++) part[0] += s[j] = pn_exp_nonpos(s[j] - mnew);
-    }
-    for (int w = 8; w > 0; w /= 2)
-        for (int u = 0; u < w; u++) part[u] += part[u + w];
-    const real sum = part[0];
+    /* g is tested here once, not per element: each call below gets its own loop */
+    const real sum = g ? SFX(exp_sum)(s, tk, g, 1, mnew) : SFX(exp_sum)(s, tk, NULL, 0, mnew);
     if (sum != sum) goto poison; /* a NaN score, or +inf (inf − inf) */
     *l = *l * alpha + sum;
     *m = mnew;
