@@ -80,8 +80,10 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf_nonpos(float x) {
     r = r - n * -2.12194440e-4f;
     union { float f; uint32_t u; } b = {t};
     b.u <<= 23; /* 2^(n + 65) */
-    float y = pn_expf_poly(r) * b.f * 2.71050543e-20f; /* 2^-65 */
-    return x < -104.0f ? 0.0f : y;
+    /* no select for x < -104 (pn_fast_expf's): there xc = -104, whose result here is already
+     * +0 (2^-150 · e^r rounds to 0), so every x below gives the same bits — the exhaustive
+     * check covers them */
+    return pn_expf_poly(r) * b.f * 2.71050543e-20f; /* 2^-65 */
 }
 
 #endif /* PN_FAST_MATH_H */
