@@ -99,10 +99,17 @@ local function equivalence(script, args, shard, names, rtol)
   return out2, a, b
 end
 
+-- f32 GAT under Adam: 2 ranks sum the gradients in another order than one process, a 1e-8
+-- difference, and Adam's normalised step turns it into up to lr for a component whose gradient
+-- is near 0 (GAT's LeakyReLU kinks). On an AVX2-only AMD EPYC (Zen 3) the losses agreed to
+-- 2e-8 for 4 epochs, then drifted to 1.5e-5 at epoch 7 (under 1e-5 on the AVX-512 machines
+-- before); so 1e-4 here. The dtype=f64 run below holds the equivalence itself to 1e-13.
+local PPI_F32_RTOL = 1e-4
+
 describe('data parallelism across 2 ranks (./bench -n 2)', function()
   it_mpi('ppi_gat: the same per-epoch losses as one process (2 optimiser steps an epoch, 12 epochs)', function()
     local out = equivalence(ROOT .. '/experiments/ppi_gat.lua', 'dataset=synthetic synthetic_graphs=6 ' ..
-      'synthetic_nodes=40 hidden=8 epochs=12 threads=1', 'graphs', { 'loss', 'val_loss' })
+      'synthetic_nodes=40 hidden=8 epochs=12 threads=1', 'graphs', { 'loss', 'val_loss' }, PPI_F32_RTOL)
     local _, lines = out:gsub('ppi: training on the SYNTHETIC set', '')
     assert.equal(1, lines, 'rank 1 printed too:\n' .. out)
   end)
@@ -208,7 +215,7 @@ return require('penumbra.recipes.scalefree'){ task = 'splp', score = 'hyperbolic
   end
   it_nccl('ppi_gat device=cuda (NCCL): the same per-epoch losses as one process on the device (24 steps)', function()
     local _, _, b = equivalence(ROOT .. '/experiments/ppi_gat.lua', 'dataset=synthetic synthetic_graphs=6 ' ..
-      'synthetic_nodes=40 hidden=8 epochs=12 threads=1 device=cuda', 'graphs', { 'loss', 'val_loss' })
+      'synthetic_nodes=40 hidden=8 epochs=12 threads=1 device=cuda', 'graphs', { 'loss', 'val_loss' }, PPI_F32_RTOL)
     assert.truthy(tostring(b.attrs.cuda_device or ''):find('device', 1, true), 'the run ran on CUDA: ' .. tostring(b.attrs.cuda_device))
   end)
 
