@@ -1,11 +1,11 @@
 -- fastmath_spec.lua — the float maths the attention epilogues use on the CPU and in the CUDA
 -- kernels (core/attention/fastmath.h: 1/√ and √ from a bit-trick seed and two fitted Newton
 -- steps, log, acosh(1 + t)) against double libm over the normal floats, with the accuracy the
--- header states; and the softmax's exp for x <= 0 (ops/fast_math.h) against libm's exp and,
--- bit for bit, against pn_fast_expf over the floats <= 0. The functions are static inline (no
--- symbol to reach through the FFI), so the spec builds spec/fixtures/fastmath_check.c with the system C compiler (as CI has) and
--- reads its report; every 61st bit pattern from 2^-126 to the largest float (~3.5e7 values,
--- about a second; the fixture's argument 1 makes it exhaustive).
+-- header states; and the softmax's exp for x <= 0 (ops/fast_math.h) against libm's exp and, bit
+-- for bit, against pn_fast_expf over the floats <= 0. The functions are static inline (no symbol
+-- to reach through the FFI), so the spec builds spec/fixtures/fastmath_check.c with the system C
+-- compiler (as CI has) and reads its report; every 61st bit pattern from 2^-126 to the largest
+-- float (~3.5e7 values, about a second; the fixture's argument 1 makes it exhaustive).
 local home = os.getenv('PENUMBRA_HOME') or '.'
 
 describe('fastmath.h', function()

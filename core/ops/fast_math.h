@@ -64,13 +64,13 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
 
 /* exp(x) for x <= 0 — a softmax's e^(s − max), e^(s − logsumexp), e^(log-softmax) — equal to
  * pn_fast_expf bit for bit there (checked over every float <= 0; spec/fixtures/fastmath_check.c
- * samples them), gradual underflow and NaN included, in about half its instructions (the softmax loops of
- * the attention forward spent a fifth of the dot's time in exp): no upper clamp and no NaN
- * select (NaN flows through the arithmetic), and 2^n from the rounding sum's own bits — its
- * shift 1.5·2^23 + 192 (even, so ties round as pn_fast_expf's) leaves n + 192 in the low
- * mantissa bits, which shifted into the exponent field are 2^(n + 65), normal for every
- * n in [-150, 62]; the exact product p·2^(n + 65) times 2^-65 then rounds once, as
- * pn_fast_expf's second factor does. Exact up to x = 43 (n = 62); +inf gives NaN. */
+ * samples them), gradual underflow and NaN included, in about half its instructions (the softmax
+ * loops of the attention forward spent a fifth of the dot's time in exp): no upper clamp and no
+ * NaN select (NaN flows through the arithmetic), and 2^n from the rounding sum's own bits — its
+ * shift 1.5·2^23 + 192 (even, so ties round as pn_fast_expf's) leaves n + 192 in the low mantissa
+ * bits, which shifted into the exponent field are 2^(n + 65), normal for every n in [-150, 62];
+ * the exact product p·2^(n + 65) times 2^-65 then rounds once, as pn_fast_expf's second factor
+ * does. Exact up to x = 43 (n = 62); +inf gives NaN. */
 PN_HD PN_VEC_FN static inline float pn_fast_expf_nonpos(float x) {
     float xc = x < -104.0f ? -104.0f : x; /* NaN passes */
     const float shift = 12583104.0f;      /* 1.5 · 2^23 + 192 */
