@@ -177,6 +177,40 @@ describe('cuda kernel interpreter', function()
     assert.is_true(differs, 'the missing barrier went unnoticed under every schedule')
   end)
 
+  it_emu('cp.async tiles: with the wait and barriers every order gives the sums; without either it is caught', function()
+    -- 64 threads, 5 tiles of 256 floats (tile k, float e = 256k + e); thread t adds float
+    -- 4(63 − t) + 1 of every tile, a word another thread copied
+    local want = {}
+    for t = 0, 63 do
+      local s = 0
+      for k = 0, 4 do s = s + 256 * k + 4 * (63 - t) + 1 end
+      want[t + 1] = s
+    end
+    local broken = { cp_async_no_wait = false, cp_async_no_barrier = false }
+    for _, s in ipairs(SCHEDULES) do
+      pn.cuda.with_schedule(s, function()
+        local ok, v = pn.cuda.selftest('cp_async')
+        assert.is_true(ok, tostring(v))
+        assert.same(want, { unpack(v, 1, 64) }, s)
+        for name in pairs(broken) do
+          ok, v = pn.cuda.selftest(name)
+          assert.is_true(ok, name .. ': ' .. tostring(v))
+          local got = { unpack(v, 1, 64) }
+          for i = 1, 64 do broken[name] = broken[name] or got[i] ~= want[i] end
+        end
+      end)
+    end
+    for name, seen in pairs(broken) do assert.is_true(seen, name .. ' went unnoticed under every schedule') end
+  end)
+
+  it_emu('reports a misaligned cp.async and one whose destination is not shared memory', function()
+    for name, pat in pairs({ cp_async_misaligned = 'misaligned', cp_async_to_global = 'not inside a shared array' }) do
+      local ok, v = pn.cuda.selftest(name)
+      assert.is_false(ok, name .. ' was not caught')
+      assert.is_truthy(tostring(v):find(pat, 1, true), name .. ': ' .. tostring(v))
+    end
+  end)
+
   it_emu('reports a shared-memory overflow, a divergent barrier, a host pointer and a missing lane', function()
     local ok, v = pn.cuda.selftest('shared_ok')
     assert.is_true(ok, tostring(v))

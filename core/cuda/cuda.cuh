@@ -98,6 +98,30 @@ __device__ static inline void pn_cu_copy16(void *dst, const void *src) {
 #endif
 }
 
+/* Asynchronous 16-byte copies, global → shared (PTX cp.async, sm_80+), for tiles loaded while
+ * the previous one is computed on (double buffering): issue the copies, commit them as a group,
+ * and before reading the destinations wait until at most `pending` of this thread's newest groups
+ * are in flight — then a barrier, since the other threads read what this one copied. Both
+ * addresses 16-byte aligned. The interpreter lands each copy at its issue or at the wait,
+ * chosen by the schedule, so a missing wait or barrier shows there (emu.h). */
+#ifdef PN_CUDA_EMU
+__device__ static inline void pn_cu_cp_async16(void *dst, const void *src, const char *file = __builtin_FILE(),
+                                               int line = __builtin_LINE()) {
+    pn_emu_cp_async16(dst, src, file, line);
+}
+__device__ static inline void pn_cu_cp_async_commit() { pn_emu_cp_async_commit(); }
+template <int pending> __device__ static inline void pn_cu_cp_async_wait() { pn_emu_cp_async_wait(pending); }
+#else
+__device__ static inline void pn_cu_cp_async16(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ static inline void pn_cu_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int pending> __device__ static inline void pn_cu_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+#endif
+
 /* ---- strided element access (device) ----
  * A tensor's view as kernels see it: element pointer, dtype, and its strides over an iteration
  * shape (0 where broadcast). Passed by value. */

@@ -9,7 +9,10 @@
  * it blocks at __syncthreads, __syncwarp or a warp primitive, or exits; the order in which
  * the runnable threads are resumed between those points is the schedule (PN_CUDA_EMU_SCHED
  * = fwd | rev | rand:SEED, or pn_emu_set_schedule). Running specs under several schedules is
- * what turns a missing barrier into a visible wrong answer.
+ * what turns a missing barrier into a visible wrong answer. Under rand a round also leaves out
+ * whole warps, each with the probability of its pace (0, ¼, ½ or ¾, drawn per block and launch),
+ * so warps drift apart between barriers by many warp operations, as on a GPU; under fwd and rev
+ * every warp advances one warp operation per round.
  *
  * What it catches (reported as cudaErrorLaunchFailure at the next sync, text in
  * pn_emu_detail()): a missing barrier, when some schedule changes the answer or shows the
@@ -162,6 +165,19 @@ inline unsigned __activemask() { return pn_emu_activemask(); }
 void *pn_emu_shared(size_t bytes, size_t align, const char *name, const char *file, int line);
 /* The block's dynamic shared memory (exactly the launch's dyn_shmem bytes). */
 void *pn_emu_dyn_shared(void);
+
+/* ---- asynchronous copies, global → shared (PTX cp.async; cuda.cuh's pn_cu_cp_async*) ----
+ * A thread issues 16-byte copies, commits them as a group, and waits until at most `pending` of
+ * its groups are in flight. A copy may land anywhere between its issue and that wait: here it
+ * lands at the wait under the fwd schedule, at the issue under rev, and at one of the two drawn
+ * per copy under rand:SEED. So a read before the wait (or before the barrier that follows
+ * everyone's wait) sees the 0xFF fill or an older tile under fwd, and a refill of a buffer that
+ * other threads may still be reading (no barrier between their reads and the issue) shows under
+ * rev. A misaligned copy, a destination outside shared memory or a source outside device memory
+ * fails the launch. Copies never waited for are dropped when the thread exits. */
+void pn_emu_cp_async16(void *dst, const void *src, const char *file, int line);
+void pn_emu_cp_async_commit(void);
+void pn_emu_cp_async_wait(int pending);
 
 /* ---- atomics (real atomics; float/double through CAS loops) --------------------------- */
 namespace pn_emu_impl {

@@ -102,6 +102,12 @@ struct Fiber {
 
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, EXITED, ABORTED };
 
+/* a cp.async copy issued and not landed yet: its destination and the 16 bytes read at the issue */
+struct AsyncCopy {
+    char *dst;
+    unsigned char bytes[16];
+};
+
 struct Thr {
     Fiber *f;
     State st;
@@ -113,6 +119,8 @@ struct Thr {
     unsigned mask; /* warp op */
     int arg, width;
     uint64_t val, res;
+    std::vector<AsyncCopy> cp_open;                /* cp.async copies since the last commit */
+    std::vector<std::vector<AsyncCopy>> cp_groups; /* committed and not waited for, oldest first */
 };
 
 struct SharedArr {
@@ -132,6 +140,7 @@ struct Block {
     size_t static_bytes = 0;
     SharedArr dyn{};
     bool failed = false;
+    uint64_t cp_rng = 0; /* rand:SEED: which cp.async copies land at their issue */
 };
 
 const size_t GUARD = 64;         /* canary bytes after each shared array */
@@ -503,7 +512,15 @@ void run_block(Block *b, dim3 bdim) {
         b->cur = &t;
         fiber_start(t.f);
     }
-    uint64_t rng = g_seed ^ (0x9E3779B97F4A7C15ull * (1 + b->bid.x + 65536ull * (b->bid.y + 65536ull * b->bid.z)));
+    /* per block and per launch (so the same block of the next launch runs in another order) */
+    uint64_t rng = g_seed ^ (0x9E3779B97F4A7C15ull * (1 + b->bid.x + 65536ull * (b->bid.y + 65536ull * b->bid.z))) ^
+                   (0xA24BAED4963EE407ull * (uint64_t)g_grids_since_set);
+    b->cp_rng = rng ^ 0xC2B2AE3D27D4EB4Full;
+    /* rand: each warp's pace — it sits a round out with probability pace/4 (0, ¼, ½, ¾) */
+    const int nw = (n + 31) / 32;
+    std::vector<unsigned char> pace(nw, 0);
+    if (g_kind == RAND)
+        for (int w = 0; w < nw; w++) pace[w] = (unsigned char)(splitmix(&rng) & 3);
     std::vector<int> order;
     while (!b->failed) {
         order.clear();
@@ -511,8 +528,22 @@ void run_block(Block *b, dim3 bdim) {
             if (b->th[i].st == RUNNABLE) order.push_back(i);
         if (order.empty()) break; /* all exited */
         if (g_kind == REV) std::reverse(order.begin(), order.end());
-        else if (g_kind == RAND)
+        else if (g_kind == RAND) {
             for (size_t i = order.size() - 1; i > 0; i--) std::swap(order[i], order[splitmix(&rng) % (i + 1)]);
+            /* Lagging warps: a warp sits this round out with the probability its pace gives, so
+             * between two barriers one warp can get many warp operations (mma, shuffles) ahead of
+             * another, as on the GPU, where warps do not run in lockstep; otherwise every warp
+             * advances one warp operation per round and a kernel that refills a buffer another
+             * warp is still reading (no barrier between) would pass. At least one thread runs. */
+            if (nw > 1) {
+                std::vector<char> sit(nw);
+                for (int w = 0; w < nw; w++) sit[w] = (int)(splitmix(&rng) & 3) < pace[w];
+                size_t k = 0;
+                for (int i : order)
+                    if (!sit[i / 32]) order[k++] = i;
+                if (k > 0) order.resize(k);
+            }
+        }
         for (int i : order) {
             resume(b, &b->th[i]);
             if (b->failed) break;
@@ -578,6 +609,48 @@ void *pn_emu_shared(size_t bytes, size_t align, const char *name, const char *fi
 }
 
 void *pn_emu_dyn_shared(void) { return g_blk ? g_blk->dyn.p : nullptr; }
+
+void pn_emu_cp_async16(void *dst, const void *src, const char *file, int line) {
+    Block *b = g_blk;
+    if (!b) {
+        pn_emu_fail(cudaErrorLaunchFailure, "cp.async at %s:%d outside a kernel", file, line);
+        return;
+    }
+    Thr *t = b->cur;
+    if (((uintptr_t)dst | (uintptr_t)src) & 15)
+        thread_fail(fmt("%s: %s: cp.async of 16 bytes from %p to %p at %s:%d is misaligned", where(b).c_str(),
+                        who(t).c_str(), src, dst, file, line));
+    if (!pn_emu_wmma::in_shared(dst, 16))
+        thread_fail(fmt("%s: %s: cp.async at %s:%d writes to %p, which is not inside a shared array",
+                        where(b).c_str(), who(t).c_str(), file, line, dst));
+    if (!pn_emu_is_device(src, 16))
+        thread_fail(fmt("%s: %s: cp.async at %s:%d reads %p, which is not device memory", where(b).c_str(),
+                        who(t).c_str(), file, line, src));
+    AsyncCopy c;
+    c.dst = (char *)dst;
+    memcpy(c.bytes, src, 16);
+    const bool now = g_kind == REV || (g_kind == RAND && (splitmix(&b->cp_rng) & 1));
+    if (now) memcpy(c.dst, c.bytes, 16);
+    else t->cp_open.push_back(c);
+}
+
+void pn_emu_cp_async_commit(void) {
+    if (!g_blk) return;
+    Thr *t = g_blk->cur;
+    t->cp_groups.push_back(std::move(t->cp_open));
+    t->cp_open.clear();
+}
+
+void pn_emu_cp_async_wait(int pending) {
+    if (!g_blk) return;
+    Thr *t = g_blk->cur;
+    size_t landed = 0;
+    while (t->cp_groups.size() - landed > (size_t)(pending > 0 ? pending : 0)) {
+        for (const AsyncCopy &c : t->cp_groups[landed]) memcpy(c.dst, c.bytes, 16);
+        landed++;
+    }
+    t->cp_groups.erase(t->cp_groups.begin(), t->cp_groups.begin() + (std::ptrdiff_t)landed);
+}
 
 namespace pn_emu_wmma {
 uint64_t splitmix(uint64_t *s) {

@@ -9,6 +9,11 @@
  *   shuffle_reduce                        warp-shuffle sums of 0..31 and 32..63 (496, 1520)
  *   shuffle_missing_lane                  lane 31 exits, the others shuffle with the full mask
  *   atomic_sum                            64 blocks × 256 threads atomicAdd into int, float, u64 counters
+ *   cp_async / cp_async_no_wait /          tiles through two shared buffers by cp.async, each thread
+ *     cp_async_no_barrier                  summing a word another thread copied: correct / without
+ *                                          the wait before the barrier / refilling a buffer with no
+ *                                          barrier after its last readers
+ *   cp_async_misaligned / cp_async_to_global   a copy 4 bytes off alignment / into device memory
  *   half_convert, wmma_*                  the 16-bit types and nvcuda::wmma: selftest_wmma.cu
  *
  * pn_cuda_emu_selftest(name, out, n) runs one case, writes up to n results to out and returns
@@ -74,6 +79,31 @@ __global__ void atomic_kernel(int *count, float *fsum, unsigned long long *isum)
     atomicAdd(count, 1);
     atomicAdd(fsum, 1.0f);
     atomicAdd(isum, (unsigned long long)i);
+}
+
+/* Tiles of 4N floats (each thread copies one 16-byte word) through two shared buffers by
+ * cp.async, the next tile's copies in flight while the current one is read; thread t adds word
+ * N − 1 − t's second float of every tile (a word another thread copied). bug 1: no wait before
+ * the barrier; bug 2: no barrier between the last reads of a buffer and its refill. */
+enum { CP_TILES = 5 };
+__global__ void cp_async_kernel(float *out, const float *in, int bug) {
+    PN_SHARED(float, buf, 2 * 4 * N + 1);
+    const int t = threadIdx.x;
+    float acc = 0;
+    if (bug == 3) pn_cu_cp_async16(buf + 1 + 4 * t, in + 4 * t); /* 4 bytes off */
+    if (bug == 4) pn_cu_cp_async16(out + 4 * (t % (N / 4)), in + 4 * t); /* a device destination */
+    pn_cu_cp_async16(buf + 4 * t, in + 4 * t);
+    pn_cu_cp_async_commit();
+    for (int k = 0; k < CP_TILES; k++) {
+        float *cur = buf + (k & 1) * 4 * N, *next = buf + (~k & 1) * 4 * N;
+        if (bug != 2) __syncthreads(); /* the readers of `next` (tile k − 1) are done */
+        if (k + 1 < CP_TILES) pn_cu_cp_async16(next + 4 * t, in + (k + 1) * 4 * N + 4 * t);
+        pn_cu_cp_async_commit();
+        if (bug != 1) pn_cu_cp_async_wait<1>();
+        __syncthreads();
+        acc += cur[4 * (N - 1 - t) + 1];
+    }
+    out[t] = acc;
 }
 
 /* ---- cases --------------------------------------------------------------------------------- */
@@ -167,6 +197,19 @@ pn_status atomic_case(double *out, int64_t n) {
     return PN_OK;
 }
 
+pn_status cp_async_case(double *out, int64_t n, int bug) {
+    Dev in, res;
+    const int len = CP_TILES * 4 * N;
+    CK(cudaMalloc(&in.p, sizeof(float) * len));
+    CK(cudaMalloc(&res.p, sizeof(float) * N));
+    std::vector<float> h(len);
+    for (int i = 0; i < len; i++) h[i] = (float)i; /* tile k, float e: 4Nk + e */
+    CK(cudaMemcpy(in.p, h.data(), sizeof(float) * len, cudaMemcpyHostToDevice));
+    CK(PN_LAUNCH(cp_async_kernel, 1, N, 0, 0, (float *)res.p, (const float *)in.p, bug));
+    CK(cudaDeviceSynchronize());
+    return copy_out(out, n, (float *)res.p, N);
+}
+
 struct Case {
     const char *name;
     pn_status (*run)(double *, int64_t);
@@ -184,6 +227,11 @@ const Case cases[] = {
     {"shuffle_reduce", [](double *o, int64_t n) { return shuffle_case(o, n, 0); }},
     {"shuffle_missing_lane", [](double *o, int64_t n) { return shuffle_case(o, n, 1); }},
     {"atomic_sum", atomic_case},
+    {"cp_async", [](double *o, int64_t n) { return cp_async_case(o, n, 0); }},
+    {"cp_async_no_wait", [](double *o, int64_t n) { return cp_async_case(o, n, 1); }},
+    {"cp_async_no_barrier", [](double *o, int64_t n) { return cp_async_case(o, n, 2); }},
+    {"cp_async_misaligned", [](double *o, int64_t n) { return cp_async_case(o, n, 3); }},
+    {"cp_async_to_global", [](double *o, int64_t n) { return cp_async_case(o, n, 4); }},
 };
 
 } // namespace
