@@ -83,21 +83,6 @@ static inline unsigned pn_cu_blocks(int64_t n, int threads = PN_CU_THREADS) {
 #define PN_CU_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
-/* One 16-byte word from src to dst, both 16-byte aligned: a 128-bit load and store on the GPU;
- * in the interpreter a memcpy (C++ has no uint4 to pun through) that fails the launch on a
- * misaligned address, as the GPU would */
-__device__ static inline void pn_cu_copy16(void *dst, const void *src) {
-#ifdef PN_CUDA_EMU
-    if (((uintptr_t)dst | (uintptr_t)src) & 15) {
-        pn_emu_fail(cudaErrorMisalignedAddress, "a 16-byte copy from %p to %p is misaligned", src, dst);
-        return;
-    }
-    memcpy(dst, src, 16);
-#else
-    *(uint4 *)dst = *(const uint4 *)src;
-#endif
-}
-
 /* Asynchronous 16-byte copies, global → shared (PTX cp.async, sm_80+), for tiles loaded while
  * the previous one is computed on (double buffering): issue the copies, commit them as a group,
  * and before reading the destinations wait until at most `pending` of this thread's newest groups

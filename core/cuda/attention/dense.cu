@@ -1130,13 +1130,15 @@ template <typename H> __global__ void pack_norms_kernel(float *nrm, const H *row
     }
 }
 
+/* The mma kernels' tiles of the packed operands, copied asynchronously (cp.async, cuda.cuh): a
+ * thread's copies land by its wait for their group; then a barrier, before anyone reads them. */
 /* rows × cols halves (cols a multiple of 8) from src (row stride lds) into dst (row stride ldd), a
  * 16-byte word per thread and step */
 template <typename H> __device__ void copy_tile16(H *dst, int64_t ldd, const H *src, int64_t lds, int rows, int cols) {
     const int cpr = cols / 8;
     for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
         const int r = e / cpr, q = e - r * cpr;
-        pn_cu_copy16(dst + r * ldd + 8 * q, src + r * lds + 8 * q);
+        pn_cu_cp_async16(dst + r * ldd + 8 * q, src + r * lds + 8 * q);
     }
 }
 /* rows [r0, r0 + 64) of head bh of P into dst (ld halves per row; P.wp coordinates) */
@@ -1147,9 +1149,9 @@ template <typename H> __device__ void ptile_rows(H *dst, int64_t ld, const mpk<H
 template <typename H> __device__ void ptile_cols(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
     copy_tile16(dst, ld, P.cols + bh * P.wp * P.np + r0, P.np, (int)P.wp, 64);
 }
-/* their norms */
+/* their norms: 64 floats, 16 words (r0 and np multiples of 64 keep them 16-byte aligned) */
 template <typename H> __device__ void ptile_norms(float *dst, const mpk<H> &P, int64_t bh, int64_t r0) {
-    for (int r = threadIdx.x; r < 64; r += blockDim.x) dst[r] = P.nrm[bh * P.np + r0 + r];
+    for (int e = threadIdx.x; e < 16; e += blockDim.x) pn_cu_cp_async16(dst + 4 * e, P.nrm + bh * P.np + r0 + 4 * e);
 }
 
 /* Whole tiles: keys [0, keys_whole) are seen by both of a lane's rows r with no modifier — no bias,
@@ -1253,14 +1255,24 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
     const int64_t kwhole = keys_whole(c, r, kend);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
     int nan[2] = {0, 0};
-    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
-        __syncthreads(); /* the previous tile's readers are done */
+    /* The loads overlap the products as in FlashAttention-2, with one buffer each for K and Vᵀ:
+     * V's tile is copied (cp.async) while S = Q·Kᵀ and the softmax run, the next K tile while
+     * P·V runs. Each copy is issued after the barrier that ends its buffer's last reads. */
+    auto fetch_k = [&](int64_t j0) {
         ptile_rows(Ks, L.ldq, Kp, bh, j0);
-        ptile_cols(Vt, L.ldvt, Vp, bh, j0);
         if (c.diff) ptile_norms(kn, Kp, bh, j0);
+        pn_cu_cp_async_commit();
+    };
+    if (kend_blk > 0) fetch_k(0);
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
+        /* ks's readers (the previous tile's epilogue and weights) are past the barrier before P·V */
         stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
-        /* a thread reads back the key it staged (its own write); the barrier ors the flags */
+        pn_cu_cp_async_wait<0>(); /* this thread's copies of K's tile have landed … */
+        /* … and everyone's after the barrier, past which no one reads Vᵀ's previous tile; a thread
+         * reads back the key it staged (its own write); the barrier ors the flags */
         const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
+        ptile_cols(Vt, L.ldvt, Vp, bh, j0);
+        pn_cu_cp_async_commit();
         /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
         float sc[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
@@ -1310,6 +1322,9 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
             }
 #pragma unroll
         for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + lanes_sum<4>(ps[h]);
+        pn_cu_cp_async_wait<0>(); /* Vᵀ's tile: this thread's copies, then everyone's */
+        __syncthreads();          /* and no one reads K's tile or ks any more: the next K tile may come */
+        if (j0 + WK < kend_blk) fetch_k(j0 + WK);
         /* O_w = O_w·α + P_w·V: P's blocks 2kk and 2kk + 1 are the A operand of keys 16kk … 16kk + 15 */
 #pragma unroll
         for (int nb = 0; nb < NV; nb++) {
@@ -1483,14 +1498,22 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
     double aq0[2] = {0, 0}, aq1[2] = {0, 0}, b0[2] = {0, 0}, b1[2] = {0, 0}, b2[2] = {0, 0}, gsum[2] = {0, 0};
     const int64_t kwhole = keys_whole(c, r, kend);
-    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
-        __syncthreads();
+    /* loads overlapping the products, as in mfwd_kernel: Kᵀ's tile is copied while S, dP and the
+     * VJP run, the next K and V tiles while ∂G·K runs */
+    auto fetch_kv = [&](int64_t j0) {
         ptile_rows(Ks, L.ldq, Kp, bh, j0);
-        ptile_cols(Kt, L.ldkt, Kp, bh, j0);
         ptile_rows(Vs, L.ldv, Vp, bh, j0);
         if (c.diff) ptile_norms(kn, Kp, bh, j0);
-        stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
+        pn_cu_cp_async_commit();
+    };
+    if (kend_blk > 0) fetch_kv(0);
+    for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
+        stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks); /* its readers are past the barrier before ∂G·K */
+        pn_cu_cp_async_wait<0>(); /* K's and V's tiles, then everyone's after the barrier, past which
+                                   * no one reads Kᵀ's previous tile */
         const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
+        ptile_cols(Kt, L.ldkt, Kp, bh, j0);
+        pn_cu_cp_async_commit();
         const bool whole = !tbad && j0 + WK <= kwhole;
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
@@ -1519,6 +1542,9 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
                 gsum[h] += gv;
                 sc[nb][e] = gv;
             }
+        pn_cu_cp_async_wait<0>(); /* Kᵀ's tile: this thread's copies, then everyone's */
+        __syncthreads();          /* and no one reads K's, V's tiles or ks any more */
+        if (j0 + WK < kend_blk) fetch_kv(j0 + WK);
         if (c.gemm) mma_pb<H, NQ>(dq, sc, Kt, L.ldkt, nq_n); /* dQ_w += ∂G_w·K */
     }
 #pragma unroll
@@ -1749,15 +1775,24 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     /* whole query tiles (as mfwd_kernel's key tiles): in range, no modifier, no NaN flag on the
      * lane's keys (nor, per tile, on the queries), every query past the causal limit of both keys */
     const bool plain = !(c.bias || c.alibi || c.mask || kb[0] || kb[1] || !live[0] || !live[1]);
-    for (int64_t i0 = istart / WQ * WQ; i0 < c.Nq; i0 += WQ) {
-        __syncthreads(); /* the previous tile's readers are done (the first time: the fragments) */
+    /* loads overlapping the products, as in mfwd_kernel: Qᵀ's and dOᵀ's tiles are copied while Sᵀ,
+     * dPᵀ and the VJP run, the next Q and dO tiles while dV and dK accumulate */
+    auto fetch_qd = [&](int64_t i0) {
         ptile_rows(Qs, L.ldq, Qp, bh, i0);
-        ptile_cols(Qt, L.ldt, Qp, bh, i0);
         ptile_rows(dOs, L.ldv, Op, bh, i0);
-        ptile_cols(dOt, L.ldt, Op, bh, i0);
         if (c.diff) ptile_norms(qn, Qp, bh, i0);
-        stage_queries<WQ, float, S>(c, a, r.hd, bh, i0, qsg);
+        pn_cu_cp_async_commit();
+    };
+    __syncthreads(); /* the fragments and the key norms are read: Q's and dO's tiles may come */
+    if (istart / WQ * WQ < c.Nq) fetch_qd(istart / WQ * WQ);
+    for (int64_t i0 = istart / WQ * WQ; i0 < c.Nq; i0 += WQ) {
+        stage_queries<WQ, float, S>(c, a, r.hd, bh, i0, qsg); /* its readers are past the barrier before dV, dK */
+        pn_cu_cp_async_wait<0>(); /* Q's and dO's tiles, then everyone's after the barrier, past which
+                                   * no one reads the previous Qᵀ and dOᵀ */
         const int tbad = __syncthreads_or(threadIdx.x < WQ ? qsg[threadIdx.x].bad : 0);
+        ptile_cols(Qt, L.ldt, Qp, bh, i0);
+        ptile_cols(dOt, L.ldt, Op, bh, i0);
+        pn_cu_cp_async_commit();
         const bool whole = plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off);
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
@@ -1792,6 +1827,9 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
                 dp[nb][e] = p; /* Pᵀ */
                 sc[nb][e] = gg; /* ∂Gᵀ */
             }
+        pn_cu_cp_async_wait<0>(); /* Qᵀ's and dOᵀ's tiles: this thread's copies, then everyone's */
+        __syncthreads();          /* and no one reads Q's, dO's tiles or the staged queries any more */
+        if (i0 + WQ < c.Nq) fetch_qd(i0 + WQ);
         mma_pb<H, NB>(dv, dp, dOt, L.ldt, nv_n);             /* dV_w += Pᵀ_w·dO */
         if (c.gemm) mma_pb<H, NB>(dk, sc, Qt, L.ldt, nk_n); /* dK_w += ∂Gᵀ_w·Q */
     }
