@@ -204,7 +204,7 @@ describe('cuda kernel interpreter', function()
   end)
 
   it_emu('reports a misaligned cp.async and one whose destination is not shared memory', function()
-    for name, pat in pairs({ cp_async_misaligned = 'misaligned', cp_async_to_global = 'not inside a shared array' }) do
+    for name, pat in pairs({ cp_async_misaligned = 'misaligned', cp_async_to_global = 'writes outside every shared array' }) do
       local ok, v = pn.cuda.selftest(name)
       assert.is_false(ok, name .. ' was not caught')
       assert.is_truthy(tostring(v):find(pat, 1, true), name .. ': ' .. tostring(v))
