@@ -236,6 +236,7 @@ describe('cuda dense attention', function()
       { B = 1, H = 1, Nq = 70, Nk = 90, D = 40, Dv = 72, causal = true, mask = { 1, 1, 70, 90 } }, -- partial 64-tiles
       { B = 2, H = 1, Nq = 9, Nk = 3, D = 16, Dv = 16, causal = true, normalize = 'sigmoid_normalized' }, -- rows that see nothing
       { B = 1, H = 1, Nq = 20, Nk = 200, D = 16, Dv = 8 }, -- four key tiles: each double buffer refilled
+      { B = 1, H = 2, Nq = 33, Nk = 70, D = 16, Dv = 8, aggregate = 'einstein' }, -- γ on whole and partial tiles
     }
     cu.schedules(function(s)
       for _, prec in ipairs({ 'bf16', 'f16' }) do

@@ -107,6 +107,26 @@ template <int pending> __device__ static inline void pn_cu_cp_async_wait() {
 }
 #endif
 
+/* 2^x on the special function unit (PTX ex2.approx.ftz.f32: a few ulp; a result below FLT_MIN is
+ * +0, −inf gives +0, NaN stays NaN), and e^x = 2^(x·log₂e) on it. For the softmax of the
+ * tensor-core kernels, whose operands are rounded to bf16 / f16 before the scores exist:
+ * fastmath.h's polynomial, which the CPU and the f32 kernels use, is ~20 instructions an element
+ * where this is one or two. The interpreter: libm's exp2f with the same flush. */
+#define PN_LOG2E_F 1.44269504088896341f
+#ifdef PN_CUDA_EMU
+__device__ static inline float pn_cu_exp2_sfu(float x) {
+    const float y = exp2f(x);
+    return y < 1.17549435e-38f ? 0.0f : y; /* ftz (NaN compares false and stays) */
+}
+#else
+__device__ static inline float pn_cu_exp2_sfu(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+__device__ static inline float pn_cu_exp_sfu(float x) { return pn_cu_exp2_sfu(x * PN_LOG2E_F); }
+
 /* ---- strided element access (device) ----
  * A tensor's view as kernels see it: element pointer, dtype, and its strides over an iteration
  * shape (0 where broadcast). Passed by value. */

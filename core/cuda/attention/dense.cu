@@ -219,12 +219,17 @@ template <typename T> struct dpv {
 };
 
 /* the pair's weight p, dS and ∂L/∂γ_j from its score s, the key's Lorentz factor gv, the row's
- * statistic st and D_i, and dP = dO_i·v_j (or dW_ij) — the kernels' one copy of the normalizations */
-template <typename T> __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
+ * statistic st and D_i, and dP = dO_i·v_j (or dW_ij) — the kernels' one copy of the normalizations.
+ * SFU: the softmax's exp on the special function unit (pn_cu_exp_sfu: the tensor-core kernels) */
+template <typename T, bool SFU = false>
+__device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
     o.s = s;
     T sg = 0;
     if (c.norm == PN_NORM_SOFTMAX) {
-        o.p = st == (T)-INFINITY ? (T)0 : pn_exp(s - st) * gv;
+        T e;
+        if constexpr (SFU) e = pn_cu_exp_sfu(s - st);
+        else e = pn_exp(s - st);
+        o.p = st == (T)-INFINITY ? (T)0 : e * gv;
     } else {
         sg = sigm(s);
         const T inv = c.normalized ? (st > 0 ? 1 / st : (T)0) : (T)1;
@@ -1179,20 +1184,26 @@ template <typename H, int KC> __device__ void frags_a(uint32_t (*fa)[4], const H
 }
 
 /* acc[nb] (nb < 8: the 16 × 8 blocks of 64 columns) = A·Bᵀ, A the fragments fa (chunks < n), B
- * 64 rows (ld halves) whose pairs are consecutive columns */
+ * 64 rows (ld halves) whose pairs are consecutive columns. Chunk by chunk, the eight blocks' mma
+ * in a row: they are independent, so the tensor core pipelines them — block by block, each mma
+ * waited for the one before it and for its own shared-memory load (nvcc kept that order: SASS) */
 template <typename H, int KC> __device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld,
                                                       int n) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int nb = 0; nb < WK / 8; nb++) {
-        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0;
-        const H *br = B + (nb * 8 + g) * ld + 2 * t;
+    for (int nb = 0; nb < WK / 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0;
+    const H *br = B + g * ld + 2 * t;
 #pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-            if (kc >= n) break;
-            const uint32_t b[2] = {ld_pair(br + kc * 16), ld_pair(br + kc * 16 + 8)};
-            pn_mma_16816<H>(acc[nb], fa[kc], b, acc[nb]);
+    for (int kc = 0; kc < KC; kc++) {
+        if (kc >= n) break; /* the same for the whole warp */
+        uint32_t b[WK / 8][2];
+#pragma unroll
+        for (int nb = 0; nb < WK / 8; nb++) {
+            const H *bp = br + nb * 8 * ld + kc * 16;
+            b[nb][0] = ld_pair(bp), b[nb][1] = ld_pair(bp + 8);
         }
+#pragma unroll
+        for (int nb = 0; nb < WK / 8; nb++) pn_mma_16816<H>(acc[nb], fa[kc], b[nb], acc[nb]);
     }
 }
 
@@ -1276,50 +1287,85 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
         /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
         float sc[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
-        /* the epilogue on the accumulators: element e of block nb is row h = e / 2, key 8nb + 2t + e % 2 */
+        /* the epilogue on the accumulators: element e of block nb is row h = e / 2, key 8nb + 2t + e % 2.
+         * One copy per (whole tile, distance score): a whole tile (most of them) tests nothing per
+         * pair, a product score reads no norms. One loop testing both at run time cost the dot
+         * ~10 instructions a pair (SASS: nvcc recomputed the 64-bit `whole` test for each of the 32
+         * and issued the norms' loads, predicated off). */
         float tmax[2] = {-INFINITY, -INFINITY};
         int tnan[2] = {0, 0};
-        const bool whole = !tbad && j0 + WK <= kwhole;
+        auto epilogue = [&](auto whole_c, auto diff_c) {
+            constexpr bool whole = decltype(whole_c)::value, diff = decltype(diff_c)::value;
+            const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
 #pragma unroll
-        for (int nb = 0; nb < NS; nb++)
+            for (int nb = 0; nb < NS; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
-                const kstage<float> &z = ks[jl];
-                float v = -INFINITY;
-                if (whole) {
-                    const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
-                    v = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
-                } else if (j0 + jl < kend[h] && !nan[h]) {
-                    const int64_t j = j0 + jl;
-                    const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
-                    v = mods(c, r[h], j, S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1), z.bad);
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                    const kstage<float> &z = ks[jl];
+                    float v = -INFINITY;
+                    if (whole || (j0 + jl < kend[h] && !nan[h])) {
+                        /* w_G: the product, or −½‖q − k‖² (without c.gemm the product is 0, diff off) */
+                        const float G = diff ? sc[nb][e] - 0.5f * (qh[h] + kn[jl]) : sc[nb][e];
+                        v = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
+                        if (!whole) v = mods(c, r[h], j0 + jl, v, z.bad);
+                    }
+                    sc[nb][e] = v;
+                    tnan[h] |= !(v < INFINITY); /* NaN or +inf: the row will be NaN, whatever its max */
+                    tmax[h] = fmaxf(tmax[h], v); /* NaN never raises it */
                 }
-                sc[nb][e] = v;
-                if (v != v || v == INFINITY) tnan[h] = 1;
-                else if (v > tmax[h]) tmax[h] = v;
-            }
-        float alpha[2] = {1, 1};
+        };
+        const bool diff = c.diff && c.gemm;
+        if (!tbad && j0 + WK <= kwhole) {
+            if (diff) epilogue(std::true_type{}, std::true_type{});
+            else epilogue(std::true_type{}, std::false_type{});
+        } else {
+            if (diff) epilogue(std::false_type{}, std::true_type{});
+            else epilogue(std::false_type{}, std::false_type{});
+        }
+        float alpha[2] = {1, 1}, ml2[2] = {0, 0};
+        bool zero[2] = {false, false}; /* rows whose weights are all 0 here: NaN so far, or masked so far */
         if (soft)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 nan[h] |= lanes_or<4>(tnan[h]);
                 const float mt = lanes_max<4>(tmax[h]), mn = mt > m[h] ? mt : m[h];
-                if (mn != -INFINITY && mn != m[h]) alpha[h] = m[h] == -INFINITY ? 0.0f : pn_exp(m[h] - mn);
+                if (mn != -INFINITY && mn != m[h]) alpha[h] = m[h] == -INFINITY ? 0.0f : pn_cu_exp_sfu(m[h] - mn);
                 m[h] = mn;
+                zero[h] = nan[h] || mn == -INFINITY;
+                ml2[h] = mn * PN_LOG2E_F;
             }
+        /* the weights, p = e^(v − m)·γ = 2^(v·log₂e − m·log₂e)·γ: one FFMA and the SFU's exp2 a pair
+         * (v = −inf gives 0); γ (the einstein aggregation's) in its own copy */
         float ps[2] = {0, 0};
+        auto weights = [&](auto gam_c) {
 #pragma unroll
-        for (int nb = 0; nb < NS; nb++)
+            for (int nb = 0; nb < NS; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
-                const float v = sc[nb][e];
-                float p = soft ? (nan[h] || v == -INFINITY ? 0.0f : pn_exp(v - m[h])) : sigm(v);
-                if (c.g) p *= ks[jl].gv; /* γ only with the einstein aggregation */
-                sc[nb][e] = p;
-                ps[h] += p;
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                    float p = zero[h] ? 0.0f : pn_cu_exp2_sfu(fmaf(sc[nb][e], PN_LOG2E_F, -ml2[h]));
+                    if (decltype(gam_c)::value) p *= ks[jl].gv;
+                    sc[nb][e] = p;
+                    ps[h] += p;
+                }
+        };
+        if (!soft) {
+#pragma unroll
+            for (int nb = 0; nb < NS; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                    float p = sigm(sc[nb][e]);
+                    if (c.g) p *= ks[jl].gv;
+                    sc[nb][e] = p;
+                    ps[h] += p;
+                }
+        } else if (c.g) {
+            weights(std::true_type{});
+        } else {
+            weights(std::false_type{});
+        }
 #pragma unroll
         for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + lanes_sum<4>(ps[h]);
         pn_cu_cp_async_wait<0>(); /* Vᵀ's tile: this thread's copies, then everyone's */
@@ -1514,34 +1560,47 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
         const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
         ptile_cols(Kt, L.ldkt, Kp, bh, j0);
         pn_cu_cp_async_commit();
-        const bool whole = !tbad && j0 + WK <= kwhole;
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
         mma_abt<H, KC>(dp, da, Vs, L.ldv, kv_n);
+        /* one copy per (whole tile, distance score), as mfwd_kernel's epilogue */
+        auto vjp_tile = [&](auto whole_c, auto diff_c) {
+            constexpr bool whole = decltype(whole_c)::value, diff = decltype(diff_c)::value;
+            const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
 #pragma unroll
-        for (int nb = 0; nb < NS; nb++)
+            for (int nb = 0; nb < NS; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
-                const int64_t j = j0 + jl;
-                float gv = 0;
-                if (whole || j < kend[h]) {
-                    const kstage<float> &z = ks[jl];
-                    const float G = w_G(c, sc[nb][e], c.diff ? qn[rl[h]] : 0.0f, c.diff ? kn[jl] : 0.0f);
-                    const float s0 = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
-                    const float sv = whole ? s0 : mods(c, r[h], j, s0, z.bad);
-                    dpv<float> pv;
-                    norm_ds(c, sv, z.gv, st[h], Di[h], dp[nb][e], pv);
-                    if (pv.ds != 0) {
-                        const auto dd = S::vjp(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1, pv.ds, want);
-                        aq0[h] += dd.q0, aq1[h] += dd.q1;
-                        if (want) b0[h] += dd.p0, b1[h] += dd.p1, b2[h] += dd.p2;
-                        if (c.gemm) gv = dd.g;
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
+                    const int64_t j = j0 + jl;
+                    float gv = 0;
+                    if (whole || j < kend[h]) {
+                        const kstage<float> &z = ks[jl];
+                        const float G = diff ? sc[nb][e] - 0.5f * (qh[h] + kn[jl]) : sc[nb][e]; /* w_G */
+                        const float s0 = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
+                        const float sv = whole ? s0 : mods(c, r[h], j, s0, z.bad);
+                        dpv<float> pv;
+                        norm_ds<float, true>(c, sv, z.gv, st[h], Di[h], dp[nb][e], pv);
+                        if (pv.ds != 0) {
+                            const auto dd =
+                                S::vjp(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1, pv.ds, want);
+                            aq0[h] += dd.q0, aq1[h] += dd.q1;
+                            if (want) b0[h] += dd.p0, b1[h] += dd.p1, b2[h] += dd.p2;
+                            if (c.gemm) gv = dd.g;
+                        }
                     }
+                    gsum[h] += gv;
+                    sc[nb][e] = gv;
                 }
-                gsum[h] += gv;
-                sc[nb][e] = gv;
-            }
+        };
+        const bool diff = c.diff && c.gemm;
+        if (!tbad && j0 + WK <= kwhole) {
+            if (diff) vjp_tile(std::true_type{}, std::true_type{});
+            else vjp_tile(std::true_type{}, std::false_type{});
+        } else {
+            if (diff) vjp_tile(std::false_type{}, std::true_type{});
+            else vjp_tile(std::false_type{}, std::false_type{});
+        }
         pn_cu_cp_async_wait<0>(); /* Kᵀ's tile: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads K's, V's tiles or ks any more */
         if (j0 + WK < kend_blk) fetch_kv(j0 + WK);
@@ -1793,40 +1852,52 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
         ptile_cols(Qt, L.ldt, Qp, bh, i0);
         ptile_cols(dOt, L.ldt, Op, bh, i0);
         pn_cu_cp_async_commit();
-        const bool whole = plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off);
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
         mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
+        /* one copy per (whole tile, distance score), as mfwd_kernel's epilogue */
+        auto vjp_tile = [&](auto whole_c, auto diff_c) {
+            constexpr bool whole = decltype(whole_c)::value, diff = decltype(diff_c)::value;
+            const float kh[2] = {diff ? kn[jl[0]] : 0.0f, diff ? kn[jl[1]] : 0.0f};
 #pragma unroll
-        for (int nb = 0; nb < NS; nb++)
+            for (int nb = 0; nb < NS; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1, il = nb * 8 + 2 * t + (e & 1);
-                const int64_t i = i0 + il;
-                float p = 0, gg = 0;
-                if (whole || (live[h] && i < c.Nq && !(c.causal && jj[h] > i + c.off))) {
-                    const qstage<float> &z = qsg[il];
-                    const float G = w_G(c, sc[nb][e], c.diff ? qn[il] : 0.0f, c.diff ? kn[jl[h]] : 0.0f);
-                    const float s0v = S::pair(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h]);
-                    float sv = s0v;
-                    if (!whole) {
-                        r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
-                        sv = mods(c, r, jj[h], s0v, kb[h]);
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, il = nb * 8 + 2 * t + (e & 1);
+                    const int64_t i = i0 + il;
+                    float p = 0, gg = 0;
+                    if (whole || (live[h] && i < c.Nq && !(c.causal && jj[h] > i + c.off))) {
+                        const qstage<float> &z = qsg[il];
+                        const float G = diff ? sc[nb][e] - 0.5f * (qn[il] + kh[h]) : sc[nb][e]; /* w_G */
+                        const float s0v = S::pair(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h]);
+                        float sv = s0v;
+                        if (!whole) {
+                            r.i = i, r.x = bh * c.Nq + i, r.rx = z.rx, r.q0 = z.q0, r.q1 = z.q1, r.qb = z.bad;
+                            sv = mods(c, r, jj[h], s0v, kb[h]);
+                        }
+                        dpv<float> pv;
+                        norm_ds<float, true>(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
+                        p = pv.p;
+                        sg[h] += pv.dgam;
+                        if (pv.ds != 0) {
+                            const auto dd = S::vjp(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h], pv.ds, want);
+                            s0[h] += dd.k0, s1[h] += dd.k1;
+                            if (c.gemm) gg = dd.g;
+                        }
                     }
-                    dpv<float> pv;
-                    norm_ds(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
-                    p = pv.p;
-                    sg[h] += pv.dgam;
-                    if (pv.ds != 0) {
-                        const auto dd = S::vjp(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h], pv.ds, want);
-                        s0[h] += dd.k0, s1[h] += dd.k1;
-                        if (c.gemm) gg = dd.g;
-                    }
+                    gsum[h] += gg;
+                    dp[nb][e] = p;  /* Pᵀ */
+                    sc[nb][e] = gg; /* ∂Gᵀ */
                 }
-                gsum[h] += gg;
-                dp[nb][e] = p; /* Pᵀ */
-                sc[nb][e] = gg; /* ∂Gᵀ */
-            }
+        };
+        const bool diff = c.diff && c.gemm;
+        if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) {
+            if (diff) vjp_tile(std::true_type{}, std::true_type{});
+            else vjp_tile(std::true_type{}, std::false_type{});
+        } else {
+            if (diff) vjp_tile(std::false_type{}, std::true_type{});
+            else vjp_tile(std::false_type{}, std::false_type{});
+        }
         pn_cu_cp_async_wait<0>(); /* Qᵀ's and dOᵀ's tiles: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads Q's, dO's tiles or the staged queries any more */
         if (i0 + WQ < c.Nq) fetch_qd(i0 + WQ);
