@@ -128,12 +128,17 @@ inline int score_kind(const pn_attn_setup *st, const pn_attn_opts *o) {
 
 /* f(S_<X>{}) for the epilogue of kind (a generic lambda: `typedef decltype(tag) S;`) */
 template <typename F> void score_switch(int kind, F &&f) {
+#ifdef PN_CU_ONLY_DOT /* tools/gpu/sass.sh: the dot score's kernels alone, to read their SASS in a minute */
+    (void)kind;
+    f(S_dot{});
+#else
     switch (kind) {
 #define KIND_CASE(X, ...) \
     case K_##X: f(S_##X{}); break;
         GRAPH_SCORES(KIND_CASE)
 #undef KIND_CASE
     }
+#endif
 }
 
 /* The per-head parameters, read where they are (the device): pn_attn_setup_resolve on host

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tools/gpu/sass.sh [kernel] [arch] — the tensor-core attention kernels as the GPU would run them,
+# read without one: compiles core/cuda/attention/dense.cu for sm_90 (or arch) with the dot score's
+# kernels alone (-DPN_CU_ONLY_DOT, ~1–2 min instead of ~10), then prints
+#   - registers and spills of the bf16 mma.sync kernels (ptxas --resource-usage),
+#   - the SASS instruction mix of one kernel's main loop (default mfwd_kernel, width 64; also
+#     mbwq_kernel, mbwk_kernel, or any regular expression on the mangled name): static counts,
+#     every path of the loop included, and the loop's HMMA instructions in order with their
+#     accumulator registers, which shows whether independent products sit side by side.
+# cuobjdump comes with the CUDA toolkit; where the toolkit lacks it (Debian's nvcc-only
+# installs), PyPI's nvidia-cuda-cuobjdump wheel holds it: this script unpacks that into
+# build/cudatools on first use. Output under build/sass/.
+set -eu
+cd "$(dirname "$0")/../.."
+K=${1:-mfwd_kernel}
+ARCH=${2:-sm_90}
+OUT=build/sass
+mkdir -p "$OUT"
+CUOBJDUMP=$(command -v cuobjdump || true)
+if [ -z "$CUOBJDUMP" ]; then
+    CUOBJDUMP=$(ls build/cudatools/nvidia/*/bin/cuobjdump 2>/dev/null | head -1 || true)
+fi
+if [ -z "$CUOBJDUMP" ]; then
+    echo "sass.sh: no cuobjdump; fetching PyPI's nvidia-cuda-cuobjdump into build/cudatools"
+    python3 -m pip download --no-deps -q -d build/cudatools/whl nvidia-cuda-cuobjdump
+    (cd build/cudatools && python3 -m zipfile -e whl/nvidia_cuda_cuobjdump-*.whl .)
+    CUOBJDUMP=$(ls build/cudatools/nvidia/*/bin/cuobjdump | head -1)
+    chmod +x "$CUOBJDUMP"
+fi
+echo "sass.sh: nvcc $(nvcc --version | grep -o 'release [0-9.]*'), $ARCH, dot only"
+nvcc -std=c++17 -O3 -Icore -I/usr/include/hdf5/serial -DPN_HAVE_CUDA=1 -DPN_CU_ONLY_DOT -arch="$ARCH" -cubin \
+    --resource-usage core/cuda/attention/dense.cu -o "$OUT/dense_dot.cubin" > "$OUT/ptxas.log" 2>&1
+"$CUOBJDUMP" -sass "$OUT/dense_dot.cubin" > "$OUT/dense_dot.sass"
+python3 tools/gpu/sass_mix.py "$OUT/ptxas.log" "$OUT/dense_dot.sass" "$K"
