@@ -1288,14 +1288,14 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
         float sc[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
         /* the epilogue on the accumulators: element e of block nb is row h = e / 2, key 8nb + 2t + e % 2.
-         * One copy per (whole tile, distance score): a whole tile (most of them) tests nothing per
-         * pair, a product score reads no norms. One loop testing both at run time cost the dot
+         * One copy for whole tiles (most of them), which test nothing per pair, one for the rest; a
+         * product score (S::diff = 0) reads no norms. One loop testing both at run time cost the dot
          * ~10 instructions a pair (SASS: nvcc recomputed the 64-bit `whole` test for each of the 32
          * and issued the norms' loads, predicated off). */
         float tmax[2] = {-INFINITY, -INFINITY};
         int tnan[2] = {0, 0};
-        auto epilogue = [&](auto whole_c, auto diff_c) {
-            constexpr bool whole = decltype(whole_c)::value, diff = decltype(diff_c)::value;
+        auto epilogue = [&](auto whole_c) {
+            constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
             const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
 #pragma unroll
             for (int nb = 0; nb < NS; nb++)
@@ -1305,7 +1305,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
                     const kstage<float> &z = ks[jl];
                     float v = -INFINITY;
                     if (whole || (j0 + jl < kend[h] && !nan[h])) {
-                        /* w_G: the product, or −½‖q − k‖² (without c.gemm the product is 0, diff off) */
+                        /* w_G: the product, or −½‖q − k‖² (without c.gemm the product is 0) */
                         const float G = diff ? sc[nb][e] - 0.5f * (qh[h] + kn[jl]) : sc[nb][e];
                         v = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
                         if (!whole) v = mods(c, r[h], j0 + jl, v, z.bad);
@@ -1315,14 +1315,8 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
                     tmax[h] = fmaxf(tmax[h], v); /* NaN never raises it */
                 }
         };
-        const bool diff = c.diff && c.gemm;
-        if (!tbad && j0 + WK <= kwhole) {
-            if (diff) epilogue(std::true_type{}, std::true_type{});
-            else epilogue(std::true_type{}, std::false_type{});
-        } else {
-            if (diff) epilogue(std::false_type{}, std::true_type{});
-            else epilogue(std::false_type{}, std::false_type{});
-        }
+        if (!tbad && j0 + WK <= kwhole) epilogue(std::true_type{});
+        else epilogue(std::false_type{});
         float alpha[2] = {1, 1}, ml2[2] = {0, 0};
         bool zero[2] = {false, false}; /* rows whose weights are all 0 here: NaN so far, or masked so far */
         if (soft)
@@ -1563,9 +1557,9 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
         mma_abt<H, KC>(dp, da, Vs, L.ldv, kv_n);
-        /* one copy per (whole tile, distance score), as mfwd_kernel's epilogue */
-        auto vjp_tile = [&](auto whole_c, auto diff_c) {
-            constexpr bool whole = decltype(whole_c)::value, diff = decltype(diff_c)::value;
+        /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
+        auto vjp_tile = [&](auto whole_c) {
+            constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
             const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
 #pragma unroll
             for (int nb = 0; nb < NS; nb++)
@@ -1584,23 +1578,18 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
                         if (pv.ds != 0) {
                             const auto dd =
                                 S::vjp(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1, pv.ds, want);
-                            aq0[h] += dd.q0, aq1[h] += dd.q1;
+                            if (S::terms & T_Q0) aq0[h] += dd.q0; /* double adds: only the terms the score has */
+                            if (S::terms & T_Q1) aq1[h] += dd.q1;
                             if (want) b0[h] += dd.p0, b1[h] += dd.p1, b2[h] += dd.p2;
                             if (c.gemm) gv = dd.g;
                         }
                     }
-                    gsum[h] += gv;
+                    if (diff) gsum[h] += gv; /* read by distance scores only */
                     sc[nb][e] = gv;
                 }
         };
-        const bool diff = c.diff && c.gemm;
-        if (!tbad && j0 + WK <= kwhole) {
-            if (diff) vjp_tile(std::true_type{}, std::true_type{});
-            else vjp_tile(std::true_type{}, std::false_type{});
-        } else {
-            if (diff) vjp_tile(std::false_type{}, std::true_type{});
-            else vjp_tile(std::false_type{}, std::false_type{});
-        }
+        if (!tbad && j0 + WK <= kwhole) vjp_tile(std::true_type{});
+        else vjp_tile(std::false_type{});
         pn_cu_cp_async_wait<0>(); /* Kᵀ's tile: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads K's, V's tiles or ks any more */
         if (j0 + WK < kend_blk) fetch_kv(j0 + WK);
@@ -1855,9 +1844,9 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
         float sc[NS][4], dp[NS][4];
         mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
         mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
-        /* one copy per (whole tile, distance score), as mfwd_kernel's epilogue */
-        auto vjp_tile = [&](auto whole_c, auto diff_c) {
-            constexpr bool whole = decltype(whole_c)::value, diff = decltype(diff_c)::value;
+        /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
+        auto vjp_tile = [&](auto whole_c) {
+            constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
             const float kh[2] = {diff ? kn[jl[0]] : 0.0f, diff ? kn[jl[1]] : 0.0f};
 #pragma unroll
             for (int nb = 0; nb < NS; nb++)
@@ -1878,26 +1867,21 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
                         dpv<float> pv;
                         norm_ds<float, true>(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
                         p = pv.p;
-                        sg[h] += pv.dgam;
+                        if (c.g) sg[h] += pv.dgam; /* 0 without γ */
                         if (pv.ds != 0) {
                             const auto dd = S::vjp(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h], pv.ds, want);
-                            s0[h] += dd.k0, s1[h] += dd.k1;
+                            if (S::terms & T_K0) s0[h] += dd.k0; /* double adds: only the terms the score has */
+                            if (S::terms & T_K1) s1[h] += dd.k1;
                             if (c.gemm) gg = dd.g;
                         }
                     }
-                    gsum[h] += gg;
+                    if (diff) gsum[h] += gg; /* read by distance scores only */
                     dp[nb][e] = p;  /* Pᵀ */
                     sc[nb][e] = gg; /* ∂Gᵀ */
                 }
         };
-        const bool diff = c.diff && c.gemm;
-        if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) {
-            if (diff) vjp_tile(std::true_type{}, std::true_type{});
-            else vjp_tile(std::true_type{}, std::false_type{});
-        } else {
-            if (diff) vjp_tile(std::false_type{}, std::true_type{});
-            else vjp_tile(std::false_type{}, std::false_type{});
-        }
+        if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) vjp_tile(std::true_type{});
+        else vjp_tile(std::false_type{});
         pn_cu_cp_async_wait<0>(); /* Qᵀ's and dOᵀ's tiles: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads Q's, dO's tiles or the staged queries any more */
         if (i0 + WQ < c.Nq) fetch_qd(i0 + WQ);
@@ -2138,6 +2122,12 @@ inline bool mma_wanted(int64_t Dp, int64_t Dvp, int64_t max) {
     return !(e && strcmp(e, "0") == 0) && Dp <= max && Dvp <= max;
 }
 
+/* and only when the call's plan is what the kernels were compiled for: S::diff (scores.cuh's list)
+ * — a distance score with its GEMM, or a product score (the wmma kernels test c.diff at run time) */
+template <typename S> bool mma_plan(const dcall<float> &c, S) {
+    return S::diff ? c.diff && c.gemm : !c.diff;
+}
+
 /* P: src (BH blocks of n rows of D floats) packed for the mma kernels over w coordinates padded to
  * wp (mpk: rows always, cols and nrm when asked) in scratch of g */
 template <typename H>
@@ -2190,7 +2180,7 @@ inline bool mpack_oom(pn_status *s, pn_cu_scratch *g, int nt0) {
 template <typename H, typename S>
 bool mma_forward(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, float *out, float *stat) {
     const mlay L = mlay_of(c.gemm ? c.Dg : 0, c.Dv);
-    if (!mma_wanted(L.Dp, L.Dvp, MF_MAX)) return false;
+    if (!mma_wanted(L.Dp, L.Dvp, MF_MAX) || !mma_plan(c, S{})) return false;
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     mpk<H> Kp, Vp;
@@ -2244,7 +2234,7 @@ bool wmma_bw_launch(const char *op, pn_status *s, int side, bool fr, int64_t nbl
 template <typename H, typename S>
 bool mma_backward_q(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, const dbw<float> &a) {
     const mblay L = mblay_of(c.gemm ? c.Dg : 0, c.Dv);
-    if (!mma_wanted(L.Dp, L.Dvp, MF_MAX)) return false;
+    if (!mma_wanted(L.Dp, L.Dvp, MF_MAX) || !mma_plan(c, S{})) return false;
     const int64_t nblk = c.BH * ((c.Nq + WQ - 1) / WQ);
     const size_t bytes = (size_t)L.total + 128;
     mpk<H> Kp, Vp;
@@ -2259,7 +2249,7 @@ bool mma_backward_q(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<
 template <typename H, typename S>
 bool mma_backward_k(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<float> &c, const dbw<float> &a) {
     const mklay L = mklay_of(c.gemm ? c.Dg : 0, c.Dv);
-    if (!mma_wanted(L.Dp, L.Dvp, MK_MAX)) return false;
+    if (!mma_wanted(L.Dp, L.Dvp, MK_MAX) || !mma_plan(c, S{})) return false;
     const int64_t nblk = c.BH * ((c.Nk + WK - 1) / WK);
     mpk<H> Qp, Op;
     const int nt0 = g->nt;

@@ -56,9 +56,9 @@ template <> struct prec<double> { typedef cu_x4_f64 x4; };
 /* A score as the kernels see it: its per-pair functions for float and double (overloads), the
  * terms it reads (as in its PN_EPI_BLOCKS line: absent ones are passed as 0) and the parameter
  * ids of its VJP's p0, p1, p2 (−1: none). */
-#define SCORE(X, TERMS, P0, P1, P2)                                                                                  \
+#define SCORE(X, TERMS, DIFF, P0, P1, P2)                                                                            \
     struct S_##X {                                                                                                   \
-        enum { terms = (TERMS) };                                                                                    \
+        enum { terms = (TERMS), diff = (DIFF) };                                                                     \
         __device__ static int pid(int i) { return i == 0 ? (P0) : i == 1 ? (P1) : (P2); }                           \
         __device__ static cu_##X##_h_f32 head(const pn_score_params *p, float) { return cu_##X##_head_f32(p); }     \
         __device__ static cu_##X##_h_f64 head(const pn_score_params *p, double) { return cu_##X##_head_f64(p); }    \
@@ -92,19 +92,21 @@ template <> struct prec<double> { typedef cu_x4_f64 x4; };
         }                                                                                                            \
     };
 /* THE list of the CUDA attention epilogues (graph.cu, dense.cu): one line per epilogue of epi_impl.h's headers — its name
- * (a registry score, or one of hyperbolic's models), the terms it reads and its parameters
- * (from its PN_EPI_BLOCKS line). The per-pair structs, the kinds, the lookup from a registry row
- * and the dispatch all come from this list: a new score adds one line here. */
-#define GRAPH_SCORES(X)                                   \
-    X(dot, 0, PN_P_scale, -1, -1)                         \
-    X(laplacian, 0, PN_P_gamma, -1, -1)                   \
-    X(umbral, T_Q1 | T_K1, PN_P_gamma, PN_P_r, -1)        \
-    X(penumbral, T_Q1 | T_K1, PN_P_gamma, PN_P_r, -1)     \
-    X(hyperboloid, T_Q1 | T_K1, PN_P_beta, PN_P_c, -1)    \
-    X(halfspace, T_Q1 | T_K1, PN_P_beta, PN_P_c, -1)      \
-    X(poincare, T_Q0 | T_K0, PN_P_beta, PN_P_c, PN_P_curvature) \
-    X(gat, T_Q0 | T_K0, PN_P_slope, -1, -1)               \
-    X(sqdist, 0, PN_P_tau, -1, -1)
+ * (a registry score, or one of hyperbolic's models), the terms it reads, whether it is a distance
+ * score (its plan's .diff: G = −½‖q − k‖², which the tensor-core kernels compile in or out; they
+ * leave a call whose plan disagrees to the wmma ones) and its parameters (from its PN_EPI_BLOCKS
+ * line). The per-pair structs, the kinds, the lookup from a registry row and the dispatch all come
+ * from this list: a new score adds one line here. */
+#define GRAPH_SCORES(X)                                      \
+    X(dot, 0, 0, PN_P_scale, -1, -1)                         \
+    X(laplacian, 0, 1, PN_P_gamma, -1, -1)                   \
+    X(umbral, T_Q1 | T_K1, 1, PN_P_gamma, PN_P_r, -1)        \
+    X(penumbral, T_Q1 | T_K1, 1, PN_P_gamma, PN_P_r, -1)     \
+    X(hyperboloid, T_Q1 | T_K1, 1, PN_P_beta, PN_P_c, -1)    \
+    X(halfspace, T_Q1 | T_K1, 1, PN_P_beta, PN_P_c, -1)      \
+    X(poincare, T_Q0 | T_K0, 1, PN_P_beta, PN_P_c, PN_P_curvature) \
+    X(gat, T_Q0 | T_K0, 0, PN_P_slope, -1, -1)               \
+    X(sqdist, 0, 1, PN_P_tau, -1, -1)
 GRAPH_SCORES(SCORE)
 #undef SCORE
 #define KIND_ID(X, ...) K_##X,
