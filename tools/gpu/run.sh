@@ -22,7 +22,9 @@
 # n=4096 d=64,128 rounds=2 reps=3 65 s (with compiled=umbral: 130 s); ncu 17–26 s a kernel;
 # memcheck 3–5 s and racecheck 60 s before sanitize.lua ended in its cosine part (README).
 # Next lease: `plain sanitize` first (is the cosine exit the sanitizer's?), then the bench after
-# ldmatrix / cp.async, then power=1 (its chunked kernels are unchanged since the first lease).
+# cp.async and the SASS-guided changes of 2026-11-28 (README: pipelined products, one epilogue
+# copy per path, exp on the SFU; tools/gpu/sass.sh shows them without a GPU), then ncu on mfwd,
+# then power=1 (its chunked kernels are unchanged since the first lease).
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
