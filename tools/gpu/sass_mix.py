@@ -50,13 +50,15 @@ def op(text):
 hmma = [a for a, t in ins if op(t) == 'HMMA']
 if not hmma:
     sys.exit(f'sass_mix.py: {fn} has no HMMA')
-lo, hi = min(hmma), max(hmma)
-# the main loop: the backward branch from past the last HMMA to the latest target before the first
+# the main loop: from the latest target of a backward branch that jumps from past the last HMMA to
+# before the first, to the last such branch (the HMMAs alone when there is none)
+back = []
 for a, t in ins:
     m = re.search(r'BRA.*0x([0-9a-f]+)', t)
     if op(t) == 'BRA' and m and a > max(hmma) and int(m.group(1), 16) <= min(hmma):
-        lo = max(lo if lo != min(hmma) else 0, int(m.group(1), 16))
-        hi = max(hi, a)
+        back.append((int(m.group(1), 16), a))
+lo = max(to for to, _ in back) if back else min(hmma)
+hi = max(a for _, a in back) if back else max(hmma)
 body = [(a, t) for a, t in ins if lo <= a <= hi]
 mix = collections.Counter(op(t) for a, t in body)
 print(f'\n{fn}\n  {len(ins)} instructions; main loop {lo:#x}..{hi:#x}: {len(body)} (static, every path)')
