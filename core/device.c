@@ -26,7 +26,7 @@ pn_status pn_cuda_emu_device_memory(int64_t bytes, int64_t *prev, int64_t *used)
     return no_cuda("cuda.emu_device_memory");
 }
 pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) { return no_cuda("cuda.emu_selftest"); }
-pn_status pn_cuda_mma_check(int half, const float *a, const float *b, const float *c, float *d) {
+pn_status pn_cuda_mma_check(int half, int ldmatrix, const float *a, const float *b, const float *c, float *d) {
     return no_cuda("cuda.mma_check");
 }
 #endif

@@ -116,9 +116,10 @@ pn_status pn_cuda_emu_device_memory(int64_t bytes, int64_t *prev, int64_t *used)
  * to n result values to out; the interpreter's report as the error when it caught one. */
 pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n);
 /* One warp's PTX mma.sync m16n8k16 (core/cuda/mma_ptx.cuh) on a (16 × 16), b (16 × 8: k × n)
- * and c (16 × 8), row-major f32 rounded to bf16 (half = 0) or f16 (half = 1) by each lane as
- * the documented register layout says: d (16 × 8) = a·b + c — the check of that layout. */
-pn_status pn_cuda_mma_check(int half, const float *a, const float *b, const float *c, float *d);
+ * and c (16 × 8), row-major f32 rounded to bf16 (half = 0) or f16 (half = 1), the registers
+ * packed by each lane as the documented layout says (ldmatrix = 0) or loaded from shared memory
+ * by ldmatrix (1): d (16 × 8) = a·b + c — the check of that layout. */
+pn_status pn_cuda_mma_check(int half, int ldmatrix, const float *a, const float *b, const float *c, float *d);
 /* The device kernels (core/kernels.def), for listing what a backend has: their number, the name
  * of kernel i (0-based; NULL out of range), and whether device dev has it (1), lacks it (0) or
  * is not built in (-1). */

@@ -4,7 +4,9 @@
 -- small value exact in bf16 and f16 (and every sum exact in f32), so a register, a half or a
 -- row/column swapped in the layout changes D. In the interpreter build this checks the
 -- interpreter's model and the packing code; on a GPU the same spec checks the layout against
--- the hardware. (Swapping two of A's registers in the packing code fails it: tried.)
+-- the hardware. (Swapping two of A's registers in the packing code fails it: tried; so does
+-- swapping ldmatrix's matrices 1 and 2 for A.) The registers are packed by the lanes, or loaded
+-- by ldmatrix from shared memory, whose layout is checked the same way.
 local pn = require 'penumbra'
 
 local it_cuda = pn.cuda.available() and it or pending
@@ -32,20 +34,28 @@ local function product(a, b, c)
 end
 
 describe('PTX mma.sync m16n8k16 (pn_mma_16816)', function()
+  -- load: 'registers' (each lane packs its registers by the documented layout) or 'ldmatrix' (A by
+  -- .x4 and B by .x2 from Bᵀ's rows in shared memory, as the attention kernels load them)
+  local function same_d(prec, load)
+    local want, got = product(A, B, Cm), pn.cuda.mma_check(A, B, Cm, prec, load)
+    for i = 1, 16 do
+      for j = 1, 8 do
+        assert.equal(want[i][j], got[i][j], string.format('%s, %s: D[%d][%d]', prec, load, i, j))
+      end
+    end
+  end
   for _, prec in ipairs({ 'bf16', 'f16' }) do
     it_cuda(prec .. ': D = A·B + C element for element, from registers in the documented layout', function()
-      local want, got = product(A, B, Cm), pn.cuda.mma_check(A, B, Cm, prec)
-      for i = 1, 16 do
-        for j = 1, 8 do
-          assert.equal(want[i][j], got[i][j], string.format('%s: D[%d][%d]', prec, i, j))
-        end
-      end
+      same_d(prec, 'registers')
     end)
+    it_cuda(prec .. ': the same D from registers loaded by ldmatrix', function() same_d(prec, 'ldmatrix') end)
   end
 
   it_cuda('refuses bad arguments by name', function()
     assert.has_error(function() pn.cuda.mma_check(A, B, Cm, 'tf32') end,
       "cuda.mma_check: precision must be 'bf16' or 'f16', got 'tf32'")
     assert.has_error(function() pn.cuda.mma_check({}, B, Cm) end, 'cuda.mma_check: a must have 16 rows')
+    assert.has_error(function() pn.cuda.mma_check(A, B, Cm, 'bf16', 'lds') end,
+      "cuda.mma_check: load must be 'registers' or 'ldmatrix', got 'lds'")
   end)
 end)

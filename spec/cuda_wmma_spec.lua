@@ -3,7 +3,8 @@
 -- equals the f64 product of its rounded inputs under every thread order and fragment map; code
 -- that assumes a fragment map gets a wrong answer (or, where it wrote an element's copies
 -- differently, an error); a lane that misses a wmma call, a partial warp, a misaligned tile, a
--- bad ldm and a tile past its allocation are reported. The cases are planted in
+-- bad ldm and a tile past its allocation are reported, and so are ldmatrix's misaligned rows and
+-- rows outside shared memory. The cases are planted in
 -- core/cuda/emu/selftest_wmma.cu. Runs in the interpreter build; pending elsewhere.
 local pn = require 'penumbra'
 local cu = require 'spec.helpers.cuda'
@@ -169,6 +170,8 @@ describe('cuda interpreter: half, bfloat16 and wmma', function()
       wmma_misaligned = { '32-byte', 'matrix_a __half' },
       wmma_bad_ldm = { 'ldm 20', 'multiple of 8' },
       wmma_out_of_range = { 'not inside one device allocation', 'matrix_b __nv_bfloat16' },
+      ldmatrix_misaligned = { 'ldmatrix', 'lane 0 (row 0 of matrix 0)', 'not 16-byte aligned' },
+      ldmatrix_global = { 'ldmatrix', 'not inside one shared array' },
     }
     for _, s in ipairs(cu.ORDERS) do
       pn.cuda.with_schedule(s, function()

@@ -14,10 +14,14 @@
  * error, as for wmma). d may be c. nvcc: the instruction itself (sm_80+); the interpreter:
  * emu/mma.h's pn_emu_mma_16816, the same arithmetic in f32 with k in order.
  *
- * Status: the primitive and its check (spec/cuda_mma_spec.lua: D against A·B + C on the CPU for
- * a pattern where every element differs, so a wrong register or half shows); the interpreter
- * models the layout above; it has not yet run on a GPU, whose run of the same spec settles the
- * layout. No attention kernel uses it yet. */
+ * The fragments come from shared memory by ldmatrix (pn_ldmatrix_x4 / _x2 below), whose result
+ * is this layout for an 8 × 8 block stored row by row: one instruction for four registers,
+ * instead of a 32-bit load each.
+ *
+ * Checked by spec/cuda_mma_spec.lua (D against A·B + C on the CPU for a pattern where every
+ * element differs, so a wrong register or half shows; the operands packed by the lanes or loaded
+ * by ldmatrix): in the interpreter against its model, on an H100 (2026-11-27: the packed form)
+ * against the hardware. Used by dense.cu's mfwd, mbwq and mbwk kernels. */
 #ifndef PN_MMA_PTX_CUH
 #define PN_MMA_PTX_CUH
 
@@ -47,6 +51,37 @@ __device__ inline void pn_mma_16816<__nv_bfloat16>(float d[4], const uint32_t a[
 template <>
 __device__ inline void pn_mma_16816<__half>(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
     PN_MMA_16816_ASM("f16");
+}
+#endif
+
+/* ldmatrix.sync.aligned.m8n8.x4 / .x2 .shared.b16: a warp collective. Lane 8i + r passes row, the
+ * address of row r of 8 × 8 matrix i (8 consecutive 16-bit values, 16-byte aligned, in shared
+ * memory; lanes 16–31 of .x2 pass any address). r_out[i] of lane l = matrix i's row l / 4,
+ * columns 2·(l % 4) and + 1 — mma's fragment layout above, so A's 16 × 16 block is one .x4
+ * (matrices: rows 0–7 and 8–15 of columns 0–7, then of columns 8–15) and B's 16 × 8 one .x2 over
+ * Bᵀ's rows. Rows whose addresses differ by 16 mod 128 bytes read the 32 banks without conflict:
+ * hence the kernels' row strides of width + 8 halves. */
+#ifdef PN_CUDA_EMU
+inline void pn_ldmatrix_x4(uint32_t r_out[4], const void *row, const char *file = __builtin_FILE(),
+                           int line = __builtin_LINE()) {
+    pn_emu_ldmatrix(r_out, 4, row, file, line);
+}
+inline void pn_ldmatrix_x2(uint32_t r_out[2], const void *row, const char *file = __builtin_FILE(),
+                           int line = __builtin_LINE()) {
+    pn_emu_ldmatrix(r_out, 2, row, file, line);
+}
+#else
+/* volatile: the same address holds another tile after the next barrier, so the load must not be
+ * merged with an earlier one or moved (CUTLASS's SM75_U32x4_LDSM_N is written the same way) */
+__device__ inline void pn_ldmatrix_x4(uint32_t r_out[4], const void *row) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r_out[0]), "=r"(r_out[1]), "=r"(r_out[2]), "=r"(r_out[3])
+                 : "r"(s));
+}
+__device__ inline void pn_ldmatrix_x2(uint32_t r_out[2], const void *row) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r_out[0]), "=r"(r_out[1]) : "r"(s));
 }
 #endif
 

@@ -78,12 +78,17 @@ function M.selftest(name, n)
 end
 
 -- One warp's PTX mma.sync m16n8k16 (core/cuda/mma_ptx.cuh): a (16 × 16), b (16 × 8), c (16 × 8)
--- as nested Lua tables (rows), precision 'bf16' (default) or 'f16'; returns d = a·b + c (16 × 8
--- rows) as the tensor cores computed it from registers packed by the documented layout.
-function M.mma_check(a, b, c, precision)
-  precision = precision or 'bf16'
+-- as nested Lua tables (rows), precision 'bf16' (default) or 'f16', load 'registers' (default:
+-- each lane packs its registers by the documented layout) or 'ldmatrix' (A and Bᵀ staged in
+-- shared memory, the registers loaded by ldmatrix); returns d = a·b + c (16 × 8 rows) as the
+-- tensor cores computed it.
+function M.mma_check(a, b, c, precision, load)
+  precision, load = precision or 'bf16', load or 'registers'
   if precision ~= 'bf16' and precision ~= 'f16' then
     error("cuda.mma_check: precision must be 'bf16' or 'f16', got '" .. tostring(precision) .. "'", 2)
+  end
+  if load ~= 'registers' and load ~= 'ldmatrix' then
+    error("cuda.mma_check: load must be 'registers' or 'ldmatrix', got '" .. tostring(load) .. "'", 2)
   end
   local function flat(m, rows, cols, name)
     if type(m) ~= 'table' or #m ~= rows then error(string.format('cuda.mma_check: %s must have %d rows', name, rows), 3) end
@@ -98,7 +103,8 @@ function M.mma_check(a, b, c, precision)
   end
   local fa, fb, fc = flat(a, 16, 16, 'a'), flat(b, 16, 8, 'b'), flat(c, 16, 8, 'c')
   local d = ffi.new('float[128]')
-  if C.pn_cuda_mma_check(precision == 'f16' and 1 or 0, fa, fb, fc, d) ~= 0 then error(B.last_error(), 2) end
+  local half, ldm = precision == 'f16' and 1 or 0, load == 'ldmatrix' and 1 or 0
+  if C.pn_cuda_mma_check(half, ldm, fa, fb, fc, d) ~= 0 then error(B.last_error(), 2) end
   local out = {}
   for i = 1, 16 do
     out[i] = {}

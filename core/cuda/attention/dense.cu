@@ -1077,8 +1077,8 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
  * rounded to H, are P·V's A operand as they stand (FlashAttention-2's arrangement). Q's fragments
  * stay in registers for the whole walk; K is staged as rows (B's pairs are two consecutive
  * coordinates of one key) and V transposed (two consecutive keys of one column), both copied from
- * the operands packed once per call (mpk), each pair one
- * 32-bit word; row strides of Dp + 8 and 64 + 8 halves put the 32 lanes' words in 32 banks.
+ * the operands packed once per call (mpk); the fragments are loaded by ldmatrix, and row strides
+ * of Dp + 8 and 64 + 8 halves keep each of its 8 × 8 matrices in distinct banks.
  * MW (64 or 128) bounds the widths, so a narrow head does not hold a wide one's registers. */
 enum { MF_MAX = 128 };
 
@@ -1168,19 +1168,32 @@ __device__ int64_t keys_whole(const dcall<float> &c, const drow<float, S> *r, co
     return kend[0] < kend[1] ? kend[0] : kend[1];
 }
 
-/* the 32-bit word of two consecutive halves at p (p even: the layouts above keep it so) */
-template <typename H> __device__ inline uint32_t ld_pair(const H *p) { return *(const uint32_t *)p; }
+/* The fragments come from shared memory by ldmatrix (mma_ptx.cuh): lane 8m + r names row r of
+ * 8 × 8 matrix m; the tiles' row strides (width + 8 halves: 16 mod 128 bytes) keep the 8 rows of
+ * each matrix in distinct banks. One .x4 loads what four 32-bit loads per lane did. */
+__device__ inline int ldm_row() { return threadIdx.x % 8; }      /* r */
+__device__ inline int ldm_mat() { return threadIdx.x % 32 / 8; } /* m */
 
-/* the warp's A fragments of its 16 rows of X (ld halves), chunks kc < n of 16 columns (zeros past n) */
+/* the warp's A fragments of its 16 rows of X (ld halves), chunks kc < n of 16 columns (zeros past
+ * n): matrices 0–3 = rows 0–7 / 8–15 of columns 0–7, then of columns 8–15 — a[0] … a[3] */
 template <typename H, int KC> __device__ void frags_a(uint32_t (*fa)[4], const H *X, int64_t ld, int n) {
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int w = threadIdx.x / 32, m = ldm_mat();
+    const H *x = X + (w * 16 + ldm_row() + 8 * (m % 2)) * ld + 8 * (m / 2);
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
-        const H *x0 = X + (w * 16 + g) * ld + kc * 16 + 2 * t, *x8 = x0 + 8 * ld;
-        const bool in = kc < n;
-        fa[kc][0] = in ? ld_pair(x0) : 0u, fa[kc][1] = in ? ld_pair(x8) : 0u;
-        fa[kc][2] = in ? ld_pair(x0 + 8) : 0u, fa[kc][3] = in ? ld_pair(x8 + 8) : 0u;
+        if (kc < n) pn_ldmatrix_x4(fa[kc], x + kc * 16); /* n is the same for the whole warp */
+        else fa[kc][0] = fa[kc][1] = fa[kc][2] = fa[kc][3] = 0u;
     }
+}
+
+/* the B fragments b[0], b[1] of two adjacent 8-column blocks for one 16-deep chunk, from Bt: the
+ * blocks' 16 rows (ld halves), whose pairs run along k, from column k0. Matrices 0–3 = the first
+ * block's k 0–7 and 8–15, then the second's: b[0][0], b[0][1], b[1][0], b[1][1] */
+template <typename H> __device__ inline void frags_b2(uint32_t (*b)[2], const H *Bt, int64_t ld, int k0) {
+    const int m = ldm_mat();
+    uint32_t r[4];
+    pn_ldmatrix_x4(r, Bt + ((m / 2) * 8 + ldm_row()) * ld + k0 + 8 * (m % 2));
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 /* acc[nb] (nb < 8: the 16 × 8 blocks of 64 columns) = A·Bᵀ, A the fragments fa (chunks < n), B
@@ -1189,42 +1202,37 @@ template <typename H, int KC> __device__ void frags_a(uint32_t (*fa)[4], const H
  * waited for the one before it and for its own shared-memory load (nvcc kept that order: SASS) */
 template <typename H, int KC> __device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld,
                                                       int n) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int nb = 0; nb < WK / 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0;
-    const H *br = B + g * ld + 2 * t;
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
         if (kc >= n) break; /* the same for the whole warp */
         uint32_t b[WK / 8][2];
 #pragma unroll
-        for (int nb = 0; nb < WK / 8; nb++) {
-            const H *bp = br + nb * 8 * ld + kc * 16;
-            b[nb][0] = ld_pair(bp), b[nb][1] = ld_pair(bp + 8);
-        }
+        for (int nb = 0; nb < WK / 8; nb += 2) frags_b2(b + nb, B + nb * 8 * ld, ld, kc * 16);
 #pragma unroll
         for (int nb = 0; nb < WK / 8; nb++) pn_mma_16816<H>(acc[nb], fa[kc], b[nb], acc[nb]);
     }
 }
 
-/* acc[nb] += P·B (nb < n: 8-wide column blocks of B): P the warp's 16 × 64 accumulators p
+/* acc[nb] += P·B (nb < n, n even: 8-wide column blocks of B): P the warp's 16 × 64 accumulators p
  * (blocks of 8 keys) rounded to H — blocks 2kk and 2kk + 1 are the A operand of keys 16kk … 16kk
  * + 15 as they stand — and B (64 × width) staged transposed in Bt (row d of Bt: column d of B;
- * ld halves), so B's pairs (two consecutive keys) are one word */
+ * ld halves), so B's pairs (two consecutive keys) run along Bt's rows */
 template <typename H, int NB>
 __device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_t ld, int n) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int kk = 0; kk < WK / 16; kk++) {
         const float *p0 = p[2 * kk], *p1 = p[2 * kk + 1];
         const uint32_t pa[4] = {pn_pack16(to16<H>(p0[0]), to16<H>(p0[1])), pn_pack16(to16<H>(p0[2]), to16<H>(p0[3])),
                                 pn_pack16(to16<H>(p1[0]), to16<H>(p1[1])), pn_pack16(to16<H>(p1[2]), to16<H>(p1[3]))};
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
+        for (int nb = 0; nb < NB; nb += 2) {
             if (nb >= n) break;
-            const H *br = Bt + (nb * 8 + g) * ld + kk * 16 + 2 * t;
-            const uint32_t b[2] = {ld_pair(br), ld_pair(br + 8)};
-            pn_mma_16816<H>(acc[nb], pa, b, acc[nb]);
+            uint32_t b[2][2];
+            frags_b2(b, Bt + nb * 8 * ld, ld, kk * 16);
+            pn_mma_16816<H>(acc[nb], pa, b[0], acc[nb]);
+            pn_mma_16816<H>(acc[nb + 1], pa, b[1], acc[nb + 1]);
         }
     }
 }

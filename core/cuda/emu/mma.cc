@@ -93,6 +93,12 @@ int same_args(int op, const call *const *L, char *err, size_t cap) {
             continue;
         }
         if (op == PN_EMU_MMA_16816) continue; /* registers only: nothing else to agree on */
+        if (op == PN_EMU_LDMATRIX) { /* each lane its own row address; the shape is the warp's */
+            if (c->ldm != c0->ldm)
+                return say(err, cap, "lanes 0 and %d load different numbers of matrices (.x%u, .x%u)", l, c0->ldm,
+                           c->ldm);
+            continue;
+        }
         if (c->mem != c0->mem || c->ldm != c0->ldm || c->mem_lay != c0->mem_lay)
             return say(err, cap,
                        "every lane must pass the same pointer, ldm and layout: lane 0 %p ldm %u %s, lane %d %p ldm %u %s",
@@ -187,9 +193,39 @@ static int mma_16816(const call *const lanes[32], char *err, size_t cap) {
     return 0;
 }
 
+/* PTX's ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16: lane 8i + r gives the address of row r
+ * of matrix i; lane l receives, for each matrix i, its row l / 4 at columns 2·(l % 4) and that
+ * + 1, the lower column in the low half — mma.sync's fragment layout (mma_ptx.cuh). PTX requires
+ * each row address 16-byte aligned in shared memory; the lanes past 8·num pass addresses it
+ * ignores. */
+static int ldmatrix(const call *const lanes[32], char *err, size_t cap) {
+    const unsigned num = lanes[0]->ldm;
+    if (num != 1 && num != 2 && num != 4) return say(err, cap, "%u matrices: PTX has .x1, .x2 and .x4", num);
+    uint16_t m[4][8][8];
+    for (unsigned i = 0; i < num; i++)
+        for (int r = 0; r < 8; r++) {
+            const int l = 8 * (int)i + r;
+            const void *p = lanes[l]->mem;
+            if ((uintptr_t)p % 16)
+                return say(err, cap, "lane %d (row %d of matrix %u): the address %p is not 16-byte aligned", l, r, i, p);
+            if (!in_shared(p, 16))
+                return say(err, cap,
+                           "lane %d (row %d of matrix %u): the 16 bytes at %p are not inside one shared array of the "
+                           "block (ldmatrix reads shared memory)", l, r, i, p);
+            memcpy(m[i][r], p, 16);
+        }
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        uint32_t *x = (uint32_t *)lanes[l]->x;
+        for (unsigned i = 0; i < num; i++) x[i] = (uint32_t)m[i][g][2 * t] | (uint32_t)m[i][g][2 * t + 1] << 16;
+    }
+    return 0;
+}
+
 int release(int op, const call *const lanes[32], char *err, size_t cap) {
     if (same_args(op, lanes, err, cap)) return -1;
     if (op == PN_EMU_MMA_16816) return mma_16816(lanes, err, cap);
+    if (op == PN_EMU_LDMATRIX) return ldmatrix(lanes, err, cap);
     const call &c0 = *lanes[0];
     const desc &d = *c0.d;
     if (op == PN_EMU_WMMA_LOAD || op == PN_EMU_WMMA_STORE) {

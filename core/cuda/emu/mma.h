@@ -216,4 +216,14 @@ inline void pn_emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2
     for (int i = 0; i < 4; i++) d[i] = out[i];
 }
 
+/* ---- PTX ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 (mma_ptx.cuh's pn_ldmatrix_x*) ---------
+ * A warp collective: lane 8i + r passes the address of row r of matrix i (i < num); every lane
+ * gets in r_out[i] the pair (row lane / 4, columns 2·(lane % 4) and + 1) of matrix i (mma.cc:
+ * ldmatrix). Each row 16 bytes, 16-byte aligned, inside one shared array of the block. */
+inline void pn_emu_ldmatrix(uint32_t *r_out, int num, const void *row, const char *file, int line) {
+    pn_emu_wmma::call cl{};
+    cl.x = r_out, cl.mem = (void *)row, cl.ldm = (unsigned)num;
+    pn_emu_wmma::collective(PN_EMU_LDMATRIX, &cl, file, line);
+}
+
 #endif /* PN_CUDA_EMU_MMA_H */

@@ -21,8 +21,12 @@
  *   wmma_bad_ldm        A loaded with ldm 20 (not a multiple of 8): reported
  *   wmma_out_of_range   B's tile runs past its allocation: reported
  *   wmma_uninit_acc     mma_sync on an accumulator never filled: D is NaN
+ *   ldmatrix_misaligned PTX ldmatrix (mma_ptx.cuh) with row addresses 8 bytes off: reported
+ *   ldmatrix_global     ldmatrix from device memory instead of shared: reported
+ * (ldmatrix's values: spec/cuda_mma_spec.lua, through pn_cuda_mma_check)
  */
 #include "selftest.h"
+#include "../mma_ptx.cuh"
 
 #include <cmath>
 #include <cstring>
@@ -209,6 +213,39 @@ template <class T> pn_status tile_case(double *out, int64_t n, int bug) {
     return copy_out(out, n, (const float *)dD.p, 256, 512);
 }
 
+/* ---- ldmatrix's planted bugs ------------------------------------------------------------------- */
+enum LdBug { LB_MISALIGNED, LB_GLOBAL };
+struct alignas(16) ld_tile {
+    uint16_t v[32 * 8]; /* four 8 × 8 matrices, row r of matrix i at row 8i + r */
+};
+
+/* out[4·lane + i] = the lane's register i of one ldmatrix.x4 over the 32 rows, with the bug */
+__global__ void ldmatrix_kernel(uint32_t *out, const uint16_t *g, int bug) {
+    PN_SHARED(ld_tile, sh, 1);
+    const int l = threadIdx.x;
+    for (int e = l; e < 32 * 8; e += 32) sh->v[e] = g[e];
+    __syncwarp();
+    const uint16_t *row = bug == LB_GLOBAL ? g + 8 * l : sh->v + 8 * l + (bug == LB_MISALIGNED ? 4 : 0);
+    uint32_t r[4];
+    pn_ldmatrix_x4(r, row);
+    for (int i = 0; i < 4; i++) out[4 * l + i] = r[i];
+}
+
+pn_status ldmatrix_case(double *out, int64_t n, int bug) {
+    std::vector<uint16_t> v(32 * 8);
+    for (int i = 0; i < 32 * 8; i++) v[i] = (uint16_t)i;
+    Dev dg, dout;
+    CK(cudaMalloc(&dg.p, sizeof(uint16_t) * v.size()));
+    CK(cudaMalloc(&dout.p, sizeof(uint32_t) * 128));
+    CK(cudaMemcpy(dg.p, v.data(), sizeof(uint16_t) * v.size(), cudaMemcpyHostToDevice));
+    CK(PN_LAUNCH(ldmatrix_kernel, 1, 32, 0, 0, (uint32_t *)dout.p, (const uint16_t *)dg.p, bug));
+    CK(cudaDeviceSynchronize());
+    std::vector<uint32_t> r(128);
+    CK(cudaMemcpy(r.data(), dout.p, sizeof(uint32_t) * 128, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 128; i++) put(out, n, i, r[i]);
+    return PN_OK;
+}
+
 typedef __nv_bfloat16 bf16;
 typedef wm::row_major row;
 typedef wm::col_major col;
@@ -235,6 +272,8 @@ const Case cases[] = {
     {"wmma_bad_ldm", [](double *o, int64_t n) { return tile_case<__half>(o, n, TB_BAD_LDM); }},
     {"wmma_out_of_range", [](double *o, int64_t n) { return tile_case<bf16>(o, n, TB_OUT_OF_RANGE); }},
     {"wmma_uninit_acc", [](double *o, int64_t n) { return tile_case<bf16>(o, n, TB_UNINIT); }},
+    {"ldmatrix_misaligned", [](double *o, int64_t n) { return ldmatrix_case(o, n, LB_MISALIGNED); }},
+    {"ldmatrix_global", [](double *o, int64_t n) { return ldmatrix_case(o, n, LB_GLOBAL); }},
 };
 
 } // namespace
