@@ -224,24 +224,25 @@ template <typename T> struct dpv {
 template <typename T, bool SFU = false>
 __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
     o.s = s;
-    T sg = 0;
+    T sg = 0, w; /* w: the weight before γ, so ∂p/∂γ_j = w without dividing p by γ per pair */
     if (c.norm == PN_NORM_SOFTMAX) {
         T e;
         if constexpr (SFU) e = pn_cu_exp_sfu(s - st);
         else e = pn_exp(s - st);
-        o.p = st == (T)-INFINITY ? (T)0 : e * gv;
+        w = st == (T)-INFINITY ? (T)0 : e;
     } else {
         sg = sigm(s);
-        const T inv = c.normalized ? (st > 0 ? 1 / st : (T)0) : (T)1;
-        o.p = sg * gv * inv;
+        const T inv = c.normalized ? (st > 0 ? 1 / st : (T)0) : (T)1; /* per row: hoisted where st is */
+        w = sg * inv;
     }
+    o.p = w * gv;
     o.dgam = 0;
     if (c.norm == PN_NORM_SOFTMAX) {
         o.ds = o.p * (dp - Di);
-        if (c.g) o.dgam = (dp - Di) * o.p / gv;
+        if (c.g) o.dgam = (dp - Di) * w;
     } else if (c.normalized) {
         o.ds = o.p * (1 - sg) * (dp - Di);
-        if (c.g) o.dgam = (dp - Di) * o.p / gv;
+        if (c.g) o.dgam = (dp - Di) * w;
     } else {
         o.ds = dp * sg * (1 - sg);
     }
