@@ -126,6 +126,23 @@ __device__ static inline float pn_cu_exp2_sfu(float x) {
 }
 #endif
 __device__ static inline float pn_cu_exp_sfu(float x) { return pn_cu_exp2_sfu(x * PN_LOG2E_F); }
+/* 1/x on the special function unit (PTX rcp.approx.ftz.f32: about 1 ulp, subnormals flushed; ±inf
+ * gives ±0, NaN stays NaN), for the same kernels' sigmoid: an IEEE division is a Newton step and a
+ * slow-path call per element. The interpreter: the division, with the same flush. */
+#ifdef PN_CUDA_EMU
+__device__ static inline float pn_cu_rcp_sfu(float x) {
+    const float y = 1.0f / (fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x);
+    return fabsf(y) < 1.17549435e-38f ? copysignf(0.0f, y) : y;
+}
+#else
+__device__ static inline float pn_cu_rcp_sfu(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+/* σ(x) = 1 / (1 + e^−x) on the SFU: x = −inf gives 0, +inf 1, NaN NaN */
+__device__ static inline float pn_cu_sigm_sfu(float x) { return pn_cu_rcp_sfu(1.0f + pn_cu_exp_sfu(-x)); }
 
 /* ---- strided element access (device) ----
  * A tensor's view as kernels see it: element pointer, dtype, and its strides over an iteration

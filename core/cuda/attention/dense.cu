@@ -220,7 +220,8 @@ template <typename T> struct dpv {
 
 /* the pair's weight p, dS and ∂L/∂γ_j from its score s, the key's Lorentz factor gv, the row's
  * statistic st and D_i, and dP = dO_i·v_j (or dW_ij) — the kernels' one copy of the normalizations.
- * SFU: the softmax's exp on the special function unit (pn_cu_exp_sfu: the tensor-core kernels) */
+ * SFU: the softmax's exp and the sigmoid on the special function unit (pn_cu_exp_sfu,
+ * pn_cu_sigm_sfu: the tensor-core kernels) */
 template <typename T, bool SFU = false>
 __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
     o.s = s;
@@ -231,9 +232,10 @@ __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &
         else e = pn_exp(s - st);
         w = st == (T)-INFINITY ? (T)0 : e;
     } else {
-        sg = sigm(s);
-        const T inv = c.normalized ? (st > 0 ? 1 / st : (T)0) : (T)1; /* per row: hoisted where st is */
-        w = sg * inv;
+        T inv = 0; /* 1 / Σσ: per row, hoisted where st is (the query pass), per pair in the key pass */
+        if constexpr (SFU) sg = pn_cu_sigm_sfu(s), inv = st > 0 ? pn_cu_rcp_sfu(st) : 0.0f;
+        else sg = sigm(s), inv = st > 0 ? 1 / st : (T)0;
+        w = c.normalized ? sg * inv : sg;
     }
     o.p = w * gv;
     o.dgam = 0;
@@ -1359,7 +1361,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
-                    float p = sigm(sc[nb][e]);
+                    float p = pn_cu_sigm_sfu(sc[nb][e]);
                     if (c.g) p *= ks[jl].gv;
                     sc[nb][e] = p;
                     ps[h] += p;
