@@ -1,12 +1,13 @@
-"""sass_mix.py PTXAS_LOG SASS KERNEL — what tools/gpu/sass.sh prints (see there)."""
+"""sass_mix.py PTXAS_LOG SASS KERNEL [SCORE] — what tools/gpu/sass.sh prints (see there)."""
 import collections
 import re
 import sys
 
 log, sass, want = sys.argv[1], sys.argv[2], sys.argv[3]
+score = sys.argv[4] if len(sys.argv) > 4 else 'dot'
 
 # registers and spills per bf16 mma kernel, from ptxas's --resource-usage lines
-print('bf16 mma.sync kernels (score dot): registers, spill stores / loads in bytes')
+print(f'bf16 mma.sync kernels (score {score}): registers, spill stores / loads in bytes')
 name = spill = None
 for line in open(log):
     m = re.search(r"Compiling entry function '(\S+)'", line)
@@ -18,7 +19,7 @@ for line in open(log):
         spill = m.group(1) + ' / ' + m.group(2)
     m = re.search(r'Used (\d+) registers', line)
     if m and name:
-        k = re.search(r'(m(?:fwd|bwq|bwk)_kernel)I13__nv_bfloat16NS_\d+S_dotE(?:Li(\d+)E)?', name)
+        k = re.search(r'(m(?:fwd|bwq|bwk)_kernel)I13__nv_bfloat16NS_\d+S_' + score + r'E(?:Li(\d+)E)?', name)
         if k:
             print(f'  {k.group(1):12s} width {k.group(2) or "64":4s} {m.group(1):>4s} registers, spills {spill}')
         name = None

@@ -1444,6 +1444,8 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
         if (c.gemm) w_abt(Qs + w * 16 * L.ldq, L.ldq, Ks, L.ldq, L.Dp, Sw, L.lds);
         w_abt(dOs + w * 16 * L.ldv, L.ldv, Vs, L.ldv, L.Dvp, DPw, L.lds);
         __syncthreads();
+        /* the tile's sums in f32, added to the row's double sums once a tile (as mbwq_kernel) */
+        float fq0 = 0, fq1 = 0, fb0 = 0, fb1 = 0, fb2 = 0, fg = 0;
         for (int jj = 0; jj < WK / WTPR; jj++) {
             const int jl = t + WTPR * jj;
             const int64_t j = j0 + jl;
@@ -1456,14 +1458,16 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
                 norm_ds(c, sv, z.gv, st, Di, DPr[jl], pv);
                 if (pv.ds != 0) {
                     const auto dd = S::vjp(&r.hd, r.rx, z.kx, G, r.q0, r.q1, z.t0, z.t1, pv.ds, want);
-                    aq0 += dd.q0, aq1 += dd.q1;
-                    if (want) b0 += dd.p0, b1 += dd.p1, b2 += dd.p2;
+                    fq0 += dd.q0, fq1 += dd.q1;
+                    if (want) fb0 += dd.p0, fb1 += dd.p1, fb2 += dd.p2;
                     if (c.gemm) g = dd.g;
                 }
             }
-            gsum += g;
+            fg += g;
             Grow[jl] = to16<H>(g);
         }
+        aq0 += fq0, aq1 += fq1, gsum += fg;
+        if (want) b0 += fb0, b1 += fb1, b2 += fb2;
         __syncwarp();
         if (c.gemm) w_ab_into(Gw, L.ldp, Ks, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dQrow, 1.0f, false, t);
     }
@@ -1572,6 +1576,9 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
         auto vjp_tile = [&](auto whole_c) {
             constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
             const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
+            /* the tile's sums in f32, added to the rows' double sums once a tile: a double add
+             * per pair runs at half the f32 rate on an H100 and at 1/64 on GeForce cards */
+            float fq0[2] = {0, 0}, fq1[2] = {0, 0}, fb0[2] = {0, 0}, fb1[2] = {0, 0}, fb2[2] = {0, 0}, fg[2] = {0, 0};
 #pragma unroll
             for (int nb = 0; nb < NS; nb++)
 #pragma unroll
@@ -1589,15 +1596,22 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
                         if (pv.ds != 0) {
                             const auto dd =
                                 S::vjp(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1, pv.ds, want);
-                            if (S::terms & T_Q0) aq0[h] += dd.q0; /* double adds: only the terms the score has */
-                            if (S::terms & T_Q1) aq1[h] += dd.q1;
-                            if (want) b0[h] += dd.p0, b1[h] += dd.p1, b2[h] += dd.p2;
+                            if (S::terms & T_Q0) fq0[h] += dd.q0; /* only the terms the score has */
+                            if (S::terms & T_Q1) fq1[h] += dd.q1;
+                            if (want) fb0[h] += dd.p0, fb1[h] += dd.p1, fb2[h] += dd.p2;
                             if (c.gemm) gv = dd.g;
                         }
                     }
-                    if (diff) gsum[h] += gv; /* read by distance scores only */
+                    if (diff) fg[h] += gv; /* read by distance scores only */
                     sc[nb][e] = gv;
                 }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (S::terms & T_Q0) aq0[h] += fq0[h];
+                if (S::terms & T_Q1) aq1[h] += fq1[h];
+                if (want) b0[h] += fb0[h], b1[h] += fb1[h], b2[h] += fb2[h];
+                if (diff) gsum[h] += fg[h];
+            }
         };
         if (!tbad && j0 + WK <= kwhole) vjp_tile(std::true_type{});
         else vjp_tile(std::false_type{});
@@ -1691,6 +1705,8 @@ template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<flo
         if (c.gemm) w_abt(Ks + w * 16 * L.ldq, L.ldq, Qs, L.ldq, L.Dp, Sw, L.lds); /* Sᵀ_w */
         w_abt(Vs + w * 16 * L.ldv, L.ldv, dOs, L.ldv, L.Dvp, DPw, L.lds);         /* dPᵀ_w */
         __syncthreads();
+        /* the tile's sums in f32, added to the key's double sums once a tile (as mbwq_kernel) */
+        float fk0 = 0, fk1 = 0, fsg = 0, fg = 0;
         for (int ii = 0; ii < WQ / WTPR; ii++) {
             const int il = t + WTPR * ii;
             const int64_t i = i0 + il;
@@ -1703,17 +1719,18 @@ template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<flo
                 dpv<float> pv;
                 norm_ds(c, sv, gv, z.st, z.Di, DPr[il], pv);
                 p = pv.p;
-                sg += pv.dgam;
+                fsg += pv.dgam;
                 if (pv.ds != 0) {
                     const auto dd = S::vjp(&r.hd, z.rx, kx, G, z.q0, z.q1, k0, k1, pv.ds, want);
-                    s0 += dd.k0, s1 += dd.k1;
+                    fk0 += dd.k0, fk1 += dd.k1;
                     if (c.gemm) g = dd.g;
                 }
             }
-            gsum += g;
+            fg += g;
             Prow[il] = to16<H>(p);
             Grow[il] = to16<H>(g);
         }
+        s0 += fk0, s1 += fk1, sg += fsg, gsum += fg;
         __syncwarp();
         if (FR) {
             w_ab_acc(Pw, L.ldp, dOs, L.ldv, L.Dvp, fdv);
@@ -1859,6 +1876,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
         auto vjp_tile = [&](auto whole_c) {
             constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
             const float kh[2] = {diff ? kn[jl[0]] : 0.0f, diff ? kn[jl[1]] : 0.0f};
+            /* the tile's sums in f32, added to the keys' double sums once a tile (as mbwq_kernel) */
+            float fk0[2] = {0, 0}, fk1[2] = {0, 0}, fsg[2] = {0, 0}, fg[2] = {0, 0};
 #pragma unroll
             for (int nb = 0; nb < NS; nb++)
 #pragma unroll
@@ -1878,18 +1897,25 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
                         dpv<float> pv;
                         norm_ds<float, true>(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
                         p = pv.p;
-                        if (c.g) sg[h] += pv.dgam; /* 0 without γ */
+                        if (c.g) fsg[h] += pv.dgam; /* 0 without γ */
                         if (pv.ds != 0) {
                             const auto dd = S::vjp(&r.hd, z.rx, kx[h], G, z.q0, z.q1, k0[h], k1[h], pv.ds, want);
-                            if (S::terms & T_K0) s0[h] += dd.k0; /* double adds: only the terms the score has */
-                            if (S::terms & T_K1) s1[h] += dd.k1;
+                            if (S::terms & T_K0) fk0[h] += dd.k0; /* only the terms the score has */
+                            if (S::terms & T_K1) fk1[h] += dd.k1;
                             if (c.gemm) gg = dd.g;
                         }
                     }
-                    if (diff) gsum[h] += gg; /* read by distance scores only */
+                    if (diff) fg[h] += gg; /* read by distance scores only */
                     dp[nb][e] = p;  /* Pᵀ */
                     sc[nb][e] = gg; /* ∂Gᵀ */
                 }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (S::terms & T_K0) s0[h] += fk0[h];
+                if (S::terms & T_K1) s1[h] += fk1[h];
+                if (c.g) sg[h] += fsg[h];
+                if (diff) gsum[h] += fg[h];
+            }
         };
         if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) vjp_tile(std::true_type{});
         else vjp_tile(std::false_type{});

@@ -130,9 +130,9 @@ inline int score_kind(const pn_attn_setup *st, const pn_attn_opts *o) {
 
 /* f(S_<X>{}) for the epilogue of kind (a generic lambda: `typedef decltype(tag) S;`) */
 template <typename F> void score_switch(int kind, F &&f) {
-#ifdef PN_CU_ONLY_DOT /* tools/gpu/sass.sh: the dot score's kernels alone, to read their SASS in a minute */
+#ifdef PN_CU_ONLY_SCORE /* tools/gpu/sass.sh: one score's kernels alone (-DPN_CU_ONLY_SCORE=S_dot), to read their SASS in a minute */
     (void)kind;
-    f(S_dot{});
+    f(PN_CU_ONLY_SCORE{});
 #else
     switch (kind) {
 #define KIND_CASE(X, ...) \
