@@ -83,6 +83,14 @@ static inline unsigned pn_cu_blocks(int64_t n, int threads = PN_CU_THREADS) {
 #define PN_CU_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
+/* The dynamic shared memory's first 128-byte boundary (p: the PN_SHARED_DYN array). By pointer
+ * arithmetic, not through an integer: a pointer rebuilt from an integer has lost its state space,
+ * so every access through it compiles to a generic LD / ST with its own address check, where
+ * one derived from the array stays LDS / STS. */
+__device__ static inline unsigned char *pn_cu_align128(unsigned char *p) {
+    return p + ((128u - (unsigned)((uintptr_t)p & 127u)) & 127u);
+}
+
 /* Asynchronous 16-byte copies, global → shared (PTX cp.async, sm_80+), for tiles loaded while
  * the previous one is computed on (double buffering): issue the copies, commit them as a group,
  * and before reading the destinations wait until at most `pending` of this thread's newest groups

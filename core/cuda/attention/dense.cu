@@ -991,7 +991,7 @@ __device__ inline float w_G(const dcall<float> &c, float qk, float qn, float kn)
 template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wlay L, float *out, float *stat) {
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127); /* wmma: 32-byte tiles */
+    unsigned char *sm = pn_cu_align128(smu); /* wmma: 32-byte tiles */
     H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *Vs = (H *)(sm + L.vb), *Ps = (H *)(sm + L.p);
     float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.acc), *qn = (float *)(sm + L.an), *kn = (float *)(sm + L.bn);
     const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
@@ -1245,7 +1245,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
     enum { KC = MW / 16, NV = MW / 8, NS = WK / 8 }; /* Q's 16-wide chunks, O's and S's 8-wide blocks */
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    unsigned char *sm = pn_cu_align128(smu);
     H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *Vt = (H *)(sm + L.vt);
     float *qn = (float *)(sm + L.an), *kn = (float *)(sm + L.bn);
     const int64_t nqt = (c.Nq + WQ - 1) / WQ, bh = blockIdx.x / nqt, i0 = (blockIdx.x - bh * nqt) * WQ;
@@ -1411,7 +1411,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
 template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, dbw<float> a, wlay L) {
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    unsigned char *sm = pn_cu_align128(smu);
     H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *dOs = (H *)(sm + L.va), *Vs = (H *)(sm + L.vb), *Gs = (H *)(sm + L.p);
     float *Ss = (float *)(sm + L.s), *DPs = (float *)(sm + L.dp), *dQ = (float *)(sm + L.acc), *qn = (float *)(sm + L.an),
           *kn = (float *)(sm + L.bn);
@@ -1518,7 +1518,7 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     enum { KC = MW / 16, NQ = MW / 8, NS = WK / 8 };
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    unsigned char *sm = pn_cu_align128(smu);
     H *Qs = (H *)(sm + L.a), *Ks = (H *)(sm + L.b), *dOs = (H *)(sm + L.va), *Vs = (H *)(sm + L.vb),
       *Kt = (H *)(sm + L.kt);
     float *qn = (float *)(sm + L.an), *kn = (float *)(sm + L.bn);
@@ -1660,7 +1660,7 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
 template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<float> c, dbw<float> a, wlay L) {
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(qstage<float>, qsg, WQ);
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    unsigned char *sm = pn_cu_align128(smu);
     H *Ks = (H *)(sm + L.a), *Qs = (H *)(sm + L.b), *Vs = (H *)(sm + L.va), *dOs = (H *)(sm + L.vb),
       *Gt = (H *)(sm + L.p), *Pt = (H *)(sm + L.p2);
     float *Ss = (float *)(sm + L.s), *DPs = (float *)(sm + L.dp), *dK = (float *)(sm + L.acc),
@@ -1803,7 +1803,7 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     enum { KC = MK_MAX / 16, NB = MK_MAX / 8, NS = WQ / 8 };
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(qstage<float>, qsg, WQ);
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smu + 127) & ~(uintptr_t)127);
+    unsigned char *sm = pn_cu_align128(smu);
     H *Qs = (H *)(sm + L.a), *dOs = (H *)(sm + L.va), *Qt = (H *)(sm + L.qt), *dOt = (H *)(sm + L.vt);
     float *kn = (float *)(sm + L.an), *qn = (float *)(sm + L.bn);
     const int64_t nkt = (c.Nk + WK - 1) / WK, bh = blockIdx.x / nkt, j0 = (blockIdx.x - bh * nkt) * WK;
