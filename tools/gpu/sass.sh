@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu/sass.sh [kernel] [arch] [score] — the tensor-core attention kernels as the GPU would run
 # them, read without one: compiles core/cuda/attention/dense.cu for sm_90 (or arch) with one score's
-# kernels alone (default dot; laplacian, umbral, penumbral, hyperboloid, halfspace, poincare: the
-# names of scores.cuh's GRAPH_SCORES; -DPN_CU_ONLY_SCORE, ~1–2 min instead of ~10), then prints
+# kernels alone (default dot; any name of scores.cuh's GRAPH_SCORES list, e.g. umbral, halfspace;
+# -DPN_CU_ONLY_SCORE, ~1–2 min instead of ~10), then prints
 #   - registers and spills of the bf16 mma.sync kernels (ptxas --resource-usage),
 #   - the SASS instruction mix of one kernel's main loop (default mfwd_kernel, width 64; also
 #     mbwq_kernel, mbwk_kernel, or any regular expression on the mangled name): static counts,
@@ -16,6 +16,11 @@ cd "$(dirname "$0")/../.."
 K=${1:-mfwd_kernel}
 ARCH=${2:-sm_90}
 SCORE=${3:-dot}
+KNOWN=$(sed -n '/^#define GRAPH_SCORES(X)/,/^[^ ]*$/s/^ *X(\([a-z]*\),.*/\1/p' core/cuda/attention/scores.cuh | tr '\n' ' ')
+case " $KNOWN" in
+*" $SCORE "*) ;;
+*) echo "sass.sh: unknown score '$SCORE' (scores.cuh's GRAPH_SCORES: $KNOWN)" >&2; exit 2 ;;
+esac
 OUT=build/sass
 mkdir -p "$OUT"
 CUOBJDUMP=$(command -v cuobjdump || true)
@@ -31,6 +36,7 @@ if [ -z "$CUOBJDUMP" ]; then
 fi
 echo "sass.sh: nvcc $(nvcc --version | grep -o 'release [0-9.]*'), $ARCH, $SCORE only"
 nvcc -std=c++17 -O3 -Icore -I/usr/include/hdf5/serial -DPN_HAVE_CUDA=1 -DPN_CU_ONLY_SCORE="S_$SCORE" -arch="$ARCH" \
-    -cubin --resource-usage core/cuda/attention/dense.cu -o "$OUT/dense_$SCORE.cubin" > "$OUT/ptxas.log" 2>&1
+    -cubin --resource-usage core/cuda/attention/dense.cu -o "$OUT/dense_$SCORE.cubin" > "$OUT/ptxas.log" 2>&1 ||
+    { echo "sass.sh: nvcc failed; the end of $OUT/ptxas.log:" >&2; tail -n 20 "$OUT/ptxas.log" >&2; exit 1; }
 "$CUOBJDUMP" -sass "$OUT/dense_$SCORE.cubin" > "$OUT/dense_$SCORE.sass"
 python3 tools/gpu/sass_mix.py "$OUT/ptxas.log" "$OUT/dense_$SCORE.sass" "$K" "$SCORE"
