@@ -147,6 +147,8 @@ describe('cuda power attention', function()
     { 'p = 2, gated, bidirectional', 2, 2, 9, 4, 3, { p = 2, log_gate = true, causal = false } },
     { 'p = 4, scaled, bidirectional', 1, 2, 6, 3, 2, { p = 4, causal = false, scale = 0.7 } },
     { 'more rows than a block has threads', 1, 1, 70, 2, 2, { p = 2, log_gate = true } },
+    { 'N = 700: the gate scans take runs of 3 rows a thread, the last threads none', 1, 1, 700, 2, 2,
+      { p = 2, log_gate = true } },
   }
   for _, c in ipairs(CASES) do
     local name, B, H, N, D, Dv, o = unpack(c)

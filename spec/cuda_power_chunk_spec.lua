@@ -33,6 +33,8 @@ local CASES = {
   { 'D = 16, Dv = 20 (136 features; rows wider than a tile), N = 40, chunk 10', 1, 1, 40, 16, 20, 2, 10, 0.25 },
   { 'Dv = 1, N = 48, chunk 24', 1, 1, 48, 3, 1, 2, 24 },
   { 'D = 32, Dv = 64 (over 48 KiB of shared memory per block), N = 32, chunk 16', 1, 1, 32, 32, 64, 2, 16, 0.2 },
+  { 'N = 600, chunk 100: the gate scans take runs of 3 rows a thread, the last threads none', 1, 1, 600, 3, 2, 2, 100,
+    0.5 },
 }
 
 local function power(o)

@@ -6,13 +6,13 @@
  * the call (linear.cuh).
  *
  * Quadratic form (chunk = 0; causal or not): log space, as power.c's, with L the cumulative log
- * gates (one thread per (b, h)):
+ * gates (pw_scan: a block per (b, h)):
  *   row pass     one thread per query i: the row max of log B_ij, Z_i = Σ_j exp(log B_ij − max),
  *                out_i (and for the backward o_i and g_i·o_i kept in f64 scratch)
  *   row grads    one thread per query i: g q_i = scale Σ_j ∂s_ij k_j, and the gate terms where i is
  *                the later index (+∂log B_ij) or the earlier one (−)
  *   column grads one thread per key j: g k_j = Σ_i ∂s_ij qs_i, g v_j = Σ_i A_ij g_i and j's gate terms
- *   gates        one thread per (b, h): g log_gate = the reverse running sum of g L.
+ *   gates        pw_scan, a block per (b, h): g log_gate = the reverse running sum of g L.
  *
  * Chunked form (chunk = c > 0, causal, c divides N: power.c checks), power.c's chunk_forward /
  * chunk_backward with the same maths and f64 sums (section "chunked form"): v gets a column of
@@ -32,7 +32,8 @@
  *             (b, h, chunk, 16 rows): g q (intra ds·K, inter J_φᵀ through lin_phi_grad_part) and
  *             the rows' gate terms; a key-side block per (b, h, chunk, 16 keys): g k, g v (intra
  *             and the state update's) and the keys' gate terms; a block per (b, h, chunk) for
- *             each decay's term (a fixed reduction tree); one thread per (b, h) for g log_gate.
+ *             each decay's term (a fixed reduction tree); one thread per row for g L, then pw_scan for
+ *             g log_gate.
  * Memory: the chunk-boundary states, their gradients (backward) and per-row arrays: O(N/c·Dφ·Dv
  * + N·Dv) per (b, h), no N² term. Every sum has one owner and a fixed order: deterministic, no
  * atomics. Overflow: like power.c's chunked form (and its recurrent state) this one is not in log
@@ -78,19 +79,51 @@ struct pw_geo {
     const double *L; /* (BH, N) cumulative log gates (0 without gates) */
 };
 
-// L (BH, N) ← the running sums of lg (BH, N), or 0
-template <class T>
-__global__ void pw_cum_gates(int64_t BH, int64_t N, const T *lg, double *L) {
-    PN_CU_LOOP(bh, BH) {
+/* Running sums along rows: out (R, n) ← Σ_{s ≤ t} (x + x2)_s (reverse: Σ_{s ≥ t}); x NULL reads
+ * zeros, x2 NULL adds nothing. A block per row (grid-stride over rows), PW_SCAN threads: each thread
+ * sums a contiguous run of the row in order, one thread adds the runs' totals in order, and each run
+ * is summed again from its carry. The gates' scans were one thread per (b, h) walking the whole row,
+ * N dependent steps each (N = 65536 in the benchmark). Deterministic for the fixed block size; the
+ * association differs from power.c's one sequential sum by rounding only. */
+enum { PW_SCAN = 256 };
+template <class X, class O>
+__global__ void pw_row_scan(int64_t R, int64_t n, const X *x, const double *x2, O *out, int reverse) {
+    PN_SHARED(double, tot, PW_SCAN);
+    const int64_t len = (n + PW_SCAN - 1) / PW_SCAN, t0 = threadIdx.x * len, t1 = t0 + len < n ? t0 + len : n;
+    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
+        const X *xr = x ? x + row * n : NULL;
+        const double *yr = x2 ? x2 + row * n : NULL;
+        O *o = out + row * n;
         double acc = 0;
-        for (int64_t t = 0; t < N; t++) {
-            if (lg) {
-                const double x = lg[bh * N + t];
-                acc = t ? acc + x : x;
+        for (int64_t u = t0; u < t1; u++) acc += (xr ? (double)xr[u] : 0.0) + (yr ? yr[u] : 0.0);
+        tot[threadIdx.x] = acc;
+        __syncthreads();
+        if (threadIdx.x == 0) { /* the runs' carries, exclusive, in the scan's direction */
+            double c = 0;
+            for (int r = 0; r < PW_SCAN; r++) {
+                const int w = reverse ? PW_SCAN - 1 - r : r;
+                const double v = tot[w];
+                tot[w] = c;
+                c += v;
             }
-            L[bh * N + t] = acc;
         }
+        __syncthreads();
+        acc = tot[threadIdx.x];
+        for (int64_t k = 0; k < t1 - t0; k++) {
+            const int64_t u = reverse ? t1 - 1 - k : t0 + k;
+            o[u] = (O)(acc += (xr ? (double)xr[u] : 0.0) + (yr ? yr[u] : 0.0));
+        }
+        __syncthreads(); /* tot is rewritten for the next row */
     }
+}
+
+/* the launch of pw_row_scan over R rows of n */
+template <class X, class O>
+pn_status pw_scan(const char *op, int64_t R, int64_t n, const X *x, const double *x2, O *out, int reverse) {
+    if (R < 1 || n < 1) return PN_OK;
+    auto kn = pw_row_scan<X, O>;
+    const unsigned grid = (unsigned)(R < 65535 ? R : 65535);
+    return pn_cu_check(op, PN_LAUNCH(kn, grid, PW_SCAN, 0, pn_cu_stream(), R, n, x, x2, out, reverse));
 }
 
 /* s_ij = (scale·q_i)·k_j in the CPU's order, and log B_ij (−inf for s = 0) */
@@ -214,15 +247,6 @@ __global__ void pw_col_grads(pw_geo a, const T *q, const T *k, const T *v, const
     }
 }
 
-// glg (BH, N) ← Σ_{t ≥ k} (gLr + gLc)_t
-template <class T>
-__global__ void pw_gate_grads(int64_t BH, int64_t N, const double *gLr, const double *gLc, T *glg) {
-    PN_CU_LOOP(bh, BH) {
-        double acc = 0;
-        for (int64_t t = N - 1; t >= 0; t--) glg[bh * N + t] = (T)(acc += gLr[bh * N + t] + gLc[bh * N + t]);
-    }
-}
-
 pn_status pw_setup(const char *op, const pn_tensor *q, const pn_tensor *v, const pn_tensor *lg, int p, int causal,
                    double scale, lin_scratch &s, pw_geo *a) {
     a->B = q->sizes[0], a->H = q->sizes[1], a->N = q->sizes[2], a->D = q->sizes[3], a->Dv = v->sizes[3];
@@ -231,9 +255,7 @@ pn_status pw_setup(const char *op, const pn_tensor *q, const pn_tensor *v, const
     if (!L) return pn_error(PN_ERR_OOM, "%s: out of device memory for q %s", op, pn_shape_str(q));
     a->L = L;
     PN_CU_FLOAT_SWITCH(q->dt, T, {
-        auto kn = pw_cum_gates<T>;
-        PN_CU_TRY(op, PN_LAUNCH(kn, pn_cu_blocks(a->B * a->H), PN_CU_THREADS, 0, pn_cu_stream(), a->B * a->H, a->N,
-                                lg ? (const T *)pn_ptr(lg) : (const T *)NULL, L));
+        PN_TRY(pw_scan(op, a->B * a->H, a->N, lg ? (const T *)pn_ptr(lg) : (const T *)NULL, (const double *)NULL, L, 0));
     });
     return PN_OK;
 }
@@ -251,14 +273,15 @@ enum { PW_THREADS = 64 }; /* rows per block: each thread walks a whole row */
  * thread per output element summing its k in order: deterministic; each product is a CT-wide
  * tile product, the shape a wmma call would take). A block runs one (b, h, chunk, tile). */
 constexpr int CT = 16, CTH = 128; /* tile width; threads per block (a power of two: pwc_gdec's tree) */
+static_assert(CTH % 32 == 0, "bmm's thread groups of 16 and 32 columns");
 
 /* The named shared slabs of one kernel, CT rows each × a leading dimension (odd, so the
  * column-parallel reads of neighbouring threads fall in different banks); offsets in doubles, -1 =
  * unused. X query rows scale·q (K_STATE: its x rows), K key rows, V ṽ rows (K_STATE: its Y rows),
  * G G̃ rows, P P2 P3 (query, key) pair tiles, PH φ features of rows, T a second feature tile, ACC a
  * Dw-wide and ACCD a D-wide accumulator, ST a tile of a state's rows, LQ LK L of the rows and keys,
- * R1 R2 R3 per-row scalars. */
-enum { S_X, S_K, S_V, S_G, S_P, S_P2, S_P3, S_PH, S_T, S_ACC, S_ACCD, S_ST, S_LQ, S_LK, S_R1, S_R2, S_R3, S_N };
+ * R1 R2 R3 per-row scalars, EQ the rows' e_i = e^(L_i − L at the previous chunk's end). */
+enum { S_X, S_K, S_V, S_G, S_P, S_P2, S_P3, S_PH, S_T, S_ACC, S_ACCD, S_ST, S_LQ, S_LK, S_R1, S_R2, S_R3, S_EQ, S_N };
 enum { K_STATE, K_FWD, K_BWQ, K_BWK };
 struct pwc_lay {
     int ldD, ldW, ldT;
@@ -270,7 +293,7 @@ struct pwc_lay {
 /* the slabs each kernel uses (see the kernels) and their widths */
 inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw) {
     const unsigned tiles = PWC_B(S_X) | PWC_B(S_K) | PWC_B(S_V) | PWC_B(S_P) | PWC_B(S_PH) | PWC_B(S_ST) |
-                           PWC_B(S_LQ) | PWC_B(S_LK);
+                           PWC_B(S_LQ) | PWC_B(S_LK) | PWC_B(S_EQ);
     const unsigned bw = tiles | PWC_B(S_G) | PWC_B(S_P2) | PWC_B(S_T) | PWC_B(S_ACCD) | PWC_B(S_R1) | PWC_B(S_R2);
     const unsigned use[] = {
         /* K_STATE */ PWC_B(S_X) | PWC_B(S_V) | PWC_B(S_PH) | PWC_B(S_ACC) | PWC_B(S_LQ),
@@ -307,15 +330,53 @@ __device__ inline double pwc_le(const pwc_geo &a, const double *L, int64_t m) { 
 
 /* C (m × n, row stride ldc) = (acc ? C : 0) + Σ_{l<kk} A(i, l)·B(l, j), A(i, l) = A[i·ai + l·al],
  * B(l, j) = B[l·bl + j·bj]: the strides give the transposes. Each thread owns whole elements of C
- * and adds their terms in l order. */
+ * and adds their terms in l order, R rows × Cn columns of them in registers: the lanes of a group of
+ * cw threads take consecutive columns (B's loads fall in distinct banks: the slabs' leading
+ * dimensions are odd) and share their rows (A's loads are broadcasts), so a loaded A value serves Cn
+ * products and a B value R. One element per thread took two shared loads per product, and the
+ * shared-memory pipe, not the f64 units, bounded the chunked form. Rows and columns past m, n are
+ * computed on a clamped copy and not stored. */
+template <int R, int Cn>
+__device__ inline void bmm_tiles(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj,
+                                 int m, int n, int kk, bool acc, int cw) {
+    const int ng = (int)blockDim.x / cw, g = (int)threadIdx.x / cw, jl = (int)threadIdx.x % cw;
+    for (int i0 = g; i0 < m; i0 += ng * R)
+        for (int j0 = jl; j0 < n; j0 += cw * Cn) {
+            int ii[R], jj[Cn];
+            double s[R][Cn];
+#pragma unroll
+            for (int r = 0; r < R; r++) ii[r] = i0 + r * ng < m ? i0 + r * ng : i0;
+#pragma unroll
+            for (int c = 0; c < Cn; c++) jj[c] = j0 + c * cw < n ? j0 + c * cw : j0;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < Cn; c++) s[r][c] = acc ? C[ii[r] * ldc + jj[c]] : 0;
+            for (int l = 0; l < kk; l++) {
+                double x[R], y[Cn];
+#pragma unroll
+                for (int r = 0; r < R; r++) x[r] = A[ii[r] * ai + l * al];
+#pragma unroll
+                for (int c = 0; c < Cn; c++) y[c] = B[l * bl + jj[c] * bj];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int c = 0; c < Cn; c++) s[r][c] += x[r] * y[c];
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < Cn; c++)
+                    if (i0 + r * ng < m && j0 + c * cw < n) C[ii[r] * ldc + jj[c]] = s[r][c];
+        }
+}
+
+/* CTH threads: 4 row groups of 32 columns (4 × 2 elements a thread: a 16 × 64 tile) for the wide
+ * products (n = D or Dv + 1), 8 groups of 16 (2 × 1) for the CT-wide ones */
 __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj, int m,
                            int n, int kk, bool acc) {
-    for (int e = threadIdx.x; e < m * n; e += blockDim.x) {
-        const int i = e / n, j = e - i * n;
-        double s = acc ? C[i * ldc + j] : 0;
-        for (int l = 0; l < kk; l++) s += A[i * ai + l * al] * B[l * bl + j * bj];
-        C[i * ldc + j] = s;
-    }
+    if (n > 16) bmm_tiles<4, 2>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc, 32);
+    else bmm_tiles<2, 1>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc, 16);
 }
 
 /* rows [r0, r0 + n) of src (rows of w values, contiguous) times mul into dst (leading dim ld);
@@ -333,13 +394,19 @@ __device__ inline void ld_L(double *dst, const double *L, int64_t r0, int n) {
     for (int r = threadIdx.x; r < n; r += blockDim.x) dst[r] = L[r0 + r];
 }
 
-/* the inter-chunk operands of φ features [a0, a0 + nf): Ph (nq, nf) = φ(x_r)_a·e^(L_r − Lp) for the
- * nq rows of X, and Sx (nf, Dw) the state S's rows a0 … */
-__device__ inline void ld_phi_state(const pwc_geo &a, const pwc_lay &y, const double *X, const double *Lq, double Lp,
+/* eq (nq) ← e^(L_r − Lp) of the nq rows whose L is in Lq: the factor of each row's inter-chunk terms,
+ * once a block instead of once per φ feature */
+__device__ inline void ld_eq(double *eq, const double *Lq, double Lp, int nq) {
+    for (int r = threadIdx.x; r < nq; r += blockDim.x) eq[r] = exp(Lq[r] - Lp);
+}
+
+/* the inter-chunk operands of φ features [a0, a0 + nf): Ph (nq, nf) = φ(x_r)_a·eq_r for the nq rows
+ * of X (eq: ld_eq), and Sx (nf, Dw) the state S's rows a0 … */
+__device__ inline void ld_phi_state(const pwc_geo &a, const pwc_lay &y, const double *X, const double *eq,
                                     const double *S, int64_t a0, int nq, int nf, double *Ph, double *Sx) {
     for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
         const int r = e / nf, f = e - r * nf;
-        Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * exp(Lq[r] - Lp);
+        Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * eq[r];
     }
     ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
 }
@@ -447,7 +514,7 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *P = sm + y.off[S_P],
            *Acc = sm + y.off[S_ACC], *Ph = sm + y.off[S_PH], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ],
-           *Lk = sm + y.off[S_LK];
+           *Lk = sm + y.off[S_LK], *Eq = sm + y.off[S_EQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
         const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
                       i0 = s0 + blk % a.nt * CT;
@@ -472,10 +539,11 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         }
         if (ci > 0) { /* inter-chunk: the state entering the chunk */
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
+            ld_eq(Eq, Lq, Lp, nq); /* read after the loop's first barrier */
             for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
                 const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
                 __syncthreads();
-                ld_phi_state(a, y, X, Lq, Lp, S, a0, nq, nf, Ph, Sx);
+                ld_phi_state(a, y, X, Eq, S, a0, nq, nf, Ph, Sx);
                 __syncthreads();
                 bmm(Acc, y.ldW, Ph, y.ldT, 1, Sx, y.ldW, 1, nq, (int)a.Dw, nf, true); /* += Φq_e S̃ */
             }
@@ -520,7 +588,7 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
            *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *Ph = sm + y.off[S_PH], *SG = sm + y.off[S_T],
            *Gq = sm + y.off[S_ACCD], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK],
-           *gl = sm + y.off[S_R1], *gev = sm + y.off[S_R2];
+           *gl = sm + y.off[S_R1], *gev = sm + y.off[S_R2], *Eq = sm + y.off[S_EQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
         const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
                       i0 = s0 + blk % a.nt * CT;
@@ -549,16 +617,17 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         }
         if (ci > 0) {
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
+            ld_eq(Eq, Lq, Lp, nq); /* read after the loop's first barrier */
             for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
                 const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
                 __syncthreads();
-                ld_phi_state(a, y, X, Lq, Lp, S, a0, nq, nf, Ph, Sx);
+                ld_phi_state(a, y, X, Eq, S, a0, nq, nf, Ph, Sx);
                 __syncthreads();
                 bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
                 __syncthreads();
                 for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
                     double *sg = SG + r * y.ldT;
-                    const double *ph = Ph + r * y.ldT, e = exp(Lq[r] - Lp);
+                    const double *ph = Ph + r * y.ldT, e = Eq[r];
                     double acc = gev[r];
                     for (int f = 0; f < nf; f++) {
                         acc += ph[f] * sg[f];
@@ -696,26 +765,22 @@ __global__ void pwc_gdec(pwc_geo a, const double *St, const double *Dt, double *
     }
 }
 
-/* glg (BH, N) ← Σ_{t' ≥ t} gL_t', with gL_t = gLr_t + gLc_t and, at the last row t of chunk m < nc − 1,
- * the boundary terms: + Σ_{j ∈ m} gf_j + gdec_m (added at the later index) − Σ_{i ∈ m+1} ge_i − gdec_{m+1}
- * (subtracted at the earlier one). One thread per (b, h), in power.c's order. */
-template <class T>
-__global__ void pwc_gates(pwc_geo a, const double *gLr, const double *gLc, const double *ge, const double *gf,
-                          const double *gdec, T *glg) {
-    PN_CU_LOOP(bh, a.BH) {
-        const int64_t o = bh * a.N, c = a.c;
-        double acc = 0;
-        for (int64_t t = a.N - 1; t >= 0; t--) {
-            double x = gLr[o + t] + gLc[o + t];
-            const int64_t m = t / c;
-            if (t == m * c + c - 1 && m + 1 < a.nc) {
-                double sf = 0, se = 0;
-                for (int64_t j = m * c; j <= t; j++) sf += gf[o + j];
-                for (int64_t i = t + 1; i <= t + c; i++) se += ge[o + i];
-                x += sf + gdec[bh * a.nc + m] - se - gdec[bh * a.nc + m + 1];
-            }
-            glg[o + t] = (T)(acc += x);
+/* gL_t = gLr_t + gLc_t and, at the last row t of chunk m < nc − 1, the boundary terms: + Σ_{j ∈ m} gf_j
+ * + gdec_m (added at the later index) − Σ_{i ∈ m+1} ge_i − gdec_{m+1} (subtracted at the earlier one),
+ * in power.c's order, into gLr (in place: a thread reads its own t's gLr and gLc, and gf, ge). One
+ * thread per (b, h, t); pw_scan then runs the reverse sum, g log_gate. */
+__global__ void pwc_gate_terms(pwc_geo a, double *gLr, const double *gLc, const double *ge, const double *gf,
+                               const double *gdec) {
+    PN_CU_LOOP(it, a.BH * a.N) {
+        const int64_t bh = it / a.N, o = bh * a.N, t = it - o, c = a.c, m = t / c;
+        double x = gLr[it] + gLc[it];
+        if (t == m * c + c - 1 && m + 1 < a.nc) {
+            double sf = 0, se = 0;
+            for (int64_t j = m * c; j <= t; j++) sf += gf[o + j];
+            for (int64_t i = t + 1; i <= t + c; i++) se += ge[o + i];
+            x += sf + gdec[bh * a.nc + m] - se - gdec[bh * a.nc + m + 1];
         }
+        gLr[it] = x;
     }
 }
 
@@ -821,10 +886,9 @@ pn_status pwc_backward(const char *op, const pn_tensor *q, const pn_tensor *k, c
     if (!glg) return PN_OK;
     const unsigned nb = (unsigned)(a.BH * a.nc < 65535 ? a.BH * a.nc : 65535);
     PN_CU_TRY(op, PN_LAUNCH(pwc_gdec, nb, CTH, 0, pn_cu_stream(), a, (const double *)St, (const double *)Dt, gdec));
-    auto kg = pwc_gates<T>;
-    return pn_cu_check(op, PN_LAUNCH(kg, pn_cu_blocks(a.BH), PN_CU_THREADS, 0, pn_cu_stream(), a, (const double *)gLr,
-                                     (const double *)gLc, (const double *)ge, (const double *)gf,
-                                     (const double *)gdec, (T *)pn_ptr(glg)));
+    PN_CU_TRY(op, PN_LAUNCH(pwc_gate_terms, pn_cu_blocks(rows), PN_CU_THREADS, 0, pn_cu_stream(), a, gLr,
+                            (const double *)gLc, (const double *)ge, (const double *)gf, (const double *)gdec));
+    return pw_scan(op, a.BH, a.N, (const double *)gLr, (const double *)NULL, (T *)pn_ptr(glg), 1);
 }
 
 } // namespace
@@ -954,10 +1018,8 @@ pn_status pn_cuda_power_bwd(const pn_tensor *q, const pn_tensor *k, const pn_ten
             st = pn_cu_check(op, PN_LAUNCH(k3, nb, PW_THREADS, 0, pn_cu_stream(), a, Q, K, V, G, (const double *)mx,
                                            (const double *)Z, (const double *)go, gk ? (T *)pn_ptr(gk) : (T *)NULL,
                                            gv ? (T *)pn_ptr(gv) : (T *)NULL, a64, b64, gLc));
-        auto k4 = pw_gate_grads<T>;
-        if (!st && glg)
-            st = pn_cu_check(op, PN_LAUNCH(k4, pn_cu_blocks(a.B * a.H), PN_CU_THREADS, 0, pn_cu_stream(), a.B * a.H,
-                                           a.N, (const double *)gLr, (const double *)gLc, (T *)pn_ptr(glg)));
+        if (!st && glg) /* g log_gate = the reverse running sum of g L */
+            st = pw_scan(op, a.B * a.H, a.N, (const double *)gLr, (const double *)gLc, (T *)pn_ptr(glg), 1);
     });
     lin_free(s);
     return st;
