@@ -2,7 +2,9 @@
 -- against the CPU in f64. `mode=info` prints what pn.cuda sees and stops. Sizes: B=, H=, N=, D=
 -- (default 4, 32, 4096, 64 — the benchmark's N = 4096 shape). Wall clock between synchronisations,
 -- with the process's CPU time beside it. Under ncu (tools/gpu/run.sh ncu) the first call of each
--- kernel is the one profiled.
+-- kernel is the one profiled. `mode=power`: instead, the benchmark's power attention call (p = 2,
+-- chunked, gated, causal; H=, N=, D=, chunk= default 8, 65536, 64, 128), forward and
+-- forward+backward, timed (tools/gpu/run.sh power: each of its kernels' time under ncu).
 local pn = pn or require('penumbra')
 local a = args or {}
 io.stdout:setvbuf('line')
@@ -21,6 +23,24 @@ local function wall(fn, n)
     collectgarbage('collect')
   end
   return string.format('%.3f ms wall (cpu %.3f ms)', best * 1e3, cpu * 1e3)
+end
+if a.mode == 'power' then
+  local H, N, D, C = tonumber(a.H or 8), tonumber(a.N or 65536), tonumber(a.D or 64), tonumber(a.chunk or 128)
+  local dev = { device = 'cuda' }
+  pn.manual_seed(7)
+  local q, k, v = pn.randn({ 1, H, N, D }, dev), pn.randn({ 1, H, N, D }, dev), pn.randn({ 1, H, N, D }, dev)
+  local lg = pn.rand({ 1, H, N }, dev) * -0.1
+  print(string.format('power attention p = 2, chunk %d, gated, causal: B=1 H=%d N=%d D=%d', C, H, N, D))
+  local function call(qq, kk, vv, gg)
+    return pn.power_attention(qq, kk, vv, { p = 2, causal = true, log_gate = gg, chunk = C })
+  end
+  print('forward', wall(function() pn.no_grad(function() call(q, k, v, lg) end) end, tonumber(a.reps or 2)))
+  print('forward+backward', wall(function()
+    local qq, kk, vv, gg = q:detach():requires_grad_(), k:detach():requires_grad_(), v:detach():requires_grad_(),
+      lg:detach():requires_grad_()
+    call(qq, kk, vv, gg):sum():backward()
+  end, tonumber(a.reps or 2)))
+  return
 end
 local function maxdiff(x, y) return (x:to('cpu') - y:to('cpu')):abs():max():item() end
 local B, H, N, D = tonumber(a.B or 4), tonumber(a.H or 32), tonumber(a.N or 4096), tonumber(a.D or 64)

@@ -9,6 +9,9 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on tools/gpu/sanitize.lua
 #   ncu       Nsight Compute sections of the first kernel matching $NCU_KERNEL (default mfwd, the mma.sync forward;
 #             wfwd for the wmma one with PENUMBRA_CUDA_MMA=0) during probe.lua
+#   power     probe.lua mode=power (the benchmark's chunked power attention call, timed; $POWER_ARGS,
+#             e.g. "N=16384"), then each of its kernels' duration under ncu (SpeedOfLight only, the
+#             first $NCU_COUNT launches, default 40: one forward and one forward+backward)
 # Each stage has its own timeout (T_<STAGE>, seconds) and writes its log under $OUT, so one that
 # hangs leaves the others' results. The peer (PyTorch) runs the machine's python3 without our
 # libraries on its path.
@@ -25,8 +28,8 @@
 # then the bench after cp.async and the SASS-guided changes of 2026-11-28 (README: pipelined
 # products, one epilogue copy per path, exp and sigmoid on the SFU, ldmatrix fragments;
 # tools/gpu/sass.sh shows them without a GPU), then ncu on mfwd, then `plain sanitize` (is the
-# cosine exit the sanitizer's?), then power=1 (its chunked kernels are unchanged since the first
-# lease).
+# cosine exit the sanitizer's?), then `power` (the chunked kernels' register tiles and block scans
+# of 2026-11-28, each kernel's time: which one to change next).
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
@@ -87,7 +90,16 @@ for stage in "$@"; do
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
       --section SourceCounters luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" > "$OUT/ncu_$k.log" 2>&1
     say "ncu rc=$?"; grep -v '^==PROF==' "$OUT/ncu_$k.log" | grep -E '^  [a-z_ ]*void|  [A-Z][A-Za-z /.()-]+  +[%a-zA-Z/]* +[0-9]' | head -n 50 ;;
-  *) echo "run.sh: unknown stage '$stage' (info, specs, bench, probe, plain, sanitize, ncu)" ;;
+  power)
+    say "power ${POWER_ARGS:-}"; timeout "${T_PROBE:-120}" $PN "$R/tools/gpu/probe.lua" mode=power ${POWER_ARGS:-} 2>&1 |
+      tee "$OUT/power.log"
+    say "power: ncu"
+    timeout "${T_NCU:-240}" ncu -k "regex:pw|sympow" --launch-count "${NCU_COUNT:-40}" --section SpeedOfLight \
+      luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" mode=power reps=1 ${POWER_ARGS:-} > "$OUT/ncu_power.log" 2>&1
+    say "power ncu rc=$?"
+    grep -v '^==PROF==' "$OUT/ncu_power.log" | grep -E '^  [a-z_ ]*void|^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput' |
+      head -n 160 ;;
+  *) echo "run.sh: unknown stage '$stage' (info, specs, bench, probe, power, plain, sanitize, ncu)" ;;
   esac
 done
 say end
