@@ -2,11 +2,11 @@
 -- "chunked form") against the CPU's chunked form (attention/power.c): the output and the gradients
 -- of q, k, v and log_gate (the layer's learnable gate and rotary projections reach the op only
 -- through these) under one random cotangent, f32 within 1e-5 and f64 within 1e-12 relative, p = 2
--- and p = 4 (p must be even), gated and ungated, at sizes awkward for the kernels' 16-wide tiles of
--- rows, keys and φ features: N = 1, one chunk of exactly one tile, chunks of 17, 20 and 5 rows
--- (partial tiles), several chunks, a chunk per row, D = 3, 8, 16 and 32 (6 to 528 features),
--- Dv = 1, 5, 20 and 64 (tiles over 48 KiB of shared memory). In the interpreter build under three
--- thread orders (cu.SCHEDULES), on a GPU once, pending without CUDA. Also: D = 1500 (tiles too wide
+-- and p = 4 (p must be even), gated and ungated, at sizes awkward for the kernels' 16- and 32-wide
+-- tiles of rows, keys and φ features (each size runs both: PENUMBRA_CUDA_POWER_TILE): N = 1, one
+-- chunk of exactly one tile, chunks of 17, 20, 40 and 5 rows (partial tiles), several chunks, a
+-- chunk per row, D = 3, 8, 16 and 32 (6 to 528 features), Dv = 1, 5, 20 and 64 (tiles over 48 KiB of
+-- shared memory). In the interpreter build under three thread orders (cu.SCHEDULES), on a GPU once, pending without CUDA. Also: D = 1500 (tiles too wide
 -- for shared memory) falls back to the quadratic kernels; N not a multiple of the chunk is the
 -- CPU's named error on the device too (power.c checks it before any kernel runs); where
 -- (scale·q·k)^p overflows, the device's chunked result is the CPU chunked one's (non-finite, while
@@ -35,7 +35,19 @@ local CASES = {
   { 'D = 32, Dv = 64 (over 48 KiB of shared memory per block), N = 32, chunk 16', 1, 1, 32, 32, 64, 2, 16, 0.2 },
   { 'N = 600, chunk 100: the gate scans take runs of 3 rows a thread, the last threads none', 1, 1, 600, 3, 2, 2, 100,
     0.5 },
+  { 'chunks of 40 rows (a 32-wide tile and a partial one), D = 8 (36 features)', 1, 2, 80, 8, 5, 2, 40, 0.5 },
 }
+
+-- Each kernel takes 32-wide tiles where two blocks fit an SM's shared memory, else 16-wide
+-- (power.cu, pwc_lay_pick); PENUMBRA_CUDA_POWER_TILE forces one, so both run at every size here.
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
+local function with_tile(w, fn)
+  ffi.C.setenv('PENUMBRA_CUDA_POWER_TILE', w, 1)
+  local ok, err = pcall(fn)
+  ffi.C.unsetenv('PENUMBRA_CUDA_POWER_TILE')
+  assert(ok, err)
+end
 
 local function power(o)
   return function(_, q, k, v, g)
@@ -47,15 +59,20 @@ describe('cuda power attention, chunked form', function()
   for _, c in ipairs(CASES) do
     local name, B, H, N, D, Dv, p, chunk, scale = unpack(c)
     for _, gated in ipairs({ true, false }) do
-      it_cuda(name .. (gated and ', gated' or ', ungated') .. ': output and every gradient', function()
-        each(function(dt)
-          local inputs = { rnd({ B, H, N, D }, dt, 1), rnd({ B, H, N, D }, dt, 2), rnd({ B, H, N, Dv }, dt, 3) }
-          if gated then inputs[4] = rnd({ B, H, N }, dt, 4, -0.5, 0) end
-          local grads = { true, true, true, gated or nil }
-          compare(string.format('power chunked %s p=%d chunk=%d', dt, p, chunk), TOL[dt],
-            power { p = p, chunk = chunk, scale = scale }, inputs, grads)
+      it_cuda(name .. (gated and ', gated' or ', ungated') .. ': output and every gradient, 16- and 32-wide tiles',
+        function()
+          for _, tile in ipairs({ '16', '32' }) do
+            with_tile(tile, function()
+              each(function(dt)
+                local inputs = { rnd({ B, H, N, D }, dt, 1), rnd({ B, H, N, D }, dt, 2), rnd({ B, H, N, Dv }, dt, 3) }
+                if gated then inputs[4] = rnd({ B, H, N }, dt, 4, -0.5, 0) end
+                local grads = { true, true, true, gated or nil }
+                compare(string.format('power chunked %s p=%d chunk=%d tile=%s', dt, p, chunk, tile), TOL[dt],
+                  power { p = p, chunk = chunk, scale = scale }, inputs, grads)
+              end)
+            end)
+          end
         end)
-      end)
     end
   end
 

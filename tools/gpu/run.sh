@@ -10,8 +10,9 @@
 #   ncu       Nsight Compute sections of the first kernel matching $NCU_KERNEL (default mfwd, the mma.sync forward;
 #             wfwd for the wmma one with PENUMBRA_CUDA_MMA=0) during probe.lua
 #   power     probe.lua mode=power (the benchmark's chunked power attention call, timed; $POWER_ARGS,
-#             e.g. "N=16384"), then each of its kernels' duration under ncu (SpeedOfLight only, the
-#             first $NCU_COUNT launches, default 40: one forward and one forward+backward)
+#             e.g. "N=16384") with 16-wide tiles forced and with the default choice, then each of
+#             its kernels' duration under ncu (SpeedOfLight only, the first $NCU_COUNT launches,
+#             default 40: one forward and one forward+backward)
 # Each stage has its own timeout (T_<STAGE>, seconds) and writes its log under $OUT, so one that
 # hangs leaves the others' results. The peer (PyTorch) runs the machine's python3 without our
 # libraries on its path.
@@ -91,8 +92,11 @@ for stage in "$@"; do
       --section SourceCounters luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" > "$OUT/ncu_$k.log" 2>&1
     say "ncu rc=$?"; grep -v '^==PROF==' "$OUT/ncu_$k.log" | grep -E '^  [a-z_ ]*void|  [A-Z][A-Za-z /.()-]+  +[%a-zA-Z/]* +[0-9]' | head -n 50 ;;
   power)
-    say "power ${POWER_ARGS:-}"; timeout "${T_PROBE:-120}" $PN "$R/tools/gpu/probe.lua" mode=power ${POWER_ARGS:-} 2>&1 |
-      tee "$OUT/power.log"
+    for tile in 16 auto; do # auto: 32-wide tiles where two blocks fit an SM (power.cu, pwc_lay_pick)
+      say "power tile=$tile ${POWER_ARGS:-}"
+      PENUMBRA_CUDA_POWER_TILE=${tile#auto} timeout "${T_PROBE:-120}" $PN "$R/tools/gpu/probe.lua" mode=power \
+        ${POWER_ARGS:-} 2>&1 | tee -a "$OUT/power.log"
+    done
     say "power: ncu"
     timeout "${T_NCU:-240}" ncu -k "regex:pw|sympow" --launch-count "${NCU_COUNT:-40}" --section SpeedOfLight \
       luajit "$R/lua/penumbra/cli.lua" "$R/tools/gpu/probe.lua" mode=power reps=1 ${POWER_ARGS:-} > "$OUT/ncu_power.log" 2>&1

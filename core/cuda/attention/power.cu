@@ -43,6 +43,8 @@
  * the quadratic kernels, which compute the same function. */
 #include "linear.cuh"
 
+#include <stdlib.h> /* getenv: PENUMBRA_CUDA_POWER_TILE */
+
 namespace {
 
 /* ---- φᵖ ------------------------------------------------------------------------------------- */
@@ -269,13 +271,14 @@ enum { PW_THREADS = 64 }; /* rows per block: each thread walks a whole row */
  * matrix per chunk boundary: St[m] is the state entering chunk m + 1, Dt[m] its gradient.
  * Le_m = L at the last row of chunk m; decay_m = exp(Le_m − Le_{m−1}) (Le_{−1} = 0).
  *
- * Work in shared-memory tiles of CT rows (or keys, or φ features), products through bmm (one
- * thread per output element summing its k in order: deterministic; each product is a CT-wide
- * tile product, the shape a wmma call would take). A block runs one (b, h, chunk, tile). */
-constexpr int CT = 16, CTH = 128; /* tile width; threads per block (a power of two: pwc_gdec's tree) */
+ * Work in shared-memory tiles of ct rows (or keys, or φ features; ct = 16 or 32 per kernel, its
+ * layout's: pwc_lay_pick), products through bmm (each output element summed in k order by one
+ * thread: deterministic; each product is a ct-wide tile product, the shape a wmma call would take).
+ * A block runs one (b, h, chunk, tile). */
+constexpr int CTH = 128; /* threads per block (a power of two: pwc_gdec's tree) */
 static_assert(CTH % 32 == 0, "bmm's thread groups of 16 and 32 columns");
 
-/* The named shared slabs of one kernel, CT rows each × a leading dimension (odd, so the
+/* The named shared slabs of one kernel, ct rows each × a leading dimension (odd, so the
  * column-parallel reads of neighbouring threads fall in different banks); offsets in doubles, -1 =
  * unused. X query rows scale·q (K_STATE: its x rows), K key rows, V ṽ rows (K_STATE: its Y rows),
  * G G̃ rows, P P2 P3 (query, key) pair tiles, PH φ features of rows, T a second feature tile, ACC a
@@ -284,6 +287,7 @@ static_assert(CTH % 32 == 0, "bmm's thread groups of 16 and 32 columns");
 enum { S_X, S_K, S_V, S_G, S_P, S_P2, S_P3, S_PH, S_T, S_ACC, S_ACCD, S_ST, S_LQ, S_LK, S_R1, S_R2, S_R3, S_EQ, S_N };
 enum { K_STATE, K_FWD, K_BWQ, K_BWK };
 struct pwc_lay {
+    int ct; /* the tile width: rows, keys and φ features a tile */
     int ldD, ldW, ldT;
     int64_t off[S_N];
     int64_t total; /* doubles */
@@ -291,7 +295,7 @@ struct pwc_lay {
 
 #define PWC_B(s) (1u << (s))
 /* the slabs each kernel uses (see the kernels) and their widths */
-inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw) {
+inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
     const unsigned tiles = PWC_B(S_X) | PWC_B(S_K) | PWC_B(S_V) | PWC_B(S_P) | PWC_B(S_PH) | PWC_B(S_ST) |
                            PWC_B(S_LQ) | PWC_B(S_LK) | PWC_B(S_EQ);
     const unsigned bw = tiles | PWC_B(S_G) | PWC_B(S_P2) | PWC_B(S_T) | PWC_B(S_ACCD) | PWC_B(S_R1) | PWC_B(S_R2);
@@ -301,7 +305,7 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw) {
         /* K_BWQ   */ bw,
         /* K_BWK   */ bw | PWC_B(S_P3) | PWC_B(S_ACC) | PWC_B(S_R3)};
     pwc_lay L;
-    L.ldD = (int)(D | 1), L.ldW = (int)(Dw | 1), L.ldT = CT | 1;
+    L.ct = ct, L.ldD = (int)(D | 1), L.ldW = (int)(Dw | 1), L.ldT = ct | 1;
     L.total = 0;
     for (int s = 0; s < S_N; s++) {
         L.off[s] = -1;
@@ -311,19 +315,37 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw) {
                           : s >= S_LQ                                       ? 1
                                                                             : L.ldT;
         L.off[s] = L.total;
-        L.total += CT * w;
+        L.total += ct * w;
     }
     return L;
 }
 #undef PWC_B
 
+/* One kernel's layout: 32-wide tiles where they fit twice in the shared memory a block may opt in
+ * to (optin; two blocks an SM), else 16-wide. Twice the rows per block halve what the inter-chunk
+ * products read of the states per multiply-add (from L2: 8 bytes per 16 of them at 16 rows, near
+ * its bandwidth at the f64 rate) and the barriers per tile's work, and widen the feature-tile
+ * products to bmm's 4 × 2 register tiles. PENUMBRA_CUDA_POWER_TILE=16 or 32 forces a width (32 only
+ * where one block fits at all), so the specs run both. */
+inline pwc_lay pwc_lay_pick(int kind, int64_t D, int64_t Dw, size_t optin) {
+    const char *e = getenv("PENUMBRA_CUDA_POWER_TILE");
+    const int force = e ? atoi(e) : 0;
+    const pwc_lay wide = pwc_lay_of(kind, D, Dw, 32);
+    const size_t bytes = (size_t)wide.total * sizeof(double);
+    const bool fits = force == 32 ? bytes <= optin : force == 16 ? false : 2 * bytes <= optin;
+    return fits ? wide : pwc_lay_of(kind, D, Dw, 16);
+}
+
 struct pwc_geo {
-    int64_t BH, N, D, Dv, Dw, Dp, c, nc, nt; /* nt: CT-tiles per chunk */
+    int64_t BH, N, D, Dv, Dw, Dp, c, nc;
     int p;
     double scale;
     const double *L; /* (BH, N) cumulative log gates */
     lin_tab tab;     /* lin_tab_upload_full */
 };
+
+/* tiles of ct rows per chunk */
+__host__ __device__ inline int64_t pwc_nt(const pwc_geo &a, const pwc_lay &y) { return (a.c + y.ct - 1) / y.ct; }
 
 /* L at the last row of chunk m of one (b, h) row of L; 0 before the first chunk */
 __device__ inline double pwc_le(const pwc_geo &a, const double *L, int64_t m) { return m >= 0 ? L[m * a.c + a.c - 1] : 0; }
@@ -371,8 +393,8 @@ __device__ inline void bmm_tiles(double *C, int ldc, const double *A, int ai, in
         }
 }
 
-/* CTH threads: 4 row groups of 32 columns (4 × 2 elements a thread: a 16 × 64 tile) for the wide
- * products (n = D or Dv + 1), 8 groups of 16 (2 × 1) for the CT-wide ones */
+/* CTH threads: 4 row groups of 32 columns (4 × 2 elements a thread: 16 × 64 a pass) for the wide
+ * products (n = D, Dv + 1 or a 32-wide tile), 8 groups of 16 (2 × 1) for 16-wide tiles */
 __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj, int m,
                            int n, int kk, bool acc) {
     if (n > 16) bmm_tiles<4, 2>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc, 32);
@@ -420,19 +442,19 @@ __device__ inline void pwc_pairs(const pwc_geo &a, const pwc_lay &y, double *sm,
 /* State products. keys (x = k, Y = ṽ): St[m] ← Σ_{j ∈ chunk m} f_j φ(k_j) ṽ_jᵀ, f_j = exp(Le_m − L_j),
  * m < nc − 1 (the scan then adds the decayed earlier states). queries (x = scale·q, Y = G̃ = [G, gd]
  * from Gw): Dt[m] ← Σ_{i ∈ chunk m+1} e_i φ(qs_i) G̃_iᵀ, e_i = exp(L_i − Le_m) (∂ of the rows of
- * chunk m + 1 wrt the state entering it). A block per (bh, m, CT features); out (BH, nc−1, Dp, Dw). */
+ * chunk m + 1 wrt the state entering it). A block per (bh, m, ct features); out (BH, nc−1, Dp, Dw). */
 template <class T>
 __global__ void pwc_state(pwc_geo a, pwc_lay y, int queries, const T *x, const T *v, const double *Gw, double *out) {
     PN_SHARED_DYN(double, sm);
-    const int64_t nft = (a.Dp + CT - 1) / CT, ns = a.nc - 1, nblk = a.BH * ns * nft;
+    const int64_t nft = (a.Dp + y.ct - 1) / y.ct, ns = a.nc - 1, nblk = a.BH * ns * nft;
     double *X = sm + y.off[S_X], *Y = sm + y.off[S_V], *Ph = sm + y.off[S_PH], *Acc = sm + y.off[S_ACC],
            *W = sm + y.off[S_LQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
-        const int64_t bh = blk / (ns * nft), m = blk / nft % ns, a0 = blk % nft * CT, s0 = (m + queries) * a.c;
-        const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+        const int64_t bh = blk / (ns * nft), m = blk / nft % ns, a0 = blk % nft * y.ct, s0 = (m + queries) * a.c;
+        const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
         const double *L = a.L + bh * a.N, Lref = pwc_le(a, L, m);
-        for (int64_t r0 = s0; r0 < s0 + a.c; r0 += CT) {
-            const int n = (int)(s0 + a.c - r0 < CT ? s0 + a.c - r0 : CT);
+        for (int64_t r0 = s0; r0 < s0 + a.c; r0 += y.ct) {
+            const int n = (int)(s0 + a.c - r0 < y.ct ? s0 + a.c - r0 : y.ct);
             __syncthreads(); /* the previous tile's readers are done */
             ld_rows(X, y.ldD, x + bh * a.N * a.D, a.D, r0, n, queries ? a.scale : 1.0, false);
             if (queries) ld_rows(Y, y.ldW, Gw + bh * a.N * a.Dw, a.Dw, r0, n, 1.0, false);
@@ -504,28 +526,28 @@ __device__ inline void pwc_tri(const pwc_geo &a, const pwc_lay &y, double *sm, i
     }
 }
 
-/* Rows of one (bh, chunk, CT query rows): num_i, den_i = Σ_{j ≤ i in the chunk} T_ij ṽ_j + e_i φ(qs_i)ᵀ
+/* Rows of one (bh, chunk, y.ct query rows): num_i, den_i = Σ_{j ≤ i in the chunk} T_ij ṽ_j + e_i φ(qs_i)ᵀ
  * S̃ (the state entering the chunk, none for the first), out_i = num_i/den_i (0 where den_i = 0).
  * With g (the backward): Gw_i ← [g_i/den_i, −g_i·out_i/den_i] instead of out (chunk_backward's G, gd). */
 template <class T>
 __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v, const double *St, const T *g, T *out,
                         double *Gw) {
     PN_SHARED_DYN(double, sm);
-    const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1;
+    const int64_t nt = pwc_nt(a, y), nblk = a.BH * a.nc * nt, ns = a.nc - 1;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *P = sm + y.off[S_P],
            *Acc = sm + y.off[S_ACC], *Ph = sm + y.off[S_PH], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ],
            *Lk = sm + y.off[S_LK], *Eq = sm + y.off[S_EQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
-        const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
-                      i0 = s0 + blk % a.nt * CT;
-        const int nq = (int)(s1 - i0 < CT ? s1 - i0 : CT);
+        const int64_t bh = blk / (a.nc * nt), ci = blk / nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
+                      i0 = s0 + blk % nt * y.ct;
+        const int nq = (int)(s1 - i0 < y.ct ? s1 - i0 : y.ct);
         const double *L = a.L + bh * a.N;
         __syncthreads(); /* the previous block's readers are done */
         ld_rows(X, y.ldD, q + bh * a.N * a.D, a.D, i0, nq, a.scale, false);
         ld_L(Lq, L, i0, nq);
         for (int e = threadIdx.x; e < nq * a.Dw; e += blockDim.x) Acc[e / a.Dw * y.ldW + e % a.Dw] = 0;
-        for (int64_t j0 = s0; j0 < i0 + nq; j0 += CT) { /* intra-chunk, keys up to the tile's last row */
-            const int nk = (int)(s1 - j0 < CT ? s1 - j0 : CT);
+        for (int64_t j0 = s0; j0 < i0 + nq; j0 += y.ct) { /* intra-chunk, keys up to the tile's last row */
+            const int nk = (int)(s1 - j0 < y.ct ? s1 - j0 : y.ct);
             __syncthreads();
             ld_rows(K, y.ldD, k + bh * a.N * a.D, a.D, j0, nk, 1.0, false);
             ld_rows(V, y.ldW, v + bh * a.N * a.Dv, a.Dv, j0, nk, 1.0, true);
@@ -540,8 +562,8 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         if (ci > 0) { /* inter-chunk: the state entering the chunk */
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
             ld_eq(Eq, Lq, Lp, nq); /* read after the loop's first barrier */
-            for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
-                const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+            for (int64_t a0 = 0; a0 < a.Dp; a0 += y.ct) {
+                const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
                 __syncthreads();
                 ld_phi_state(a, y, X, Eq, S, a0, nq, nf, Ph, Sx);
                 __syncthreads();
@@ -575,7 +597,7 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     }
 }
 
-/* The query side of the backward, one (bh, chunk, CT query rows) per block:
+/* The query side of the backward, one (bh, chunk, y.ct query rows) per block:
  *   intra   g qs_i = Σ_j ds_ij k_j;  gLr_i += Σ_j dT_ij T_ij  (i the later index of E_ij)
  *   inter   SG_i = S̃ G̃_i;  g qs_i += J_φ(qs_i)ᵀ (e_i SG_i);  ge_i = e_i φ(qs_i)·SG_i, added to gLr_i
  *           (and subtracted at the previous chunk's last row by pwc_gates)
@@ -584,15 +606,15 @@ template <class T>
 __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v, const double *Gw, const double *St,
                         T *gq, double *gLr, double *ge) {
     PN_SHARED_DYN(double, sm);
-    const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1, D = a.D;
+    const int64_t nt = pwc_nt(a, y), nblk = a.BH * a.nc * nt, ns = a.nc - 1, D = a.D;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
            *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *Ph = sm + y.off[S_PH], *SG = sm + y.off[S_T],
            *Gq = sm + y.off[S_ACCD], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK],
            *gl = sm + y.off[S_R1], *gev = sm + y.off[S_R2], *Eq = sm + y.off[S_EQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
-        const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
-                      i0 = s0 + blk % a.nt * CT;
-        const int nq = (int)(s1 - i0 < CT ? s1 - i0 : CT);
+        const int64_t bh = blk / (a.nc * nt), ci = blk / nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
+                      i0 = s0 + blk % nt * y.ct;
+        const int nq = (int)(s1 - i0 < y.ct ? s1 - i0 : y.ct);
         const double *L = a.L + bh * a.N;
         __syncthreads();
         ld_rows(X, y.ldD, q + bh * a.N * D, D, i0, nq, a.scale, false);
@@ -600,8 +622,8 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         ld_L(Lq, L, i0, nq);
         for (int e = threadIdx.x; e < nq * D; e += blockDim.x) Gq[e / D * y.ldD + e % D] = 0;
         for (int r = threadIdx.x; r < nq; r += blockDim.x) gl[r] = gev[r] = 0;
-        for (int64_t j0 = s0; j0 < i0 + nq; j0 += CT) {
-            const int nk = (int)(s1 - j0 < CT ? s1 - j0 : CT);
+        for (int64_t j0 = s0; j0 < i0 + nq; j0 += y.ct) {
+            const int nk = (int)(s1 - j0 < y.ct ? s1 - j0 : y.ct);
             __syncthreads();
             ld_rows(K, y.ldD, k + bh * a.N * D, D, j0, nk, 1.0, false);
             ld_rows(V, y.ldW, v + bh * a.N * a.Dv, a.Dv, j0, nk, 1.0, true);
@@ -618,8 +640,8 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         if (ci > 0) {
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
             ld_eq(Eq, Lq, Lp, nq); /* read after the loop's first barrier */
-            for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
-                const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+            for (int64_t a0 = 0; a0 < a.Dp; a0 += y.ct) {
+                const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
                 __syncthreads();
                 ld_phi_state(a, y, X, Eq, S, a0, nq, nf, Ph, Sx);
                 __syncthreads();
@@ -651,7 +673,7 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     }
 }
 
-/* The key side of the backward, one (bh, chunk, CT keys) per block:
+/* The key side of the backward, one (bh, chunk, y.ct keys) per block:
  *   intra   g k_j = Σ_i ds_ij qs_i;  g v_j = Σ_i T_ij G_i;  gLc_j −= Σ_i dT_ij T_ij  (j the earlier index)
  *   state   (not the last chunk; D̃ = Dt[chunk], the gradient of the state leaving it)
  *           t_j = f_j D̃ ṽ_j;  g k_j += J_φ(k_j)ᵀ t_j;  gf_j = φ(k_j)·t_j, subtracted from gLc_j (and
@@ -660,16 +682,16 @@ template <class T>
 __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v, const double *Gw, const double *Dt,
                         T *gk, T *gv, double *gLc, double *gf) {
     PN_SHARED_DYN(double, sm);
-    const int64_t nblk = a.BH * a.nc * a.nt, ns = a.nc - 1, D = a.D, Dv = a.Dv;
+    const int64_t nt = pwc_nt(a, y), nblk = a.BH * a.nc * nt, ns = a.nc - 1, D = a.D, Dv = a.Dv;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
            *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *P3 = sm + y.off[S_P3], *Ph = sm + y.off[S_PH],
            *Tt = sm + y.off[S_T], *Gv = sm + y.off[S_ACC], *Gk = sm + y.off[S_ACCD], *Dx = sm + y.off[S_ST],
            *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK], *gl = sm + y.off[S_R1], *gfv = sm + y.off[S_R2],
            *fk = sm + y.off[S_R3];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
-        const int64_t bh = blk / (a.nc * a.nt), ci = blk / a.nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
-                      j0 = s0 + blk % a.nt * CT;
-        const int nk = (int)(s1 - j0 < CT ? s1 - j0 : CT);
+        const int64_t bh = blk / (a.nc * nt), ci = blk / nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
+                      j0 = s0 + blk % nt * y.ct;
+        const int nk = (int)(s1 - j0 < y.ct ? s1 - j0 : y.ct);
         const double *L = a.L + bh * a.N;
         __syncthreads();
         ld_rows(K, y.ldD, k + bh * a.N * D, D, j0, nk, 1.0, false);
@@ -678,8 +700,8 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         for (int e = threadIdx.x; e < nk * D; e += blockDim.x) Gk[e / D * y.ldD + e % D] = 0;
         for (int e = threadIdx.x; e < nk * Dv; e += blockDim.x) Gv[e / Dv * y.ldW + e % Dv] = 0;
         for (int r = threadIdx.x; r < nk; r += blockDim.x) gl[r] = gfv[r] = 0;
-        for (int64_t i0 = j0; i0 < s1; i0 += CT) { /* the chunk's queries at or after the tile's first key */
-            const int nq = (int)(s1 - i0 < CT ? s1 - i0 : CT);
+        for (int64_t i0 = j0; i0 < s1; i0 += y.ct) { /* the chunk's queries at or after the tile's first key */
+            const int nq = (int)(s1 - i0 < y.ct ? s1 - i0 : y.ct);
             __syncthreads();
             ld_rows(X, y.ldD, q + bh * a.N * D, D, i0, nq, a.scale, false);
             ld_rows(G, y.ldW, Gw + bh * a.N * a.Dw, a.Dw, i0, nq, 1.0, false);
@@ -697,8 +719,8 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         if (ci < ns) { /* the update that produced the state leaving this chunk */
             const double Le = pwc_le(a, L, ci), *Ds = Dt + (bh * ns + ci) * a.Dp * a.Dw;
             for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) fk[cc] = exp(Le - Lk[cc]);
-            for (int64_t a0 = 0; a0 < a.Dp; a0 += CT) {
-                const int nf = (int)(a.Dp - a0 < CT ? a.Dp - a0 : CT);
+            for (int64_t a0 = 0; a0 < a.Dp; a0 += y.ct) {
+                const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
                 __syncthreads();
                 for (int e = threadIdx.x; e < nk * nf; e += blockDim.x) {
                     const int cc = e / nf, f = e - cc * nf;
@@ -802,22 +824,29 @@ pn_status pwc_launch(const char *op, K kf, int64_t nblk, const pwc_lay &y, A... 
     return pn_cu_check(op, PN_LAUNCH(kf, grid, CTH, bytes, pn_cu_stream(), args...));
 }
 
-/* The plan of a chunked call: *use false (nothing allocated) when its tiles do not fit the device's
- * shared memory (D or Dv in the hundreds in f64), and the caller runs the quadratic kernels, which
- * compute the same function. Else L, the φ table on the device, the geometry; the state buffers'
- * sizes checked for overflow. */
+/* The plan of a chunked call: *use false (nothing allocated) when its 16-wide tiles do not fit the
+ * device's shared memory (D or Dv in the hundreds in f64), and the caller runs the quadratic kernels,
+ * which compute the same function. Else each kernel's layout (pwc_lay_pick), L, the φ table on the
+ * device, the geometry; the state buffers' sizes checked for overflow. */
 pn_status pwc_plan_of(const char *op, const pn_tensor *q, const pn_tensor *v, const pn_tensor *lg, int p, int64_t chunk,
                       double scale, const pn_sympow_table *tab, bool bw, lin_scratch &s, pwc_plan *P, bool *use) {
     const int64_t D = q->sizes[3], Dw = v->sizes[3] + 1;
-    P->ls = pwc_lay_of(K_STATE, D, Dw), P->lf = pwc_lay_of(K_FWD, D, Dw);
-    P->lq = pwc_lay_of(K_BWQ, D, Dw), P->lk = pwc_lay_of(K_BWK, D, Dw);
-    int64_t need = P->ls.total > P->lf.total ? P->ls.total : P->lf.total;
-    if (bw) need = P->lk.total > need ? P->lk.total : need; /* K_BWK holds every slab of K_BWQ */
-    *use = D < INT32_MAX / 2 && Dw < INT32_MAX / 2 && (size_t)need * sizeof(double) <= pn_cu_smem_optin();
+    *use = D < INT32_MAX / 2 && Dw < INT32_MAX / 2;
     if (!*use) return PN_OK;
+    const size_t optin = pn_cu_smem_optin();
+    int64_t need = pwc_lay_of(K_STATE, D, Dw, 16).total, fw = pwc_lay_of(K_FWD, D, Dw, 16).total;
+    need = fw > need ? fw : need;
+    if (bw) { /* K_BWK holds every slab of K_BWQ */
+        const int64_t bk = pwc_lay_of(K_BWK, D, Dw, 16).total;
+        need = bk > need ? bk : need;
+    }
+    *use = (size_t)need * sizeof(double) <= optin;
+    if (!*use) return PN_OK;
+    P->ls = pwc_lay_pick(K_STATE, D, Dw, optin), P->lf = pwc_lay_pick(K_FWD, D, Dw, optin);
+    P->lq = pwc_lay_pick(K_BWQ, D, Dw, optin), P->lk = pwc_lay_pick(K_BWK, D, Dw, optin);
     pwc_geo &a = P->a;
     a.BH = q->sizes[0] * q->sizes[1], a.N = q->sizes[2], a.D = D, a.Dv = Dw - 1, a.Dw = Dw, a.Dp = tab->Dp;
-    a.c = chunk, a.nc = a.N / chunk, a.nt = (chunk + CT - 1) / CT, a.p = p, a.scale = scale;
+    a.c = chunk, a.nc = a.N / chunk, a.p = p, a.scale = scale;
     const int64_t st[4] = {a.BH, a.nc > 1 ? a.nc - 1 : 1, a.Dp, Dw}, rows[3] = {a.BH, a.N, Dw};
     PN_TRY(pn_check_shape(op, 4, st, PN_F64));   /* the state buffers (BH, nc − 1, Dp, Dw) */
     PN_TRY(pn_check_shape(op, 3, rows, PN_F64)); /* G̃ (BH, N, Dw) */
@@ -830,7 +859,7 @@ pn_status pwc_plan_of(const char *op, const pn_tensor *q, const pn_tensor *v, co
 /* St (BH, nc − 1, Dp, Dw) ← the state entering each chunk after the first */
 template <class T> pn_status pwc_states(const char *op, const pwc_plan &P, const T *k, const T *v, double *St) {
     const pwc_geo &a = P.a;
-    const int64_t nft = (a.Dp + CT - 1) / CT, E = a.Dp * a.Dw;
+    const int64_t nft = (a.Dp + P.ls.ct - 1) / P.ls.ct, E = a.Dp * a.Dw;
     auto ks = pwc_state<T>;
     PN_TRY(pwc_launch(op, ks, a.BH * (a.nc - 1) * nft, P.ls, a, P.ls, 0, k, v, (const double *)NULL, St));
     if (a.nc > 2) PN_CU_TRY(op, PN_LAUNCH(pwc_scan, pn_cu_blocks(a.BH * E), PN_CU_THREADS, 0, pn_cu_stream(), a, St, 0));
@@ -850,7 +879,7 @@ pn_status pwc_forward(const char *op, const pn_tensor *q, const pn_tensor *k, co
     const T *K = (const T *)pn_ptr(k), *V = (const T *)pn_ptr(v);
     PN_TRY(pwc_states<T>(op, P, K, V, *St));
     auto kf = pwc_fwd<T>;
-    return pwc_launch(op, kf, a.BH * a.nc * a.nt, P.lf, a, P.lf, (const T *)pn_ptr(q), K, V, (const double *)*St,
+    return pwc_launch(op, kf, a.BH * a.nc * pwc_nt(a, P.lf), P.lf, a, P.lf, (const T *)pn_ptr(q), K, V, (const double *)*St,
                       g ? (const T *)pn_ptr(g) : (const T *)NULL, out ? (T *)pn_ptr(out) : (T *)NULL,
                       g ? *Gw : (double *)NULL);
 }
@@ -861,7 +890,7 @@ pn_status pwc_backward(const char *op, const pn_tensor *q, const pn_tensor *k, c
     const pwc_geo &a = P.a;
     double *Gw = NULL, *St = NULL;
     PN_TRY(pwc_forward<T>(op, q, k, v, g, P, s, NULL, &Gw, &St));
-    const int64_t rows = a.BH * a.N, nft = (a.Dp + CT - 1) / CT, E = a.Dp * a.Dw;
+    const int64_t rows = a.BH * a.N, nft = (a.Dp + P.ls.ct - 1) / P.ls.ct, E = a.Dp * a.Dw;
     double *Dt = (double *)lin_alloc(s, a.BH * (a.nc - 1) * E, PN_F64), *r4 = (double *)lin_alloc(s, 4 * rows, PN_F64),
            *gdec = (double *)lin_alloc(s, a.BH * a.nc, PN_F64);
     if (!Dt || !r4 || !gdec)
@@ -872,15 +901,14 @@ pn_status pwc_backward(const char *op, const pn_tensor *q, const pn_tensor *k, c
     auto ks = pwc_state<T>; /* the gradient of each chunk boundary's state: its rows, then the later ones */
     PN_TRY(pwc_launch(op, ks, a.BH * (a.nc - 1) * nft, P.ls, a, P.ls, 1, Q, V, (const double *)Gw, Dt));
     if (a.nc > 2) PN_CU_TRY(op, PN_LAUNCH(pwc_scan, pn_cu_blocks(a.BH * E), PN_CU_THREADS, 0, pn_cu_stream(), a, Dt, 1));
-    const int64_t nblk = a.BH * a.nc * a.nt;
     if (gq || glg) {
         auto kq = pwc_bwq<T>;
-        PN_TRY(pwc_launch(op, kq, nblk, P.lq, a, P.lq, Q, K, V, (const double *)Gw, (const double *)St,
+        PN_TRY(pwc_launch(op, kq, a.BH * a.nc * pwc_nt(a, P.lq), P.lq, a, P.lq, Q, K, V, (const double *)Gw, (const double *)St,
                           gq ? (T *)pn_ptr(gq) : (T *)NULL, gLr, ge));
     }
     if (gk || gv || glg) {
         auto kk = pwc_bwk<T>;
-        PN_TRY(pwc_launch(op, kk, nblk, P.lk, a, P.lk, Q, K, V, (const double *)Gw, (const double *)Dt,
+        PN_TRY(pwc_launch(op, kk, a.BH * a.nc * pwc_nt(a, P.lk), P.lk, a, P.lk, Q, K, V, (const double *)Gw, (const double *)Dt,
                           gk ? (T *)pn_ptr(gk) : (T *)NULL, gv ? (T *)pn_ptr(gv) : (T *)NULL, gLc, gf));
     }
     if (!glg) return PN_OK;
