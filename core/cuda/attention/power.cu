@@ -275,8 +275,10 @@ enum { PW_THREADS = 64 }; /* rows per block: each thread walks a whole row */
  * layout's: pwc_lay_pick), products through bmm (each output element summed in k order by one
  * thread: deterministic; each product is a ct-wide tile product, the shape a wmma call would take).
  * A block runs one (b, h, chunk, tile). */
-constexpr int CTH = 128; /* threads per block (a power of two: pwc_gdec's tree) */
-static_assert(CTH % 32 == 0, "bmm's thread groups of 16 and 32 columns");
+constexpr int CTH = 128; /* pwc_gdec's threads (a power of two: its tree) */
+/* threads per block of a kernel with ct-wide tiles: 8 warps at 32 (bmm's 4 × 2 register tiles then
+ * cover a 32 × 64 tile in one pass), 4 at 16; multiples of 32 (bmm's thread groups) */
+__host__ __device__ constexpr int pwc_threads(int ct) { return ct == 32 ? 256 : 128; }
 
 /* The named shared slabs of one kernel, ct rows each × a leading dimension (odd, so the
  * column-parallel reads of neighbouring threads fall in different banks); offsets in doubles, -1 =
@@ -321,18 +323,17 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
 }
 #undef PWC_B
 
-/* One kernel's layout: 32-wide tiles where they fit twice in the shared memory a block may opt in
- * to (optin; two blocks an SM), else 16-wide. Twice the rows per block halve what the inter-chunk
- * products read of the states per multiply-add (from L2: 8 bytes per 16 of them at 16 rows, near
- * its bandwidth at the f64 rate) and the barriers per tile's work, and widen the feature-tile
- * products to bmm's 4 × 2 register tiles. PENUMBRA_CUDA_POWER_TILE=16 or 32 forces a width (32 only
- * where one block fits at all), so the specs run both. */
+/* One kernel's layout: 32-wide tiles (and 8 warps: pwc_threads) where they fit in the shared memory
+ * a block may opt in to (optin), else 16-wide (4 warps). Twice the rows per block halve what the
+ * inter-chunk products read of the states per multiply-add (from L2: 8 bytes per 16 of them at 16
+ * rows, near its bandwidth at the f64 rate) and the barriers per tile's work, and widen the
+ * feature-tile products to bmm's 4 × 2 register tiles; fewer blocks fit an SM (at D = Dv = 64 the
+ * backward passes one of 8 warps instead of three or four of 4). Untimed: PENUMBRA_CUDA_POWER_TILE=16
+ * or 32 forces a width (32 only where it fits), so a card can time both and the specs run both. */
 inline pwc_lay pwc_lay_pick(int kind, int64_t D, int64_t Dw, size_t optin) {
     const char *e = getenv("PENUMBRA_CUDA_POWER_TILE");
-    const int force = e ? atoi(e) : 0;
     const pwc_lay wide = pwc_lay_of(kind, D, Dw, 32);
-    const size_t bytes = (size_t)wide.total * sizeof(double);
-    const bool fits = force == 32 ? bytes <= optin : force == 16 ? false : 2 * bytes <= optin;
+    const bool fits = (size_t)wide.total * sizeof(double) <= optin && !(e && atoi(e) == 16);
     return fits ? wide : pwc_lay_of(kind, D, Dw, 16);
 }
 
@@ -393,8 +394,9 @@ __device__ inline void bmm_tiles(double *C, int ldc, const double *A, int ai, in
         }
 }
 
-/* CTH threads: 4 row groups of 32 columns (4 × 2 elements a thread: 16 × 64 a pass) for the wide
- * products (n = D, Dv + 1 or a 32-wide tile), 8 groups of 16 (2 × 1) for 16-wide tiles */
+/* Row groups of 32 columns (4 × 2 elements a thread: 16 × 64 a pass with 128 threads, 32 × 64 with
+ * 256) for the wide products (n = D, Dv + 1 or a 32-wide tile), groups of 16 (2 × 1) for 16-wide
+ * tiles */
 __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj, int m,
                            int n, int kk, bool acc) {
     if (n > 16) bmm_tiles<4, 2>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc, 32);
@@ -812,7 +814,7 @@ struct pwc_plan {
     pwc_lay ls, lf, lq, lk; /* K_STATE, K_FWD, K_BWQ, K_BWK */
 };
 
-/* Launch kf over nblk blocks (a grid capped at INT32_MAX; the kernels loop over the rest) of CTH
+/* Launch kf over nblk blocks (a grid capped at INT32_MAX; the kernels loop over the rest) of y's
  * threads with y's dynamic shared memory, asking for more than the default 48 KiB when needed. */
 template <typename K, typename... A>
 pn_status pwc_launch(const char *op, K kf, int64_t nblk, const pwc_lay &y, A... args) {
@@ -821,7 +823,7 @@ pn_status pwc_launch(const char *op, K kf, int64_t nblk, const pwc_lay &y, A... 
     if (bytes > 48 * 1024)
         PN_CU_TRY(op, cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     const unsigned grid = (unsigned)(nblk < INT32_MAX ? nblk : INT32_MAX);
-    return pn_cu_check(op, PN_LAUNCH(kf, grid, CTH, bytes, pn_cu_stream(), args...));
+    return pn_cu_check(op, PN_LAUNCH(kf, grid, pwc_threads(y.ct), bytes, pn_cu_stream(), args...));
 }
 
 /* The plan of a chunked call: *use false (nothing allocated) when its 16-wide tiles do not fit the
