@@ -5,13 +5,14 @@
 -- and p = 4 (p must be even), gated and ungated, at sizes awkward for the kernels' 16- and 32-wide
 -- tiles of rows, keys and φ features (each size runs both: PENUMBRA_CUDA_POWER_TILE): N = 1, one
 -- chunk of exactly one tile, chunks of 17, 20, 40 and 5 rows (partial tiles), several chunks, a
--- chunk per row, D = 3, 8, 16 and 32 (6 to 528 features), Dv = 1, 5, 20 and 64 (tiles over 48 KiB of
--- shared memory). In the interpreter build under three thread orders (cu.SCHEDULES), on a GPU once, pending without CUDA. Also: D = 1500 (tiles too wide
--- for shared memory) falls back to the quadratic kernels; N not a multiple of the chunk is the
--- CPU's named error on the device too (power.c checks it before any kernel runs); where
--- (scale·q·k)^p overflows, the device's chunked result is the CPU chunked one's (non-finite, while
--- the quadratic form stays finite: the chunked kernels did run); the chunked call's peak device
--- memory grows linearly in N.
+-- chunk per row, D = 3, 8, 16 and 32 (6 to 528 features), Dv = 1, 5, 20, 64 (tiles over 48 KiB of
+-- shared memory) and 130 (products wider than the register tiles' 128 columns a pass). In the
+-- interpreter build under three thread orders (cu.SCHEDULES), on a GPU once, pending without CUDA.
+-- Also: D = 1500 (tiles too wide for shared memory) falls back to the quadratic kernels; N not a
+-- multiple of the chunk is the CPU's named error on the device too (power.c checks it before any
+-- kernel runs); where (scale·q·k)^p overflows, the device's chunked result is the CPU chunked one's
+-- (non-finite, while the quadratic form stays finite: the chunked kernels did run); the chunked
+-- call's peak device memory grows linearly in N.
 local pn = require 'penumbra'
 local cu = require 'spec.helpers.cuda'
 local check = require 'spec.helpers.check'
@@ -36,6 +37,7 @@ local CASES = {
   { 'N = 600, chunk 100: the gate scans take runs of 3 rows a thread, the last threads none', 1, 1, 600, 3, 2, 2, 100,
     0.5 },
   { 'chunks of 40 rows (a 32-wide tile and a partial one), D = 8 (36 features)', 1, 2, 80, 8, 5, 2, 40, 0.5 },
+  { 'Dv = 130: products over 128 columns wide (two column passes of the register tiles)', 1, 1, 24, 3, 130, 2, 12 },
 }
 
 -- Each kernel takes 32-wide tiles where two blocks fit an SM's shared memory, else 16-wide
