@@ -67,23 +67,47 @@ __device__ inline double lin_phi_one(const lin_tab &t, const double *x, int64_t 
 }
 
 /* gx (D) += the part of J_φ(x)ᵀ gphi from the n features [a0, a0 + n), gphi (n) indexed from a0:
- * sympow_grad_raw's loop over those features (prefix·suffix products, exact at zeros), so n-wide
- * slices in increasing a0 add every term in its order (p = 2's sympow2_grad sums the same terms in
- * another order). Needs lin_tab_upload_full. */
+ * sympow_grad_raw's terms (prefix·suffix products, exact at zeros; p = 2 without the prefix array,
+ * the same products). In the table's lexicographic order a feature's first coordinate stays the
+ * same over runs of features, so its terms are summed in a register and added to gx once a run:
+ * a chain of shared-memory read-modify-writes to one gx element per feature (the power backward's
+ * one thread per row waited on them) became register adds. The sums' association differs from
+ * sympow_grad_raw's by rounding only. Needs lin_tab_upload_full. */
 __device__ inline void lin_phi_grad_part(const lin_tab &t, const double *x, const double *gphi, int64_t a0, int64_t n,
                                          double *gx) {
-    double pre[PN_SYMPOW_MAX_P + 1];
-    for (int64_t f = 0; f < n; f++) {
-        if (gphi[f] == 0) continue;
-        const int32_t *ix = t.idx + (a0 + f) * t.p;
-        pre[0] = 1;
-        for (int r = 0; r < t.p; r++) pre[r + 1] = pre[r] * x[ix[r]];
-        double suf = gphi[f] * t.w[a0 + f];
-        for (int r = t.p - 1; r >= 0; r--) {
-            gx[ix[r]] += pre[r] * suf;
-            suf *= x[ix[r]];
+    int64_t held = -1; /* the run's first coordinate, its terms so far in hs */
+    double hs = 0;
+    auto add = [&](int64_t d, double v, bool first) {
+        if (d == held) hs += v;
+        else if (!first) gx[d] += v;
+        else {
+            if (held >= 0) gx[held] += hs;
+            held = d, hs = v;
+        }
+    };
+    if (t.p == 2) { /* r = 1: x_a·(g w) to gx[b]; r = 0: (g w)·x_b to gx[a] */
+        for (int64_t f = 0; f < n; f++) {
+            if (gphi[f] == 0) continue;
+            const int32_t *ix = t.idx + (a0 + f) * 2;
+            const double s = gphi[f] * t.w[a0 + f];
+            add(ix[1], x[ix[0]] * s, false);
+            add(ix[0], s * x[ix[1]], true);
+        }
+    } else {
+        double pre[PN_SYMPOW_MAX_P + 1];
+        for (int64_t f = 0; f < n; f++) {
+            if (gphi[f] == 0) continue;
+            const int32_t *ix = t.idx + (a0 + f) * t.p;
+            pre[0] = 1;
+            for (int r = 0; r < t.p; r++) pre[r + 1] = pre[r] * x[ix[r]];
+            double suf = gphi[f] * t.w[a0 + f];
+            for (int r = t.p - 1; r >= 0; r--) {
+                add(ix[r], pre[r] * suf, r == 0);
+                suf *= x[ix[r]];
+            }
         }
     }
+    if (held >= 0) gx[held] += hs;
 }
 
 } // namespace
