@@ -189,9 +189,12 @@ describe('cuda kernel interpreter', function()
     local broken = { cp_async_no_wait = false, cp_async_no_barrier = false }
     for _, s in ipairs(SCHEDULES) do
       pn.cuda.with_schedule(s, function()
-        local ok, v = pn.cuda.selftest('cp_async')
-        assert.is_true(ok, tostring(v))
-        assert.same(want, { unpack(v, 1, 64) }, s)
+        for _, good in ipairs({ 'cp_async', 'cp_async8' }) do
+          local ok, v = pn.cuda.selftest(good)
+          assert.is_true(ok, good .. ': ' .. tostring(v))
+          assert.same(want, { unpack(v, 1, 64) }, good .. ' ' .. s)
+        end
+        local ok, v
         for name in pairs(broken) do
           ok, v = pn.cuda.selftest(name)
           assert.is_true(ok, name .. ': ' .. tostring(v))
@@ -203,8 +206,9 @@ describe('cuda kernel interpreter', function()
     for name, seen in pairs(broken) do assert.is_true(seen, name .. ' went unnoticed under every schedule') end
   end)
 
-  it_emu('reports a misaligned cp.async and one whose destination is not shared memory', function()
-    for name, pat in pairs({ cp_async_misaligned = 'misaligned', cp_async_to_global = 'writes outside every shared array' }) do
+  it_emu('reports a misaligned cp.async (16 or 8 bytes) and one whose destination is not shared memory', function()
+    for name, pat in pairs({ cp_async_misaligned = 'misaligned', cp_async8_misaligned = 'cp.async of 8 bytes',
+                             cp_async_to_global = 'writes outside every shared array' }) do
       local ok, v = pn.cuda.selftest(name)
       assert.is_false(ok, name .. ' was not caught')
       assert.is_truthy(tostring(v):find(pat, 1, true), name .. ': ' .. tostring(v))

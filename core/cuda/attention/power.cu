@@ -284,9 +284,10 @@ __host__ __device__ constexpr int pwc_threads(int ct) { return ct == 32 ? 256 : 
  * column-parallel reads of neighbouring threads fall in different banks); offsets in doubles, -1 =
  * unused. X query rows scale·q (K_STATE: its x rows), K key rows, V ṽ rows (K_STATE: its Y rows),
  * G G̃ rows, P P2 P3 (query, key) pair tiles, PH φ features of rows, T a second feature tile, ACC a
- * Dw-wide and ACCD a D-wide accumulator, ST a tile of a state's rows, LQ LK L of the rows and keys,
+ * Dw-wide and ACCD a D-wide accumulator, ST ST2 two tiles of a state's rows (one computed on while
+ * the next is copied in: pwc_state_tiles), LQ LK L of the rows and keys,
  * R1 R2 R3 per-row scalars, EQ the rows' e_i = e^(L_i − L at the previous chunk's end). */
-enum { S_X, S_K, S_V, S_G, S_P, S_P2, S_P3, S_PH, S_T, S_ACC, S_ACCD, S_ST, S_LQ, S_LK, S_R1, S_R2, S_R3, S_EQ, S_N };
+enum { S_X, S_K, S_V, S_G, S_P, S_P2, S_P3, S_PH, S_T, S_ACC, S_ACCD, S_ST, S_ST2, S_LQ, S_LK, S_R1, S_R2, S_R3, S_EQ, S_N };
 enum { K_STATE, K_FWD, K_BWQ, K_BWK };
 struct pwc_lay {
     int ct; /* the tile width: rows, keys and φ features a tile */
@@ -299,7 +300,7 @@ struct pwc_lay {
 /* the slabs each kernel uses (see the kernels) and their widths */
 inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
     const unsigned tiles = PWC_B(S_X) | PWC_B(S_K) | PWC_B(S_V) | PWC_B(S_P) | PWC_B(S_PH) | PWC_B(S_ST) |
-                           PWC_B(S_LQ) | PWC_B(S_LK) | PWC_B(S_EQ);
+                           PWC_B(S_ST2) | PWC_B(S_LQ) | PWC_B(S_LK) | PWC_B(S_EQ);
     const unsigned bw = tiles | PWC_B(S_G) | PWC_B(S_P2) | PWC_B(S_T) | PWC_B(S_ACCD) | PWC_B(S_R1) | PWC_B(S_R2);
     const unsigned use[] = {
         /* K_STATE */ PWC_B(S_X) | PWC_B(S_V) | PWC_B(S_PH) | PWC_B(S_ACC) | PWC_B(S_LQ),
@@ -313,7 +314,7 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
         L.off[s] = -1;
         if (!(use[kind] & PWC_B(s))) continue;
         const int64_t w = s == S_X || s == S_K || s == S_ACCD               ? L.ldD
-                          : s == S_V || s == S_G || s == S_ACC || s == S_ST ? L.ldW
+                          : s == S_V || s == S_G || s == S_ACC || s == S_ST || s == S_ST2 ? L.ldW
                           : s >= S_LQ                                       ? 1
                                                                             : L.ldT;
         L.off[s] = L.total;
@@ -435,15 +436,45 @@ __device__ inline void ld_eq(double *eq, const double *Lq, double Lp, int nq) {
     for (int r = threadIdx.x; r < nq; r += blockDim.x) eq[r] = exp(Lq[r] - Lp);
 }
 
-/* the inter-chunk operands of φ features [a0, a0 + nf): Ph (nq, nf) = φ(x_r)_a·eq_r for the nq rows
- * of X (eq: ld_eq), and Sx (nf, Dw) the state S's rows a0 … */
-__device__ inline void ld_phi_state(const pwc_geo &a, const pwc_lay &y, const double *X, const double *eq,
-                                    const double *S, int64_t a0, int nq, int nf, double *Ph, double *Sx) {
-    for (int e = threadIdx.x; e < nq * nf; e += blockDim.x) {
+/* Ph (nr, nf) = φ(x_r)_a·mul_r for the nr rows of X and φ features [a0, a0 + nf) (mul NULL: 1) */
+__device__ inline void phi_rows(const pwc_geo &a, const pwc_lay &y, const double *X, const double *mul, int64_t a0,
+                                int nr, int nf, double *Ph) {
+    for (int e = threadIdx.x; e < nr * nf; e += blockDim.x) {
         const int r = e / nf, f = e - r * nf;
-        Ph[r * y.ldT + f] = lin_phi_one(a.tab, X + r * y.ldD, a0 + f) * eq[r];
+        const double v = lin_phi_one(a.tab, X + r * y.ldD, a0 + f);
+        Ph[r * y.ldT + f] = mul ? v * mul[r] : v;
     }
-    ld_rows(Sx, y.ldW, S, a.Dw, a0, nf, 1.0, false);
+}
+
+/* The inter-chunk loop over the φ features' tiles of one state S (Dp, Dw), which is read from
+ * global memory (L2 or HBM) a tile at a time: tile t's rows land in buffer t % 2 (the layout's ST
+ * and ST2) by cp.async, issued while tile t − 1 is computed on, so the loads' latency overlaps the
+ * products instead of preceding each one. body(a0, nf, Sx) runs after a barrier past which every
+ * thread's copies of the tile have landed; at its start, the barrier before it has ended the reads
+ * of the tile before (so its buffer and Ph may be refilled). */
+template <class F>
+__device__ inline void pwc_state_tiles(const pwc_geo &a, const pwc_lay &y, double *sm, const double *S, F body) {
+    double *buf[2] = {sm + y.off[S_ST], sm + y.off[S_ST2]};
+    const int Dw = (int)a.Dw;
+    auto issue = [&](int64_t a0, double *dst) {
+        const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
+        for (int e = threadIdx.x; e < nf * Dw; e += blockDim.x) {
+            const int r = e / Dw, w = e - r * Dw;
+            pn_cu_cp_async8(dst + r * y.ldW + w, S + (a0 + r) * a.Dw + w);
+        }
+    };
+    issue(0, buf[0]);
+    pn_cu_cp_async_commit();
+    for (int64_t t = 0, a0 = 0; a0 < a.Dp; t++, a0 += y.ct) {
+        const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
+        __syncthreads(); /* tile t − 1's readers are done: its buffer and Ph may be refilled */
+        if (a0 + y.ct < a.Dp) issue(a0 + y.ct, buf[(t + 1) & 1]);
+        pn_cu_cp_async_commit(); /* maybe empty: every iteration leaves one group in flight */
+        body.prepare(a0, nf);
+        pn_cu_cp_async_wait<1>(); /* this thread's copies of tile t … */
+        __syncthreads();          /* … and everyone's */
+        body.run(a0, nf, buf[t & 1]);
+    }
 }
 
 /* the tile's pairs (query row r of X, key cc of K): s = qs·k into P (and with g, G̃·ṽ into P2) */
@@ -548,7 +579,7 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     PN_SHARED_DYN(double, sm);
     const int64_t nt = pwc_nt(a, y), nblk = a.BH * a.nc * nt, ns = a.nc - 1;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *P = sm + y.off[S_P],
-           *Acc = sm + y.off[S_ACC], *Ph = sm + y.off[S_PH], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ],
+           *Acc = sm + y.off[S_ACC], *Ph = sm + y.off[S_PH], *Lq = sm + y.off[S_LQ],
            *Lk = sm + y.off[S_LK], *Eq = sm + y.off[S_EQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
         const int64_t bh = blk / (a.nc * nt), ci = blk / nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
@@ -575,13 +606,18 @@ __global__ void pwc_fwd(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         if (ci > 0) { /* inter-chunk: the state entering the chunk */
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
             ld_eq(Eq, Lq, Lp, nq); /* read after the loop's first barrier */
-            for (int64_t a0 = 0; a0 < a.Dp; a0 += y.ct) {
-                const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
-                __syncthreads();
-                ld_phi_state(a, y, X, Eq, S, a0, nq, nf, Ph, Sx);
-                __syncthreads();
-                bmm(Acc, y.ldW, Ph, y.ldT, 1, Sx, y.ldW, 1, nq, (int)a.Dw, nf, true); /* += Φq_e S̃ */
-            }
+            struct {
+                const pwc_geo &a;
+                const pwc_lay &y;
+                const double *X, *Eq;
+                double *Ph, *Acc;
+                int nq;
+                __device__ void prepare(int64_t a0, int nf) { phi_rows(a, y, X, Eq, a0, nq, nf, Ph); }
+                __device__ void run(int64_t, int nf, const double *Sx) {
+                    bmm(Acc, y.ldW, Ph, y.ldT, 1, Sx, y.ldW, 1, nq, (int)a.Dw, nf, true); /* += Φq_e S̃ */
+                }
+            } body{a, y, X, Eq, Ph, Acc, nq};
+            pwc_state_tiles(a, y, sm, S, body);
         }
         __syncthreads();
         const int64_t Dv = a.Dv;
@@ -622,7 +658,7 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     const int64_t nt = pwc_nt(a, y), nblk = a.BH * a.nc * nt, ns = a.nc - 1, D = a.D;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
            *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *Ph = sm + y.off[S_PH], *SG = sm + y.off[S_T],
-           *Gq = sm + y.off[S_ACCD], *Sx = sm + y.off[S_ST], *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK],
+           *Gq = sm + y.off[S_ACCD], *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK],
            *gl = sm + y.off[S_R1], *gev = sm + y.off[S_R2], *Eq = sm + y.off[S_EQ];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
         const int64_t bh = blk / (a.nc * nt), ci = blk / nt % a.nc, s0 = ci * a.c, s1 = s0 + a.c,
@@ -653,25 +689,30 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         if (ci > 0) {
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
             ld_eq(Eq, Lq, Lp, nq); /* read after the loop's first barrier */
-            for (int64_t a0 = 0; a0 < a.Dp; a0 += y.ct) {
-                const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
-                __syncthreads();
-                ld_phi_state(a, y, X, Eq, S, a0, nq, nf, Ph, Sx);
-                __syncthreads();
-                bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
-                __syncthreads();
-                for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
-                    double *sg = SG + r * y.ldT;
-                    const double *ph = Ph + r * y.ldT, e = Eq[r];
-                    double acc = gev[r];
-                    for (int f = 0; f < nf; f++) {
-                        acc += ph[f] * sg[f];
-                        sg[f] *= e;
+            struct {
+                const pwc_geo &a;
+                const pwc_lay &y;
+                const double *X, *G, *Eq;
+                double *Ph, *SG, *Gq, *gev;
+                int nq;
+                __device__ void prepare(int64_t a0, int nf) { phi_rows(a, y, X, Eq, a0, nq, nf, Ph); }
+                __device__ void run(int64_t a0, int nf, const double *Sx) {
+                    bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
+                    __syncthreads();
+                    for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
+                        double *sg = SG + r * y.ldT;
+                        const double *ph = Ph + r * y.ldT, e = Eq[r];
+                        double acc = gev[r];
+                        for (int f = 0; f < nf; f++) {
+                            acc += ph[f] * sg[f];
+                            sg[f] *= e;
+                        }
+                        gev[r] = acc;
+                        lin_phi_grad_part(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD);
                     }
-                    gev[r] = acc;
-                    lin_phi_grad_part(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD);
                 }
-            }
+            } body{a, y, X, G, Eq, Ph, SG, Gq, gev, nq};
+            pwc_state_tiles(a, y, sm, S, body);
         }
         __syncthreads();
         if (gq)
@@ -698,7 +739,7 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
     const int64_t nt = pwc_nt(a, y), nblk = a.BH * a.nc * nt, ns = a.nc - 1, D = a.D, Dv = a.Dv;
     double *X = sm + y.off[S_X], *K = sm + y.off[S_K], *V = sm + y.off[S_V], *G = sm + y.off[S_G],
            *P = sm + y.off[S_P], *P2 = sm + y.off[S_P2], *P3 = sm + y.off[S_P3], *Ph = sm + y.off[S_PH],
-           *Tt = sm + y.off[S_T], *Gv = sm + y.off[S_ACC], *Gk = sm + y.off[S_ACCD], *Dx = sm + y.off[S_ST],
+           *Tt = sm + y.off[S_T], *Gv = sm + y.off[S_ACC], *Gk = sm + y.off[S_ACCD],
            *Lq = sm + y.off[S_LQ], *Lk = sm + y.off[S_LK], *gl = sm + y.off[S_R1], *gfv = sm + y.off[S_R2],
            *fk = sm + y.off[S_R3];
     for (int64_t blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
@@ -731,31 +772,33 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
         }
         if (ci < ns) { /* the update that produced the state leaving this chunk */
             const double Le = pwc_le(a, L, ci), *Ds = Dt + (bh * ns + ci) * a.Dp * a.Dw;
-            for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) fk[cc] = exp(Le - Lk[cc]);
-            for (int64_t a0 = 0; a0 < a.Dp; a0 += y.ct) {
-                const int nf = (int)(a.Dp - a0 < y.ct ? a.Dp - a0 : y.ct);
-                __syncthreads();
-                for (int e = threadIdx.x; e < nk * nf; e += blockDim.x) {
-                    const int cc = e / nf, f = e - cc * nf;
-                    Ph[cc * y.ldT + f] = lin_phi_one(a.tab, K + cc * y.ldD, a0 + f);
-                }
-                ld_rows(Dx, y.ldW, Ds, a.Dw, a0, nf, 1.0, false);
-                __syncthreads();
-                bmm(Tt, y.ldT, V, y.ldW, 1, Dx, 1, y.ldW, nk, nf, (int)a.Dw, false); /* Ṽ D̃ᵀ */
-                __syncthreads();
-                for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) { /* one thread per key */
-                    double *t = Tt + cc * y.ldT, *ph = Ph + cc * y.ldT, acc = gfv[cc];
-                    for (int f = 0; f < nf; f++) {
-                        t[f] *= fk[cc];
-                        acc += ph[f] * t[f];
-                        ph[f] *= fk[cc];
+            for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) fk[cc] = exp(Le - Lk[cc]); /* read after
+                                                                                       the loop's first barrier */
+            struct {
+                const pwc_geo &a;
+                const pwc_lay &y;
+                const double *K, *V, *fk;
+                double *Ph, *Tt, *Gk, *Gv, *gfv;
+                int nk;
+                __device__ void prepare(int64_t a0, int nf) { phi_rows(a, y, K, NULL, a0, nk, nf, Ph); }
+                __device__ void run(int64_t a0, int nf, const double *Dx) {
+                    bmm(Tt, y.ldT, V, y.ldW, 1, Dx, 1, y.ldW, nk, nf, (int)a.Dw, false); /* Ṽ D̃ᵀ */
+                    __syncthreads();
+                    for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) { /* one thread per key */
+                        double *t = Tt + cc * y.ldT, *ph = Ph + cc * y.ldT, acc = gfv[cc];
+                        for (int f = 0; f < nf; f++) {
+                            t[f] *= fk[cc];
+                            acc += ph[f] * t[f];
+                            ph[f] *= fk[cc];
+                        }
+                        gfv[cc] = acc;
+                        lin_phi_grad_part(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD);
                     }
-                    gfv[cc] = acc;
-                    lin_phi_grad_part(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD);
+                    __syncthreads();
+                    bmm(Gv, y.ldW, Ph, y.ldT, 1, Dx, y.ldW, 1, nk, (int)a.Dv, nf, true); /* += diag(f) φ(K) D̃ */
                 }
-                __syncthreads();
-                bmm(Gv, y.ldW, Ph, y.ldT, 1, Dx, y.ldW, 1, nk, (int)Dv, nf, true); /* += diag(f) φ(K) D̃ */
-            }
+            } body{a, y, K, V, fk, Ph, Tt, Gk, Gv, gfv, nk};
+            pwc_state_tiles(a, y, sm, Ds, body);
         }
         __syncthreads();
         for (int e = threadIdx.x; e < nk * D; e += blockDim.x) {

@@ -168,7 +168,7 @@ void *pn_emu_shared(size_t bytes, size_t align, const char *name, const char *fi
 void *pn_emu_dyn_shared(void);
 
 /* ---- asynchronous copies, global → shared (PTX cp.async; cuda.cuh's pn_cu_cp_async*) ----
- * A thread issues 16-byte copies, commits them as a group, and waits until at most `pending` of
+ * A thread issues copies of n = 8 or 16 bytes (n-aligned), commits them as a group, and waits until at most `pending` of
  * its groups are in flight. A copy may land anywhere between its issue and that wait: here it
  * lands at the wait under the fwd schedule, at the issue under rev, and at one of the two drawn
  * per copy under rand:SEED. So a read before the wait (or before the barrier that follows
@@ -176,7 +176,7 @@ void *pn_emu_dyn_shared(void);
  * other threads may still be reading (no barrier between their reads and the issue) shows under
  * rev. A misaligned copy, a destination outside shared memory or a source outside device memory
  * fails the launch. Copies never waited for are dropped when the thread exits. */
-void pn_emu_cp_async16(void *dst, const void *src, const char *file, int line);
+void pn_emu_cp_async(void *dst, const void *src, int n, const char *file, int line);
 void pn_emu_cp_async_commit(void);
 void pn_emu_cp_async_wait(int pending);
 

@@ -105,6 +105,7 @@ enum State { RUNNABLE, AT_BARRIER, AT_WARP, EXITED, ABORTED };
 /* a cp.async copy issued and not landed yet: its destination and the 16 bytes read at the issue */
 struct AsyncCopy {
     char *dst;
+    int n; /* 8 or 16 bytes */
     unsigned char bytes[16];
 };
 
@@ -611,7 +612,7 @@ void *pn_emu_shared(size_t bytes, size_t align, const char *name, const char *fi
 
 void *pn_emu_dyn_shared(void) { return g_blk ? g_blk->dyn.p : nullptr; }
 
-void pn_emu_cp_async16(void *dst, const void *src, const char *file, int line) {
+void pn_emu_cp_async(void *dst, const void *src, int n, const char *file, int line) {
     Block *b = g_blk;
     if (!b) {
         pn_emu_fail(cudaErrorLaunchFailure, "cp.async at %s:%d outside a kernel", file, line);
@@ -620,20 +621,22 @@ void pn_emu_cp_async16(void *dst, const void *src, const char *file, int line) {
     Thr *t = b->cur;
     /* a bad copy fails the launch and is skipped; the thread goes on (thread_fail would abandon
      * its fiber with the message's strings on it, which LeakSanitizer reports) */
-    const char *bad = ((uintptr_t)dst | (uintptr_t)src) & 15  ? "is misaligned"
-                      : !pn_emu_wmma::in_shared(dst, 16)     ? "writes outside every shared array"
-                      : !pn_emu_is_device(src, 16)           ? "reads outside device memory"
-                                                             : nullptr;
+    const char *bad = n != 8 && n != 16                          ? "has a size PTX's cp.async lacks here"
+                      : ((uintptr_t)dst | (uintptr_t)src) & (n - 1) ? "is misaligned"
+                      : !pn_emu_wmma::in_shared(dst, n)             ? "writes outside every shared array"
+                      : !pn_emu_is_device(src, n)                   ? "reads outside device memory"
+                                                                    : nullptr;
     if (bad) {
-        block_fail(b, fmt("%s: %s: cp.async of 16 bytes from %p to %p at %s:%d %s", where(b).c_str(), who(t).c_str(),
+        block_fail(b, fmt("%s: %s: cp.async of %d bytes from %p to %p at %s:%d %s", where(b).c_str(), who(t).c_str(), n,
                           src, dst, file, line, bad));
         return;
     }
     AsyncCopy c;
     c.dst = (char *)dst;
-    memcpy(c.bytes, src, 16);
+    c.n = n;
+    memcpy(c.bytes, src, (size_t)n);
     const bool now = g_kind == REV || (g_kind == RAND && (splitmix(&b->cp_rng) & 1));
-    if (now) memcpy(c.dst, c.bytes, 16);
+    if (now) memcpy(c.dst, c.bytes, (size_t)n);
     else t->cp_open.push_back(c);
 }
 
@@ -649,7 +652,7 @@ void pn_emu_cp_async_wait(int pending) {
     Thr *t = g_blk->cur;
     size_t landed = 0;
     while (t->cp_groups.size() - landed > (size_t)(pending > 0 ? pending : 0)) {
-        for (const AsyncCopy &c : t->cp_groups[landed]) memcpy(c.dst, c.bytes, 16);
+        for (const AsyncCopy &c : t->cp_groups[landed]) memcpy(c.dst, c.bytes, (size_t)c.n);
         landed++;
     }
     t->cp_groups.erase(t->cp_groups.begin(), t->cp_groups.begin() + (std::ptrdiff_t)landed);

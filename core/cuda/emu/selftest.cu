@@ -14,6 +14,7 @@
  *                                          the wait before the barrier / refilling a buffer with no
  *                                          barrier after its last readers
  *   cp_async_misaligned / cp_async_to_global   a copy 4 bytes off alignment / into device memory
+ *   cp_async8 / cp_async8_misaligned       the tiles by 8-byte copies / one 4 bytes off
  *   half_convert, wmma_*                  the 16-bit types and nvcuda::wmma: selftest_wmma.cu
  *
  * pn_cuda_emu_selftest(name, out, n) runs one case, writes up to n results to out and returns
@@ -84,20 +85,27 @@ __global__ void atomic_kernel(int *count, float *fsum, unsigned long long *isum)
 /* Tiles of 4N floats (each thread copies one 16-byte word) through two shared buffers by
  * cp.async, the next tile's copies in flight while the current one is read; thread t adds word
  * N − 1 − t's second float of every tile (a word another thread copied). bug 1: no wait before
- * the barrier; bug 2: no barrier between the last reads of a buffer and its refill. */
+ * the barrier; bug 2: no barrier between the last reads of a buffer and its refill; 6: no bug, each
+ * word as two 8-byte copies. */
 enum { CP_TILES = 5 };
 __global__ void cp_async_kernel(float *out, const float *in, int bug) {
     PN_SHARED(float, buf, 2 * 4 * N + 1);
     const int t = threadIdx.x;
     float acc = 0;
+    auto copy = [&](float *d, const float *s) {
+        if (bug != 6) return pn_cu_cp_async16(d, s);
+        pn_cu_cp_async8(d, s);
+        pn_cu_cp_async8(d + 2, s + 2);
+    };
     if (bug == 3) pn_cu_cp_async16(buf + 1 + 4 * t, in + 4 * t); /* 4 bytes off */
     if (bug == 4) pn_cu_cp_async16(out + 4 * (t % (N / 4)), in + 4 * t); /* a device destination */
-    pn_cu_cp_async16(buf + 4 * t, in + 4 * t);
+    if (bug == 5) pn_cu_cp_async8(buf + 1 + 4 * t, in + 4 * t); /* 4 bytes off an 8-byte copy */
+    copy(buf + 4 * t, in + 4 * t);
     pn_cu_cp_async_commit();
     for (int k = 0; k < CP_TILES; k++) {
         float *cur = buf + (k & 1) * 4 * N, *next = buf + (~k & 1) * 4 * N;
         if (bug != 2) __syncthreads(); /* the readers of `next` (tile k − 1) are done */
-        if (k + 1 < CP_TILES) pn_cu_cp_async16(next + 4 * t, in + (k + 1) * 4 * N + 4 * t);
+        if (k + 1 < CP_TILES) copy(next + 4 * t, in + (k + 1) * 4 * N + 4 * t);
         pn_cu_cp_async_commit();
         if (bug != 1) pn_cu_cp_async_wait<1>();
         __syncthreads();
@@ -232,6 +240,8 @@ const Case cases[] = {
     {"cp_async_no_barrier", [](double *o, int64_t n) { return cp_async_case(o, n, 2); }},
     {"cp_async_misaligned", [](double *o, int64_t n) { return cp_async_case(o, n, 3); }},
     {"cp_async_to_global", [](double *o, int64_t n) { return cp_async_case(o, n, 4); }},
+    {"cp_async8_misaligned", [](double *o, int64_t n) { return cp_async_case(o, n, 5); }},
+    {"cp_async8", [](double *o, int64_t n) { return cp_async_case(o, n, 6); }},
 };
 
 } // namespace
