@@ -327,8 +327,8 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
 /* One kernel's layout: 32-wide tiles (and 8 warps: pwc_threads) where they fit in the shared memory
  * a block may opt in to (optin), else 16-wide (4 warps). Twice the rows per block halve what the
  * inter-chunk products read of the states per multiply-add (from L2: 8 bytes per 16 of them at 16
- * rows, near its bandwidth at the f64 rate) and the barriers per tile's work, and widen the
- * feature-tile products to bmm's 4 × 2 register tiles; fewer blocks fit an SM (at D = Dv = 64 the
+ * rows, near its bandwidth at the f64 rate) and the barriers per tile's work, and give the
+ * feature-tile products bmm's wider register tiles; fewer blocks fit an SM (at D = Dv = 64 the
  * backward passes one of 8 warps instead of three or four of 4). Untimed: PENUMBRA_CUDA_POWER_TILE=16
  * or 32 forces a width (32 only where it fits), so a card can time both and the specs run both. */
 inline pwc_lay pwc_lay_pick(int kind, int64_t D, int64_t Dw, size_t optin) {
@@ -449,9 +449,10 @@ __device__ inline void phi_rows(const pwc_geo &a, const pwc_lay &y, const double
 /* The inter-chunk loop over the φ features' tiles of one state S (Dp, Dw), which is read from
  * global memory (L2 or HBM) a tile at a time: tile t's rows land in buffer t % 2 (the layout's ST
  * and ST2) by cp.async, issued while tile t − 1 is computed on, so the loads' latency overlaps the
- * products instead of preceding each one. body(a0, nf, Sx) runs after a barrier past which every
- * thread's copies of the tile have landed; at its start, the barrier before it has ended the reads
- * of the tile before (so its buffer and Ph may be refilled). */
+ * products instead of preceding each one. For the tile of features [a0, a0 + nf): body.prepare(a0,
+ * nf) runs while its copies may still be in flight (after a barrier that ended the reads of the
+ * tile before, so Ph and that tile's buffer may be refilled), body.run(a0, nf, Sx) after a barrier
+ * past which every thread's copies have landed in Sx (nf, Dw; leading dimension ldW). */
 template <class F>
 __device__ inline void pwc_state_tiles(const pwc_geo &a, const pwc_lay &y, double *sm, const double *S, F body) {
     double *buf[2] = {sm + y.off[S_ST], sm + y.off[S_ST2]};
