@@ -21,7 +21,7 @@
 # probe 5 s; bench with BENCH_ARGS="scores=dot,laplacian,umbral,penumbral,hyperbolic n=4096
 # d=64,128 compiled=0 power=0 rounds=2 reps=3 warmup=2" 77 s (with compiled=umbral, n=4096:
 # 88 s); "scores=dot,cosine causal=1 n=1024,4096,16384 d=64 compiled=0 power=1" 40 s; ncu 30–50 s
-# a kernel. A 15-minute lease fits, in one call: info specs probe bench ncu sanitize.
+# a kernel. A 15-minute lease fits, in one call: info specs probe bench ncu sanitize (power: ~2 min, a guess).
 # Second lease (2026-11-27, three calls): start 30–60 s; specs 40–58 s; bench with six scores at
 # n=4096 d=64,128 rounds=2 reps=3 65 s (with compiled=umbral: 130 s); ncu 17–26 s a kernel;
 # memcheck 3–5 s and racecheck 60 s before sanitize.lua ended in its cosine part (README).
