@@ -17,20 +17,21 @@
  * Chunked form (chunk = c > 0, causal, c divides N: power.c checks), power.c's chunk_forward /
  * chunk_backward with the same maths and f64 sums (section "chunked form"): v gets a column of
  * ones, ṽ = [v, 1], so the normaliser z rides along as the last column of the φᵖ state S̃ = [S, z]
- * (Dφ × (Dv + 1)), and every product is a tile product through shared memory (16-wide tiles of
- * rows, keys and φ features; one thread per output element summing in order, the shape a wmma
- * call would take later):
- *   states    a block per (b, h, chunk, 16 features): Σ_j f_j φ(k_j) ṽ_jᵀ over the chunk's keys
+ * (Dφ × (Dv + 1)), and every product is a tile product through shared memory (tiles of ct = 16 or
+ * 32 rows, keys and φ features: pwc_lay_pick; each output element summed in order by one thread,
+ * which holds a register tile of them: bmm):
+ *   states    a block per (b, h, chunk, ct features): Σ_j f_j φ(k_j) ṽ_jᵀ over the chunk's keys
  *             (f_j = exp(L_end − L_j)); then a scan over the chunks in order, one thread per
  *             (b, h, state element): S̃ entering chunk m+1 = decay_m·S̃ entering m + chunk m's sum
- *   rows      a block per (b, h, chunk, 16 query rows): the gated quadratic form inside the chunk
+ *   rows      a block per (b, h, chunk, ct query rows): the gated quadratic form inside the chunk
  *             (T_ij = exp(L_i − L_j)(qs_i·k_j)^p, j ≤ i, through key tiles) plus e_i φ(qs_i)ᵀ S̃
- *             through feature tiles; out = num/den (0 where den = 0); in the backward the rows'
+ *             through feature tiles (the state's tiles double-buffered by cp.async:
+ *             pwc_state_tiles); out = num/den (0 where den = 0); in the backward the rows'
  *             G_i = g_i/den_i and gd_i = −g_i·out_i/den_i instead
  *   backward  the state products again with the queries (Σ_i e_i φ(qs_i) [G_i, gd_i]ᵀ), a reverse
  *             scan (the gradient of each chunk boundary's state), then a query-side block per
- *             (b, h, chunk, 16 rows): g q (intra ds·K, inter J_φᵀ through lin_phi_grad_part) and
- *             the rows' gate terms; a key-side block per (b, h, chunk, 16 keys): g k, g v (intra
+ *             (b, h, chunk, ct rows): g q (intra ds·K, inter J_φᵀ through lin_phi_grad_part) and
+ *             the rows' gate terms; a key-side block per (b, h, chunk, ct keys): g k, g v (intra
  *             and the state update's) and the keys' gate terms; a block per (b, h, chunk) for
  *             each decay's term (a fixed reduction tree); one thread per row for g L, then pw_scan for
  *             g log_gate.
