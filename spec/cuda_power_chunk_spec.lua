@@ -38,6 +38,8 @@ local CASES = {
     0.5 },
   { 'chunks of 40 rows (a 32-wide tile and a partial one), D = 8 (36 features)', 1, 2, 80, 8, 5, 2, 40, 0.5 },
   { 'Dv = 130: products over 128 columns wide (two column passes of the register tiles)', 1, 1, 24, 3, 130, 2, 12 },
+  { 'D = 40 (820 features): a lane owns two coordinates in the backward\'s p = 2 chain rule', 1, 1, 24, 40, 3, 2, 12,
+    0.2 },
 }
 
 -- Each kernel takes 32-wide tiles where two blocks fit an SM's shared memory, else 16-wide

@@ -5,6 +5,7 @@
 #define PN_CUDA_ATTENTION_LINEAR_CUH
 
 #include "../cuda.cuh"
+#include "../ops/block_reduce.cuh" /* pn_cu_shfl_xor */
 #include "../../attention/linear_math.h"
 
 namespace {
@@ -108,6 +109,42 @@ __device__ inline void lin_phi_grad_part(const lin_tab &t, const double *x, cons
         }
     }
     if (held >= 0) gx[held] += hs;
+}
+
+/* p = 2: lin_phi_grad_part by the 32 lanes of a warp, each lane owning gx[d] for d ≡ lane
+ * (mod 32), so the lanes write disjoint elements and each element once. Lexicographic
+ * order puts feature (i, j), i ≤ j, at start(i) + j − i with start(i) = i·D − i(i − 1)/2, so the
+ * features of [a0, a0 + n) with first coordinate d are one contiguous range and those with
+ * second coordinate d one feature per first coordinate the range spans. The terms are
+ * lin_phi_grad_part's products (s = g w; x_i·s to gx[j], s·x_j to gx[i]; features with g = 0
+ * skipped), summed in another order: rounding only. gphi's n ≤ 32 entries must be visible to
+ * every lane (a __syncwarp after writing them). Needs lin_tab_upload_full. */
+__device__ inline void lin_phi2_grad_warp(const lin_tab &t, const double *x, const double *gphi, int64_t a0, int n,
+                                          double *gx, int lane) {
+    const int64_t D = t.D, a1 = a0 + n, ilo = t.idx[a0 * 2], ihi = t.idx[(a1 - 1) * 2];
+    for (int64_t d = lane; d < D; d += 32) {
+        double acc = 0;
+        if (d >= ilo && d <= ihi) { /* features (d, j), j ≥ d */
+            const int64_t b = d * D - d * (d - 1) / 2, f1 = b + D - d < a1 ? b + D - d : a1;
+            for (int64_t f = b > a0 ? b : a0; f < f1; f++) {
+                const double g = gphi[f - a0];
+                if (g != 0) acc += (g * t.w[f]) * x[d + (f - b)];
+            }
+        }
+        for (int64_t i = ilo; i <= d && i <= ihi; i++) { /* features (i, d), i ≤ d */
+            const int64_t f = i * D - i * (i - 1) / 2 + (d - i);
+            if (f < a0 || f >= a1) continue;
+            const double g = gphi[f - a0];
+            if (g != 0) acc += x[i] * (g * t.w[f]);
+        }
+        gx[d] += acc;
+    }
+}
+
+/* v summed over the 32 lanes of a warp, every lane getting the same bits (a butterfly; a + b = b + a) */
+__device__ inline double lin_warp_sum(double v) {
+    for (int m = 16; m > 0; m >>= 1) v += pn_cu_shfl_xor(v, m);
+    return v;
 }
 
 } // namespace

@@ -30,7 +30,8 @@
  *             G_i = g_i/den_i and gd_i = −g_i·out_i/den_i instead
  *   backward  the state products again with the queries (Σ_i e_i φ(qs_i) [G_i, gd_i]ᵀ), a reverse
  *             scan (the gradient of each chunk boundary's state), then a query-side block per
- *             (b, h, chunk, ct rows): g q (intra ds·K, inter J_φᵀ through lin_phi_grad_part) and
+ *             (b, h, chunk, ct rows): g q (intra ds·K, inter J_φᵀ: for p = 2 a warp per row and a
+ *             lane per coordinate, lin_phi2_grad_warp; else a thread per row, lin_phi_grad_part) and
  *             the rows' gate terms; a key-side block per (b, h, chunk, ct keys): g k, g v (intra
  *             and the state update's) and the keys' gate terms; a block per (b, h, chunk) for
  *             each decay's term (a fixed reduction tree); one thread per row for g L, then pw_scan for
@@ -701,17 +702,31 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
                 __device__ void run(int64_t a0, int nf, const double *Sx) {
                     bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
                     __syncthreads();
-                    for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
-                        double *sg = SG + r * y.ldT;
-                        const double *ph = Ph + r * y.ldT, e = Eq[r];
-                        double acc = gev[r];
-                        for (int f = 0; f < nf; f++) {
-                            acc += ph[f] * sg[f];
-                            sg[f] *= e;
+                    if (a.tab.p == 2) { /* a warp per row, a lane per feature, then per coordinate */
+                        const int lane = (int)threadIdx.x & 31;
+                        for (int r = (int)threadIdx.x >> 5; r < nq; r += (int)blockDim.x >> 5) {
+                            double *sg = SG + r * y.ldT, v = 0;
+                            if (lane < nf) {
+                                v = Ph[r * y.ldT + lane] * sg[lane];
+                                sg[lane] *= Eq[r];
+                            }
+                            v = lin_warp_sum(v);
+                            __syncwarp(); /* sg's lanes, read across the warp below */
+                            if (lane == 0) gev[r] += v;
+                            lin_phi2_grad_warp(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD, lane);
                         }
-                        gev[r] = acc;
-                        lin_phi_grad_part(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD);
-                    }
+                    } else
+                        for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
+                            double *sg = SG + r * y.ldT;
+                            const double *ph = Ph + r * y.ldT, e = Eq[r];
+                            double acc = gev[r];
+                            for (int f = 0; f < nf; f++) {
+                                acc += ph[f] * sg[f];
+                                sg[f] *= e;
+                            }
+                            gev[r] = acc;
+                            lin_phi_grad_part(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD);
+                        }
                 }
             } body{a, y, X, G, Eq, Ph, SG, Gq, gev, nq};
             pwc_state_tiles(a, y, sm, S, body);
@@ -786,16 +801,32 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
                 __device__ void run(int64_t a0, int nf, const double *Dx) {
                     bmm(Tt, y.ldT, V, y.ldW, 1, Dx, 1, y.ldW, nk, nf, (int)a.Dw, false); /* Ṽ D̃ᵀ */
                     __syncthreads();
-                    for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) { /* one thread per key */
-                        double *t = Tt + cc * y.ldT, *ph = Ph + cc * y.ldT, acc = gfv[cc];
-                        for (int f = 0; f < nf; f++) {
-                            t[f] *= fk[cc];
-                            acc += ph[f] * t[f];
-                            ph[f] *= fk[cc];
+                    if (a.tab.p == 2) { /* a warp per key, a lane per feature, then per coordinate */
+                        const int lane = (int)threadIdx.x & 31;
+                        for (int cc = (int)threadIdx.x >> 5; cc < nk; cc += (int)blockDim.x >> 5) {
+                            double *t = Tt + cc * y.ldT, v = 0;
+                            if (lane < nf) {
+                                double *ph = Ph + cc * y.ldT;
+                                t[lane] *= fk[cc];
+                                v = ph[lane] * t[lane];
+                                ph[lane] *= fk[cc];
+                            }
+                            v = lin_warp_sum(v);
+                            __syncwarp(); /* t's lanes, read across the warp below */
+                            if (lane == 0) gfv[cc] += v;
+                            lin_phi2_grad_warp(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD, lane);
                         }
-                        gfv[cc] = acc;
-                        lin_phi_grad_part(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD);
-                    }
+                    } else
+                        for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) { /* one thread per key */
+                            double *t = Tt + cc * y.ldT, *ph = Ph + cc * y.ldT, acc = gfv[cc];
+                            for (int f = 0; f < nf; f++) {
+                                t[f] *= fk[cc];
+                                acc += ph[f] * t[f];
+                                ph[f] *= fk[cc];
+                            }
+                            gfv[cc] = acc;
+                            lin_phi_grad_part(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD);
+                        }
                     __syncthreads();
                     bmm(Gv, y.ldW, Ph, y.ldT, 1, Dx, y.ldW, 1, nk, (int)a.Dv, nf, true); /* += diag(f) φ(K) D̃ */
                 }
