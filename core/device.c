@@ -29,4 +29,7 @@ pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n) { retur
 pn_status pn_cuda_mma_check(int half, int ldmatrix, const float *a, const float *b, const float *c, float *d) {
     return no_cuda("cuda.mma_check");
 }
+pn_status pn_cuda_dmma_check(const double *a, const double *b, const double *c, double *d) {
+    return no_cuda("cuda.dmma_check");
+}
 #endif

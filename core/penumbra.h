@@ -120,6 +120,9 @@ pn_status pn_cuda_emu_selftest(const char *name, double *out, int64_t n);
  * packed by each lane as the documented layout says (ldmatrix = 0) or loaded from shared memory
  * by ldmatrix (1): d (16 × 8) = a·b + c — the check of that layout. */
 pn_status pn_cuda_mma_check(int half, int ldmatrix, const float *a, const float *b, const float *c, float *d);
+/* One warp's PTX mma.sync m8n8k4 .f64 (mma_ptx.cuh's pn_dmma_884) on a (8 × 4), b (4 × 8) and
+ * c (8 × 8), row-major f64: d (8 × 8) = a·b + c — the check of that layout. */
+pn_status pn_cuda_dmma_check(const double *a, const double *b, const double *c, double *d);
 /* The device kernels (core/kernels.def), for listing what a backend has: their number, the name
  * of kernel i (0-based; NULL out of range), and whether device dev has it (1), lacks it (0) or
  * is not built in (-1). */

@@ -59,3 +59,28 @@ describe('PTX mma.sync m16n8k16 (pn_mma_16816)', function()
       "cuda.mma_check: load must be 'registers' or 'ldmatrix', got 'lds'")
   end)
 end)
+
+-- The f64 shape, mma.sync m8n8k4 (pn_dmma_884: power.cu's tile products), the same way: distinct
+-- values whose products and sums are exact in f64, so only a wrong lane, register or k shows.
+describe('PTX mma.sync m8n8k4 .f64 (pn_dmma_884)', function()
+  local A8 = mat(8, 4, function(i, j) return (((i * 7 + j * 3) % 31) - 15) / 4 end)
+  local B8 = mat(4, 8, function(i, j) return (((i * 5 + j * 11) % 29) - 14) / 8 end)
+  local C8 = mat(8, 8, function(i, j) return i * 1000 + j end)
+
+  it_cuda('D = A·B + C element for element, from registers in the documented layout', function()
+    local got = pn.cuda.dmma_check(A8, B8, C8)
+    for i = 1, 8 do
+      for j = 1, 8 do
+        local s = C8[i][j]
+        for k = 1, 4 do s = s + A8[i][k] * B8[k][j] end
+        assert.equal(s, got[i][j], string.format('D[%d][%d]', i, j))
+      end
+    end
+  end)
+
+  it_cuda('refuses bad arguments by name', function()
+    assert.has_error(function() pn.cuda.dmma_check(A8, {}, C8) end, 'cuda.dmma_check: b must have 4 rows')
+    assert.has_error(function() pn.cuda.dmma_check(A8, B8, mat(8, 7, function() return 0 end)) end,
+      'cuda.dmma_check: row 1 of c must have 8 numbers')
+  end)
+end)

@@ -46,7 +46,33 @@ template <class H> __global__ void mma_check_kernel(const float *a, const float 
     d[(g + 8) * 8 + 2 * t] = rd[2], d[(g + 8) * 8 + 2 * t + 1] = rd[3];
 }
 
+/* a (8, 4), b (4, 8), c (8, 8) row-major f64 → d (8, 8): pn_dmma_884's layout, each lane packing
+ * its registers from global memory */
+__global__ void dmma_check_kernel(const double *a, const double *b, const double *c, double *d) {
+    const int l = threadIdx.x, g = l / 4, t = l % 4;
+    double rc[2] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1]}, rd[2];
+    pn_dmma_884(rd, a[g * 4 + t], b[t * 8 + g], rc);
+    d[g * 8 + 2 * t] = rd[0], d[g * 8 + 2 * t + 1] = rd[1];
+}
+
 } // namespace
+
+extern "C" pn_status pn_cuda_dmma_check(const double *a, const double *b, const double *c, double *d) {
+    const char *op = "cuda.dmma_check";
+    if (!pn_cuda_available()) return pn_error(PN_ERR_DEVICE, "%s: no CUDA device", op);
+    if (!a || !b || !c || !d) return pn_error(PN_ERR_ARG, "%s: a, b, c and d must be given", op);
+    const int64_t n = 32 + 32 + 64 + 64;
+    pn_tensor *buf = pn_empty(1, &n, PN_F64, PN_CUDA);
+    if (!buf) return PN_ERR_OOM;
+    double *p = (double *)pn_ptr(buf);
+    pn_status s = pn_cuda_upload(p, a, 32 * sizeof(double));
+    if (!s) s = pn_cuda_upload(p + 32, b, 32 * sizeof(double));
+    if (!s) s = pn_cuda_upload(p + 64, c, 64 * sizeof(double));
+    if (!s) s = pn_cu_check(op, PN_LAUNCH(dmma_check_kernel, 1, 32, 0, pn_cu_stream(), p, p + 32, p + 64, p + 128));
+    if (!s) s = pn_cuda_download(d, p + 128, 64 * sizeof(double));
+    pn_release(buf);
+    return s;
+}
 
 extern "C" pn_status pn_cuda_mma_check(int half, int ldmatrix, const float *a, const float *b, const float *c, float *d) {
     const char *op = "cuda.mma_check";

@@ -21,7 +21,8 @@
  * Checked by spec/cuda_mma_spec.lua (D against A·B + C on the CPU for a pattern where every
  * element differs, so a wrong register or half shows; the operands packed by the lanes or loaded
  * by ldmatrix): in the interpreter against its model, on an H100 (2026-11-27: the packed form)
- * against the hardware. Used by dense.cu's mfwd, mbwq and mbwk kernels. */
+ * against the hardware. Used by dense.cu's mfwd, mbwq and mbwk kernels. Below also the f64 shape,
+ * pn_dmma_884, for power.cu. */
 #ifndef PN_MMA_PTX_CUH
 #define PN_MMA_PTX_CUH
 
@@ -82,6 +83,26 @@ __device__ inline void pn_ldmatrix_x4(uint32_t r_out[4], const void *row) {
 __device__ inline void pn_ldmatrix_x2(uint32_t r_out[2], const void *row) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r_out[0]), "=r"(r_out[1]) : "r"(s));
+}
+#endif
+
+/* mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 (sm_80+): one warp's D (8 × 8) = A (8 × 4) ·
+ * B (4 × 8) + C on the f64 tensor cores, twice the f64 FMA units' rate on an A100 or H100. PTX's
+ * layout ("Matrix Fragments for mma.m8n8k4 with .f64"), g = lane / 4, t = lane % 4:
+ *   a = A[g][t]      b = B[t][g]      c[0], c[1] = C[g][2t, 2t+1]      (d likewise)
+ * A warp collective, every lane calling; d may be c. The interpreter: emu/mma.h's
+ * pn_emu_dmma_884, C plus the products in k order by fused multiply-adds. Checked by
+ * cuda.dmma_check (spec/cuda_mma_spec.lua). Used by power.cu's tile products. */
+#ifdef PN_CUDA_EMU
+inline void pn_dmma_884(double d[2], double a, double b, const double c[2], const char *file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+    pn_emu_dmma_884(d, a, b, c, file, line);
+}
+#else
+__device__ inline void pn_dmma_884(double d[2], double a, double b, const double c[2]) {
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%4, %5};\n"
+                 : "=d"(d[0]), "=d"(d[1])
+                 : "d"(a), "d"(b), "d"(c[0]), "d"(c[1]));
 }
 #endif
 

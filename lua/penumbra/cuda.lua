@@ -77,6 +77,28 @@ function M.selftest(name, n)
   return true, vals
 end
 
+-- m (rows × cols, nested Lua tables) into a new ctype array, row-major; errors name op's argument
+local function flat(op, ctype, m, rows, cols, name)
+  if type(m) ~= 'table' or #m ~= rows then error(string.format('%s: %s must have %d rows', op, name, rows), 3) end
+  local buf = ffi.new(ctype, rows * cols)
+  for i = 1, rows do
+    if type(m[i]) ~= 'table' or #m[i] ~= cols then
+      error(string.format('%s: row %d of %s must have %d numbers', op, i, name, cols), 3)
+    end
+    for j = 1, cols do buf[(i - 1) * cols + j - 1] = m[i][j] end
+  end
+  return buf
+end
+-- a row-major array of rows × cols as nested Lua tables
+local function unflat(buf, rows, cols)
+  local out = {}
+  for i = 1, rows do
+    out[i] = {}
+    for j = 1, cols do out[i][j] = buf[(i - 1) * cols + j - 1] end
+  end
+  return out
+end
+
 -- One warp's PTX mma.sync m16n8k16 (core/cuda/mma_ptx.cuh): a (16 × 16), b (16 × 8), c (16 × 8)
 -- as nested Lua tables (rows), precision 'bf16' (default) or 'f16', load 'registers' (default:
 -- each lane packs its registers by the documented layout) or 'ldmatrix' (A and Bᵀ staged in
@@ -90,27 +112,24 @@ function M.mma_check(a, b, c, precision, load)
   if load ~= 'registers' and load ~= 'ldmatrix' then
     error("cuda.mma_check: load must be 'registers' or 'ldmatrix', got '" .. tostring(load) .. "'", 2)
   end
-  local function flat(m, rows, cols, name)
-    if type(m) ~= 'table' or #m ~= rows then error(string.format('cuda.mma_check: %s must have %d rows', name, rows), 3) end
-    local buf = ffi.new('float[?]', rows * cols)
-    for i = 1, rows do
-      if type(m[i]) ~= 'table' or #m[i] ~= cols then
-        error(string.format('cuda.mma_check: row %d of %s must have %d numbers', i, name, cols), 3)
-      end
-      for j = 1, cols do buf[(i - 1) * cols + j - 1] = m[i][j] end
-    end
-    return buf
-  end
-  local fa, fb, fc = flat(a, 16, 16, 'a'), flat(b, 16, 8, 'b'), flat(c, 16, 8, 'c')
+  local op = 'cuda.mma_check'
+  local fa, fb, fc = flat(op, 'float[?]', a, 16, 16, 'a'), flat(op, 'float[?]', b, 16, 8, 'b'),
+    flat(op, 'float[?]', c, 16, 8, 'c')
   local d = ffi.new('float[128]')
   local half, ldm = precision == 'f16' and 1 or 0, load == 'ldmatrix' and 1 or 0
   if C.pn_cuda_mma_check(half, ldm, fa, fb, fc, d) ~= 0 then error(B.last_error(), 2) end
-  local out = {}
-  for i = 1, 16 do
-    out[i] = {}
-    for j = 1, 8 do out[i][j] = d[(i - 1) * 8 + j - 1] end
-  end
-  return out
+  return unflat(d, 16, 8)
+end
+
+-- One warp's PTX mma.sync m8n8k4 .f64 (mma_ptx.cuh's pn_dmma_884, power.cu's tile products): a
+-- (8 × 4), b (4 × 8), c (8 × 8) as nested Lua tables (rows); returns d = a·b + c (8 × 8 rows).
+function M.dmma_check(a, b, c)
+  local op = 'cuda.dmma_check'
+  local fa, fb, fc = flat(op, 'double[?]', a, 8, 4, 'a'), flat(op, 'double[?]', b, 4, 8, 'b'),
+    flat(op, 'double[?]', c, 8, 8, 'c')
+  local d = ffi.new('double[64]')
+  if C.pn_cuda_dmma_check(fa, fb, fc, d) ~= 0 then error(B.last_error(), 2) end
+  return unflat(d, 8, 8)
 end
 
 return M

@@ -106,7 +106,8 @@ enum pn_emu_warp_op {
     PN_EMU_SYNCWARP, PN_EMU_SHFL, PN_EMU_SHFL_XOR, PN_EMU_SHFL_DOWN, PN_EMU_SHFL_UP, PN_EMU_BALLOT,
     PN_EMU_WMMA_LOAD, PN_EMU_WMMA_STORE, PN_EMU_WMMA_MMA, /* value: a pn_emu_wmma::call * (mma.h) */
     PN_EMU_MMA_16816, /* PTX mma.sync m16n8k16 (core/cuda/mma_ptx.cuh), value: a call * too */
-    PN_EMU_LDMATRIX   /* PTX ldmatrix m8n8 .b16 (mma_ptx.cuh), value: a call * too */
+    PN_EMU_LDMATRIX,  /* PTX ldmatrix m8n8 .b16 (mma_ptx.cuh), value: a call * too */
+    PN_EMU_DMMA_884   /* PTX mma.sync m8n8k4 .f64 (mma_ptx.cuh), value: a call * too */
 };
 /* Deposit value, wait for the lanes of mask, return the result for this lane. */
 uint64_t pn_emu_warp(int op, unsigned mask, uint64_t value, int arg, int width, const char *file, int line);

@@ -340,11 +340,11 @@ const char *op_name(int op) {
     static const char *names[] = {"__syncwarp", "__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync",
                                   "__shfl_up_sync", "__ballot_sync", "wmma::load_matrix_sync",
                                   "wmma::store_matrix_sync", "wmma::mma_sync", "mma.sync.m16n8k16 (pn_mma_16816)",
-                                  "ldmatrix.m8n8 (pn_ldmatrix)"};
-    return op >= 0 && op <= PN_EMU_LDMATRIX ? names[op] : "?";
+                                  "ldmatrix.m8n8 (pn_ldmatrix)", "mma.sync.m8n8k4.f64 (pn_dmma_884)"};
+    return op >= 0 && op <= PN_EMU_DMMA_884 ? names[op] : "?";
 }
 
-bool is_wmma(int op) { return op >= PN_EMU_WMMA_LOAD && op <= PN_EMU_LDMATRIX; }
+bool is_wmma(int op) { return op >= PN_EMU_WMMA_LOAD && op <= PN_EMU_DMMA_884; }
 
 bool same_site(const Thr &a, const Thr &b) {
     return a.line == b.line && (a.file == b.file || !strcmp(a.file, b.file));

@@ -3,6 +3,7 @@
  * emu_sched.cc, with every lane's call). */
 #include "mma.h"
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <vector>
@@ -92,7 +93,7 @@ int same_args(int op, const call *const *L, char *err, size_t cap) {
             if (c->satf != c0->satf) return say(err, cap, "lanes 0 and %d pass different satf", l);
             continue;
         }
-        if (op == PN_EMU_MMA_16816) continue; /* registers only: nothing else to agree on */
+        if (op == PN_EMU_MMA_16816 || op == PN_EMU_DMMA_884) continue; /* registers only: nothing else to agree on */
         if (op == PN_EMU_LDMATRIX) { /* each lane its own row address; the shape is the warp's */
             if (c->ldm != c0->ldm)
                 return say(err, cap, "lanes 0 and %d load different numbers of matrices (.x%u, .x%u)", l, c0->ldm,
@@ -193,6 +194,32 @@ static int mma_16816(const call *const lanes[32], char *err, size_t cap) {
     return 0;
 }
 
+/* PTX's mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 (mma_ptx.cuh: pn_dmma_884): g = lane / 4,
+ * t = lane % 4; A[g][t], B[t][g], C and D [g][2t], [g][2t + 1]. Each element of D is C's plus the
+ * four products in k order, each by a fused multiply-add (f64 tensor cores round as IEEE FMA:
+ * rounding-level differences from the hardware's internal order would not show in the specs'
+ * 1e-12, and a wrong register or lane would). */
+static int dmma_884(const call *const lanes[32]) {
+    double A[8][4], B[4][8], C[8][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        const double *c = (const double *)lanes[l]->c;
+        A[g][t] = *(const double *)lanes[l]->a;
+        B[t][g] = *(const double *)lanes[l]->b;
+        C[g][2 * t] = c[0], C[g][2 * t + 1] = c[1];
+    }
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        double *x = (double *)lanes[l]->x;
+        for (int i = 0; i < 2; i++) {
+            double acc = C[g][2 * t + i];
+            for (int k = 0; k < 4; k++) acc = fma(A[g][k], B[k][2 * t + i], acc);
+            x[i] = acc;
+        }
+    }
+    return 0;
+}
+
 /* PTX's ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16: lane 8i + r gives the address of row r
  * of matrix i; lane l receives, for each matrix i, its row l / 4 at columns 2·(l % 4) and that
  * + 1, the lower column in the low half — mma.sync's fragment layout (mma_ptx.cuh). PTX requires
@@ -226,6 +253,7 @@ int release(int op, const call *const lanes[32], char *err, size_t cap) {
     if (same_args(op, lanes, err, cap)) return -1;
     if (op == PN_EMU_MMA_16816) return mma_16816(lanes, err, cap);
     if (op == PN_EMU_LDMATRIX) return ldmatrix(lanes, err, cap);
+    if (op == PN_EMU_DMMA_884) return dmma_884(lanes);
     const call &c0 = *lanes[0];
     const desc &d = *c0.d;
     if (op == PN_EMU_WMMA_LOAD || op == PN_EMU_WMMA_STORE) {

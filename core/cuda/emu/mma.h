@@ -226,4 +226,16 @@ inline void pn_emu_ldmatrix(uint32_t *r_out, int num, const void *row, const cha
     pn_emu_wmma::collective(PN_EMU_LDMATRIX, &cl, file, line);
 }
 
+/* ---- PTX mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 (mma_ptx.cuh's pn_dmma_884) ----------
+ * A warp collective on registers: lane l holds a = A[l / 4][l % 4] (A 8 × 4), b = B[l % 4][l / 4]
+ * (B 4 × 8), c[i] = C[l / 4][2·(l % 4) + i] and gets d likewise (C, D 8 × 8; mma.cc: dmma_884). */
+inline void pn_emu_dmma_884(double d[2], double a, double b, const double c[2], const char *file, int line) {
+    pn_emu_wmma::call cl{};
+    cl.a = &a, cl.b = &b, cl.c = c;
+    double out[2];
+    cl.x = out; /* d may alias c: every lane's c is read before any d is written */
+    pn_emu_wmma::collective(PN_EMU_DMMA_884, &cl, file, line);
+    d[0] = out[0], d[1] = out[1];
+}
+
 #endif /* PN_CUDA_EMU_MMA_H */
