@@ -18,8 +18,8 @@
  * chunk_backward with the same maths and f64 sums (section "chunked form"): v gets a column of
  * ones, ṽ = [v, 1], so the normaliser z rides along as the last column of the φᵖ state S̃ = [S, z]
  * (Dφ × (Dv + 1)), and every product is a tile product through shared memory (tiles of ct = 16 or
- * 32 rows, keys and φ features: pwc_lay_pick; each output element summed in order by one thread,
- * which holds a register tile of them: bmm):
+ * 32 rows, keys and φ features: pwc_lay_pick) on the f64 tensor cores, each output element summed
+ * in order (bmm):
  *   states    a block per (b, h, chunk, ct features): Σ_j f_j φ(k_j) ṽ_jᵀ over the chunk's keys
  *             (f_j = exp(L_end − L_j)); then a scan over the chunks in order, one thread per
  *             (b, h, state element): S̃ entering chunk m+1 = decay_m·S̃ entering m + chunk m's sum
@@ -43,6 +43,7 @@
  * returns the non-finite values its arithmetic gives, and so does the device (the quadratic form
  * stays finite there). Tiles too wide for the device's shared memory (D or Dv in the hundreds) run
  * the quadratic kernels, which compute the same function. */
+#include "../mma_ptx.cuh" /* pn_dmma_884 */
 #include "linear.cuh"
 
 #include <stdlib.h> /* getenv: PENUMBRA_CUDA_POWER_TILE */
@@ -274,16 +275,16 @@ enum { PW_THREADS = 64 }; /* rows per block: each thread walks a whole row */
  * Le_m = L at the last row of chunk m; decay_m = exp(Le_m − Le_{m−1}) (Le_{−1} = 0).
  *
  * Work in shared-memory tiles of ct rows (or keys, or φ features; ct = 16 or 32 per kernel, its
- * layout's: pwc_lay_pick), products through bmm (each output element summed in k order by one
- * thread: deterministic; each product is a ct-wide tile product, the shape a wmma call would take).
+ * layout's: pwc_lay_pick), products through bmm (f64 mma.sync, each output element summed in k
+ * order: deterministic).
  * A block runs one (b, h, chunk, tile). */
 constexpr int CTH = 128; /* pwc_gdec's threads (a power of two: its tree) */
-/* threads per block of a kernel with ct-wide tiles: 8 warps at 32 (bmm's 4 × 2 register tiles then
- * cover a 32 × 64 tile in one pass), 4 at 16; multiples of 32 (bmm's thread groups) */
+/* threads per block of a kernel with ct-wide tiles: 8 warps at 32 (a 32 × 64 product is then one
+ * 8 × 16 block of bmm's per warp), 4 at 16; whole warps (bmm's mma) */
 __host__ __device__ constexpr int pwc_threads(int ct) { return ct == 32 ? 256 : 128; }
 
-/* The named shared slabs of one kernel, ct rows each × a leading dimension (odd, so the
- * column-parallel reads of neighbouring threads fall in different banks); offsets in doubles, -1 =
+/* The named shared slabs of one kernel, ct rows each × a leading dimension (pwc_ld: the mma
+ * operands' loads without bank conflicts); offsets in doubles, -1 =
  * unused. X query rows scale·q (K_STATE: its x rows), K key rows, V ṽ rows (K_STATE: its Y rows),
  * G G̃ rows, P P2 P3 (query, key) pair tiles, PH φ features of rows, T a second feature tile, ACC a
  * Dw-wide and ACCD a D-wide accumulator, ST ST2 two tiles of a state's rows (one computed on while
@@ -298,6 +299,14 @@ struct pwc_lay {
     int64_t total; /* doubles */
 };
 
+/* a slab's leading dimension for rows of w doubles: the least ld ≥ w with ld ≡ 4 (mod 8). A
+ * 64-bit shared load is served a half-warp at a time, 16 eight-byte slots a wavefront; bmm's mma
+ * operands put lane (g, t) (g = lane / 4, t = lane % 4) at g·ld + t or t·ld + g, which for ld ≡ 4
+ * (mod 8) are 16 distinct slots in each half-warp, one wavefront each, in either orientation. The
+ * odd widths before (for the thread-per-element tiles' column-parallel reads) put up to four
+ * lanes of a half-warp on one slot. */
+inline int pwc_ld(int64_t w) { return (int)(w + ((4 - w % 8) + 8) % 8); }
+
 #define PWC_B(s) (1u << (s))
 /* the slabs each kernel uses (see the kernels) and their widths */
 inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
@@ -310,7 +319,7 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
         /* K_BWQ   */ bw,
         /* K_BWK   */ bw | PWC_B(S_P3) | PWC_B(S_ACC) | PWC_B(S_R3)};
     pwc_lay L;
-    L.ct = ct, L.ldD = (int)(D | 1), L.ldW = (int)(Dw | 1), L.ldT = ct | 1;
+    L.ct = ct, L.ldD = pwc_ld(D), L.ldW = pwc_ld(Dw), L.ldT = pwc_ld(ct);
     L.total = 0;
     for (int s = 0; s < S_N; s++) {
         L.off[s] = -1;
@@ -330,7 +339,7 @@ inline pwc_lay pwc_lay_of(int kind, int64_t D, int64_t Dw, int ct) {
  * a block may opt in to (optin), else 16-wide (4 warps). Twice the rows per block halve what the
  * inter-chunk products read of the states per multiply-add (from L2: 8 bytes per 16 of them at 16
  * rows, near its bandwidth at the f64 rate) and the barriers per tile's work, and give the
- * feature-tile products bmm's wider register tiles; fewer blocks fit an SM (at D = Dv = 64 the
+ * feature-tile products more of bmm's blocks; fewer blocks fit an SM (at D = Dv = 64 the
  * backward passes one of 8 warps instead of three or four of 4). Untimed: PENUMBRA_CUDA_POWER_TILE=16
  * or 32 forces a width (32 only where it fits), so a card can time both and the specs run both. */
 inline pwc_lay pwc_lay_pick(int kind, int64_t D, int64_t Dw, size_t optin) {
@@ -355,66 +364,54 @@ __host__ __device__ inline int64_t pwc_nt(const pwc_geo &a, const pwc_lay &y) { 
 __device__ inline double pwc_le(const pwc_geo &a, const double *L, int64_t m) { return m >= 0 ? L[m * a.c + a.c - 1] : 0; }
 
 /* C (m × n, row stride ldc) = (acc ? C : 0) + Σ_{l<kk} A(i, l)·B(l, j), A(i, l) = A[i·ai + l·al],
- * B(l, j) = B[l·bl + j·bj]: the strides give the transposes. Each thread owns whole elements of C
- * and adds their terms in l order, R rows × Cn columns of them in registers: the lanes of a group of
- * cw threads take consecutive columns (B's loads fall in distinct banks: the slabs' leading
- * dimensions are odd) and share their rows (A's loads are broadcasts), so a loaded A value serves Cn
- * products and a B value R. One element per thread took two shared loads per product, and the
- * shared-memory pipe, not the f64 units, bounded the chunked form. Rows and columns past m, n are
- * computed on a clamped copy and not stored. */
-template <int R, int Cn>
-__device__ inline void bmm_tiles(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj,
-                                 int m, int n, int kk, bool acc, int cw) {
-    const int ng = (int)blockDim.x / cw, g = (int)threadIdx.x / cw, jl = (int)threadIdx.x % cw;
-    for (int i0 = g; i0 < m; i0 += ng * R)
-        for (int j0 = jl; j0 < n; j0 += cw * Cn) {
-            int ii[R], jj[Cn];
-            double s[R][Cn];
+ * B(l, j) = B[l·bl + j·bj]: the strides give the transposes. On the f64 tensor cores (pn_dmma_884,
+ * mma.sync m8n8k4: twice the f64 FMA units' rate on an A100 or H100): each warp takes blocks of 8
+ * rows × 8·NJ columns of C in turn, NJ accumulators side by side so that NJ mma chains overlap, and
+ * walks k four at a time, each lane loading one value of A (shared by the NJ products) and NJ of B.
+ * Each element of C is summed in l order, as the CPU sums it. Rows, columns and k past m, n, kk
+ * are zeros in the operands and not stored. The thread-per-element tiles before took 0.75–1.5
+ * shared-memory loads per multiply-add and the f64 FMA units; this takes (1 + NJ) / (8·NJ).
+ * Every thread of the block calls (a warp collective inside), none may have returned. */
+template <int NJ>
+__device__ inline void bmm_dmma(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj,
+                                int m, int n, int kk, bool acc) {
+    const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, nw = (int)blockDim.x >> 5;
+    const int nbj = (n + 8 * NJ - 1) / (8 * NJ), items = (m + 7) / 8 * nbj;
+    for (int it = (int)threadIdx.x >> 5; it < items; it += nw) {
+        const int i = it / nbj * 8 + g, j0 = it % nbj * 8 * NJ; /* the lane's row of A and C */
+        double c[NJ][2];
 #pragma unroll
-            for (int r = 0; r < R; r++) ii[r] = i0 + r * ng < m ? i0 + r * ng : i0;
+        for (int u = 0; u < NJ; u++)
 #pragma unroll
-            for (int c = 0; c < Cn; c++) jj[c] = j0 + c * cw < n ? j0 + c * cw : j0;
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int c = 0; c < Cn; c++) s[r][c] = acc ? C[ii[r] * ldc + jj[c]] : 0;
-            for (int l = 0; l < kk; l++) {
-                double x[R], y[Cn];
-#pragma unroll
-                for (int r = 0; r < R; r++) x[r] = A[ii[r] * ai + l * al];
-#pragma unroll
-                for (int c = 0; c < Cn; c++) y[c] = B[l * bl + jj[c] * bj];
-#pragma unroll
-                for (int r = 0; r < R; r++)
-#pragma unroll
-                    for (int c = 0; c < Cn; c++) s[r][c] += x[r] * y[c];
+            for (int x = 0; x < 2; x++) {
+                const int j = j0 + 8 * u + 2 * t + x;
+                c[u][x] = acc && i < m && j < n ? C[i * ldc + j] : 0;
             }
+        for (int l0 = 0; l0 < kk; l0 += 4) {
+            const int l = l0 + t;
+            const double av = i < m && l < kk ? A[i * ai + l * al] : 0;
 #pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int c = 0; c < Cn; c++)
-                    if (i0 + r * ng < m && j0 + c * cw < n) C[ii[r] * ldc + jj[c]] = s[r][c];
+            for (int u = 0; u < NJ; u++) {
+                const int jb = j0 + 8 * u + g; /* the lane's column of B */
+                pn_dmma_884(c[u], av, jb < n && l < kk ? B[l * bl + jb * bj] : 0, c[u]);
+            }
         }
+#pragma unroll
+        for (int u = 0; u < NJ; u++)
+#pragma unroll
+            for (int x = 0; x < 2; x++) {
+                const int j = j0 + 8 * u + 2 * t + x;
+                if (i < m && j < n) C[i * ldc + j] = c[u][x];
+            }
+    }
 }
 
-/* The register tile by the product's width n: groups of 16 lanes with 2 × 1 elements (n ≤ 16) or
- * 2 × 2 (n ≤ 32); else groups of 32 lanes with 4 rows × as many 32-column blocks as n needs, up to
- * 4 a pass (n = 65, D = 64's ṽ = [v, 1]: 4 × 3, the third block only its first column). A 4 × 2
- * tile with a second pass for column 65 took as long as two passes. Per multiply-add: 1.5, 1, 1,
- * 0.83 and 0.75 shared-memory loads (an A value is one broadcast, a B value 16 or 32 lanes' words). */
+/* 8 × 16 blocks (two chains a warp) where they still give every warp one, else 8 × 8 */
 __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, const double *B, int bl, int bj, int m,
                            int n, int kk, bool acc) {
-    if (n <= 16) return bmm_tiles<2, 1>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc, 16);
-    if (n <= 32) return bmm_tiles<2, 2>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc, 16);
-    for (int j0 = 0; j0 < n; j0 += 128) {
-        const int w = n - j0 < 128 ? n - j0 : 128;
-        double *Cj = C + j0;
-        const double *Bj = B + j0 * bj;
-        if (w > 96) bmm_tiles<4, 4>(Cj, ldc, A, ai, al, Bj, bl, bj, m, w, kk, acc, 32);
-        else if (w > 64) bmm_tiles<4, 3>(Cj, ldc, A, ai, al, Bj, bl, bj, m, w, kk, acc, 32);
-        else if (w > 32) bmm_tiles<4, 2>(Cj, ldc, A, ai, al, Bj, bl, bj, m, w, kk, acc, 32);
-        else bmm_tiles<4, 1>(Cj, ldc, A, ai, al, Bj, bl, bj, m, w, kk, acc, 32);
-    }
+    if (n > 8 && (m + 7) / 8 * ((n + 15) / 16) >= (int)blockDim.x / 32)
+        bmm_dmma<2>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc);
+    else bmm_dmma<1>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc);
 }
 
 /* rows [r0, r0 + n) of src (rows of w values, contiguous) times mul into dst (leading dim ld);
