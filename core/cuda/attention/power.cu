@@ -414,6 +414,17 @@ __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, 
     else bmm_dmma<1>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc);
 }
 
+/* s[r] += Σ_{c<n} M[r·rs + c·cs] for r < m, n ≤ 32: a warp per r, a lane per c, the lanes' values
+ * summed by a butterfly (lin_warp_sum). One thread per r walked n dependent adds while the block's
+ * other warps waited at the next barrier. Every thread of the block calls. */
+__device__ inline void pwc_line_sums(double *s, const double *M, int rs, int cs, int m, int n) {
+    const int lane = (int)threadIdx.x & 31;
+    for (int r = (int)threadIdx.x >> 5; r < m; r += (int)blockDim.x >> 5) {
+        const double v = lin_warp_sum(lane < n ? M[r * rs + lane * cs] : 0);
+        if (lane == 0) s[r] += v;
+    }
+}
+
 /* rows [r0, r0 + n) of src (rows of w values, contiguous) times mul into dst (leading dim ld);
  * with ones, a last column of 1 (ṽ = [v, 1]). Rows ≥ n stay unwritten and are never read. */
 template <class T>
@@ -683,8 +694,7 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
             pwc_tri(a, y, sm, i0, nq, j0, nk, true, false);
             __syncthreads();
             bmm(Gq, y.ldD, P, y.ldT, 1, K, y.ldD, 1, nq, (int)D, nk, true); /* += ds K */
-            for (int r = threadIdx.x; r < nq; r += blockDim.x)
-                for (int cc = 0; cc < nk; cc++) gl[r] += P2[r * y.ldT + cc];
+            pwc_line_sums(gl, P2, y.ldT, 1, nq, nk); /* the rows' Σ_j dT_ij T_ij */
         }
         if (ci > 0) {
             const double Lp = pwc_le(a, L, ci - 1), *S = St + (bh * ns + ci - 1) * a.Dp * a.Dw;
@@ -781,8 +791,7 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
             __syncthreads();
             bmm(Gk, y.ldD, P, 1, y.ldT, X, y.ldD, 1, nk, (int)D, nq, true);  /* += dsᵀ Qs */
             bmm(Gv, y.ldW, P2, 1, y.ldT, G, y.ldW, 1, nk, (int)Dv, nq, true); /* += Tᵀ G */
-            for (int cc = threadIdx.x; cc < nk; cc += blockDim.x)
-                for (int r = 0; r < nq; r++) gl[cc] += P3[r * y.ldT + cc];
+            pwc_line_sums(gl, P3, 1, y.ldT, nk, nq); /* the keys' Σ_i dT_ij T_ij */
         }
         if (ci < ns) { /* the update that produced the state leaving this chunk */
             const double Le = pwc_le(a, L, ci), *Ds = Dt + (bh * ns + ci) * a.Dp * a.Dw;
