@@ -414,6 +414,23 @@ __device__ inline void bmm(double *C, int ldc, const double *A, int ai, int al, 
     else bmm_dmma<1>(C, ldc, A, ai, al, B, bl, bj, m, n, kk, acc);
 }
 
+/* The p = 2 chain rule after a feature tile's product, for n rows (or keys) of X with cotangents Gc
+ * (n × nf, leading dimension ldT): a warp per row; lane f < nf runs step(r, f), which scales Gc's
+ * element in place and returns the row's gate term for f, the terms summed into sum[r]; then the
+ * lanes add the row's J_φᵀ Gc_r into Gx's row by coordinate (lin_phi2_grad_warp). One thread per row
+ * before: one warp of the block busy. Every thread of the block calls. */
+template <class Step>
+__device__ inline void pwc_phi2_chain(const lin_tab &tab, const pwc_lay &y, int n, int nf, int64_t a0, const double *X,
+                                      double *Gc, double *Gx, double *sum, Step step) {
+    const int lane = (int)threadIdx.x & 31;
+    for (int r = (int)threadIdx.x >> 5; r < n; r += (int)blockDim.x >> 5) {
+        const double v = lin_warp_sum(lane < nf ? step(r, lane) : 0);
+        __syncwarp(); /* the row's scaled cotangents, read across the warp below */
+        if (lane == 0) sum[r] += v;
+        lin_phi2_grad_warp(tab, X + r * y.ldD, Gc + r * y.ldT, a0, nf, Gx + r * y.ldD, lane);
+    }
+}
+
 /* s[r] += Σ_{c<n} M[r·rs + c·cs] for r < m, n ≤ 32: a warp per r, a lane per c, the lanes' values
  * summed by a butterfly (lin_warp_sum). One thread per r walked n dependent adds while the block's
  * other warps waited at the next barrier. Every thread of the block calls. */
@@ -709,20 +726,13 @@ __global__ void pwc_bwq(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
                 __device__ void run(int64_t a0, int nf, const double *Sx) {
                     bmm(SG, y.ldT, G, y.ldW, 1, Sx, 1, y.ldW, nq, nf, (int)a.Dw, false); /* G̃ S̃ᵀ */
                     __syncthreads();
-                    if (a.tab.p == 2) { /* a warp per row, a lane per feature, then per coordinate */
-                        const int lane = (int)threadIdx.x & 31;
-                        for (int r = (int)threadIdx.x >> 5; r < nq; r += (int)blockDim.x >> 5) {
-                            double *sg = SG + r * y.ldT, v = 0;
-                            if (lane < nf) {
-                                v = Ph[r * y.ldT + lane] * sg[lane];
-                                sg[lane] *= Eq[r];
-                            }
-                            v = lin_warp_sum(v);
-                            __syncwarp(); /* sg's lanes, read across the warp below */
-                            if (lane == 0) gev[r] += v;
-                            lin_phi2_grad_warp(a.tab, X + r * y.ldD, sg, a0, nf, Gq + r * y.ldD, lane);
-                        }
-                    } else
+                    if (a.tab.p == 2)
+                        pwc_phi2_chain(a.tab, y, nq, nf, a0, X, SG, Gq, gev, [&](int r, int f) {
+                            const double v = Ph[r * y.ldT + f] * SG[r * y.ldT + f]; /* before e_r */
+                            SG[r * y.ldT + f] *= Eq[r];
+                            return v;
+                        });
+                    else
                         for (int r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: φ's chain rule */
                             double *sg = SG + r * y.ldT;
                             const double *ph = Ph + r * y.ldT, e = Eq[r];
@@ -807,22 +817,15 @@ __global__ void pwc_bwk(pwc_geo a, pwc_lay y, const T *q, const T *k, const T *v
                 __device__ void run(int64_t a0, int nf, const double *Dx) {
                     bmm(Tt, y.ldT, V, y.ldW, 1, Dx, 1, y.ldW, nk, nf, (int)a.Dw, false); /* Ṽ D̃ᵀ */
                     __syncthreads();
-                    if (a.tab.p == 2) { /* a warp per key, a lane per feature, then per coordinate */
-                        const int lane = (int)threadIdx.x & 31;
-                        for (int cc = (int)threadIdx.x >> 5; cc < nk; cc += (int)blockDim.x >> 5) {
-                            double *t = Tt + cc * y.ldT, v = 0;
-                            if (lane < nf) {
-                                double *ph = Ph + cc * y.ldT;
-                                t[lane] *= fk[cc];
-                                v = ph[lane] * t[lane];
-                                ph[lane] *= fk[cc];
-                            }
-                            v = lin_warp_sum(v);
-                            __syncwarp(); /* t's lanes, read across the warp below */
-                            if (lane == 0) gfv[cc] += v;
-                            lin_phi2_grad_warp(a.tab, K + cc * y.ldD, t, a0, nf, Gk + cc * y.ldD, lane);
-                        }
-                    } else
+                    if (a.tab.p == 2)
+                        pwc_phi2_chain(a.tab, y, nk, nf, a0, K, Tt, Gk, gfv, [&](int cc, int f) {
+                            double *t = Tt + cc * y.ldT + f, *ph = Ph + cc * y.ldT + f;
+                            *t *= fk[cc];
+                            const double v = *ph * *t; /* after f_j */
+                            *ph *= fk[cc];
+                            return v;
+                        });
+                    else
                         for (int cc = threadIdx.x; cc < nk; cc += blockDim.x) { /* one thread per key */
                             double *t = Tt + cc * y.ldT, *ph = Ph + cc * y.ldT, acc = gfv[cc];
                             for (int f = 0; f < nf; f++) {
