@@ -172,6 +172,7 @@ describe('cuda interpreter: half, bfloat16 and wmma', function()
       wmma_out_of_range = { 'not inside one device allocation', 'matrix_b __nv_bfloat16' },
       ldmatrix_misaligned = { 'ldmatrix', 'lane 0 (row 0 of matrix 0)', 'not 16-byte aligned' },
       ldmatrix_global = { 'ldmatrix', 'not inside one shared array' },
+      dmma_divergent = { 'lane 16', 'exited before the mma.sync.m8n8k4.f64' },
     }
     for _, s in ipairs(cu.ORDERS) do
       pn.cuda.with_schedule(s, function()

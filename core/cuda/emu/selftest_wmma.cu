@@ -23,6 +23,8 @@
  *   wmma_uninit_acc     mma_sync on an accumulator never filled: D is NaN
  *   ldmatrix_misaligned PTX ldmatrix (mma_ptx.cuh) with row addresses 8 bytes off: reported
  *   ldmatrix_global     ldmatrix from device memory instead of shared: reported
+ *   dmma_divergent      mma.sync m8n8k4 .f64 (pn_dmma_884) called by lanes 0–15 only, as a tile
+ *                       product inside a lane-dependent branch would: reported
  * (ldmatrix's values: spec/cuda_mma_spec.lua, through pn_cuda_mma_check)
  */
 #include "selftest.h"
@@ -246,6 +248,25 @@ pn_status ldmatrix_case(double *out, int64_t n, int bug) {
     return PN_OK;
 }
 
+/* ---- the f64 mma in a divergent branch ------------------------------------------------------ */
+__global__ void dmma_divergent_kernel(double *out) {
+    const int l = threadIdx.x;
+    double c[2] = {0, 0}, d[2] = {0, 0};
+    if (l < 16) pn_dmma_884(d, l, 1.0, c); /* the bug: a warp collective under a lane's branch */
+    out[2 * l] = d[0], out[2 * l + 1] = d[1];
+}
+
+pn_status dmma_divergent_case(double *out, int64_t n) {
+    Dev dout;
+    CK(cudaMalloc(&dout.p, sizeof(double) * 64));
+    CK(PN_LAUNCH(dmma_divergent_kernel, 1, 32, 0, 0, (double *)dout.p));
+    CK(cudaDeviceSynchronize());
+    std::vector<double> r(64);
+    CK(cudaMemcpy(r.data(), dout.p, sizeof(double) * 64, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) put(out, n, i, r[i]);
+    return PN_OK;
+}
+
 typedef __nv_bfloat16 bf16;
 typedef wm::row_major row;
 typedef wm::col_major col;
@@ -274,6 +295,7 @@ const Case cases[] = {
     {"wmma_uninit_acc", [](double *o, int64_t n) { return tile_case<bf16>(o, n, TB_UNINIT); }},
     {"ldmatrix_misaligned", [](double *o, int64_t n) { return ldmatrix_case(o, n, LB_MISALIGNED); }},
     {"ldmatrix_global", [](double *o, int64_t n) { return ldmatrix_case(o, n, LB_GLOBAL); }},
+    {"dmma_divergent", dmma_divergent_case},
 };
 
 } // namespace
