@@ -353,8 +353,9 @@ struct pwc_geo {
     int64_t BH, N, D, Dv, Dw, Dp, c, nc;
     int p;
     double scale;
-    const double *L; /* (BH, N) cumulative log gates */
-    lin_tab tab;     /* lin_tab_upload_full */
+    const double *L;   /* (BH, N) cumulative log gates */
+    const double *dec; /* (BH, nc) decay_m = exp(Le_m − Le_{m−1}), once a call (pwc_decays) */
+    lin_tab tab;       /* lin_tab_upload_full */
 };
 
 /* tiles of ct rows per chunk */
@@ -551,6 +552,16 @@ __global__ void pwc_state(pwc_geo a, pwc_lay y, int queries, const T *x, const T
     }
 }
 
+/* dec (BH, nc) ← decay_m = exp(Le_m − Le_{m−1}): once a call, not once per state element and chunk
+ * in the scans (135,200 exps per (b, h) and chunk at D = Dv = 64) */
+__global__ void pwc_decays(pwc_geo a, double *dec) {
+    PN_CU_LOOP(it, a.BH * a.nc) {
+        const int64_t bh = it / a.nc, m = it - bh * a.nc;
+        const double *L = a.L + bh * a.N;
+        dec[it] = exp(pwc_le(a, L, m) - pwc_le(a, L, m - 1));
+    }
+}
+
 /* The scan over chunk boundaries, one thread per (bh, element of Dp × Dw), in chunk order.
  * Forward: St[m] += decay_m St[m−1] (m = 1 … nc−2): the chunk products become the states entering
  * the chunks. Reverse: Dt[m] += decay_{m+1} Dt[m+1] (m = nc−3 … 0): the gradient of the state
@@ -561,10 +572,11 @@ __global__ void pwc_scan(pwc_geo a, double *S, int reverse) {
         const int64_t bh = it / E;
         const double *L = a.L + bh * a.N;
         double *s = S + bh * ns * E + (it - bh * E);
+        const double *dec = a.dec + bh * a.nc;
         if (!reverse)
-            for (int64_t m = 1; m < ns; m++) s[m * E] += exp(pwc_le(a, L, m) - pwc_le(a, L, m - 1)) * s[(m - 1) * E];
+            for (int64_t m = 1; m < ns; m++) s[m * E] += dec[m] * s[(m - 1) * E];
         else
-            for (int64_t m = ns - 2; m >= 0; m--) s[m * E] += exp(pwc_le(a, L, m + 1) - pwc_le(a, L, m)) * s[(m + 1) * E];
+            for (int64_t m = ns - 2; m >= 0; m--) s[m * E] += dec[m + 1] * s[(m + 1) * E];
     }
 }
 
@@ -877,10 +889,7 @@ __global__ void pwc_gdec(pwc_geo a, const double *St, const double *Dt, double *
             if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
             __syncthreads();
         }
-        if (threadIdx.x == 0) {
-            const double *L = a.L + bh * a.N;
-            gdec[blk] = live ? exp(pwc_le(a, L, ci) - pwc_le(a, L, ci - 1)) * red[0] : 0;
-        }
+        if (threadIdx.x == 0) gdec[blk] = live ? a.dec[bh * a.nc + ci] * red[0] : 0;
         __syncthreads(); /* red is rewritten for the next block */
     }
 }
@@ -951,6 +960,11 @@ pn_status pwc_plan_of(const char *op, const pn_tensor *q, const pn_tensor *v, co
     pw_geo g;
     PN_TRY(pw_setup(op, q, v, lg, p, 1, scale, s, &g));
     a.L = g.L;
+    double *dec = (double *)lin_alloc(s, a.BH * a.nc, PN_F64); /* at most L's size */
+    if (!dec) return pn_error(PN_ERR_OOM, "%s: out of device memory for q %s", op, pn_shape_str(q));
+    a.dec = dec;
+    if (a.BH * a.nc > 0)
+        PN_CU_TRY(op, PN_LAUNCH(pwc_decays, pn_cu_blocks(a.BH * a.nc), PN_CU_THREADS, 0, pn_cu_stream(), a, dec));
     return lin_tab_upload_full(op, tab, s, &a.tab);
 }
 
