@@ -117,8 +117,10 @@ __device__ inline void lin_phi_grad_part(const lin_tab &t, const double *x, cons
  * features of [a0, a0 + n) with first coordinate d are one contiguous range and those with
  * second coordinate d one feature per first coordinate the range spans. The terms are
  * lin_phi_grad_part's products (s = g w; x_i·s to gx[j], s·x_j to gx[i]; features with g = 0
- * skipped), summed in another order: rounding only. gphi's n ≤ 32 entries must be visible to
- * every lane (a __syncwarp after writing them). Needs lin_tab_upload_full. */
+ * skipped), summed in another order: rounding only. The weights in closed form (1 on the
+ * diagonal, √2 off it: the table's sqrt(2!/Π m!), the same doubles) instead of a global load a
+ * term. gphi's n ≤ 32 entries must be visible to every lane (a __syncwarp after writing them).
+ * Needs lin_tab_upload_full (the first coordinates of a0 and a0 + n − 1). */
 __device__ inline void lin_phi2_grad_warp(const lin_tab &t, const double *x, const double *gphi, int64_t a0, int n,
                                           double *gx, int lane) {
     const int64_t D = t.D, a1 = a0 + n, ilo = t.idx[a0 * 2], ihi = t.idx[(a1 - 1) * 2];
@@ -128,14 +130,14 @@ __device__ inline void lin_phi2_grad_warp(const lin_tab &t, const double *x, con
             const int64_t b = d * D - d * (d - 1) / 2, f1 = b + D - d < a1 ? b + D - d : a1;
             for (int64_t f = b > a0 ? b : a0; f < f1; f++) {
                 const double g = gphi[f - a0];
-                if (g != 0) acc += (g * t.w[f]) * x[d + (f - b)];
+                if (g != 0) acc += (g * (f == b ? 1.0 : PN_SQRT2)) * x[d + (f - b)];
             }
         }
         for (int64_t i = ilo; i <= d && i <= ihi; i++) { /* features (i, d), i ≤ d */
             const int64_t f = i * D - i * (i - 1) / 2 + (d - i);
             if (f < a0 || f >= a1) continue;
             const double g = gphi[f - a0];
-            if (g != 0) acc += x[i] * (g * t.w[f]);
+            if (g != 0) acc += x[i] * (g * (i == d ? 1.0 : PN_SQRT2));
         }
         gx[d] += acc;
     }
