@@ -570,7 +570,6 @@ __global__ void pwc_scan(pwc_geo a, double *S, int reverse) {
     const int64_t E = a.Dp * a.Dw, ns = a.nc - 1;
     PN_CU_LOOP(it, a.BH * E) {
         const int64_t bh = it / E;
-        const double *L = a.L + bh * a.N;
         double *s = S + bh * ns * E + (it - bh * E);
         const double *dec = a.dec + bh * a.nc;
         if (!reverse)
