@@ -33,6 +33,7 @@
  * the first offending index (atomicMin of an index is order-independent), the host reads it. */
 #include "scores.cuh"
 #include "../mma_ptx.cuh"
+#include "../ops/block_reduce.cuh" /* pn_cu_lanes_sum, _max, _or */
 
 #include <stdio.h>
 
@@ -504,24 +505,6 @@ template <typename T> __device__ T gdot_sh(const dcall<T> &c, const T *a, const 
     return acc;
 }
 
-/* the sum / max / or of v over the L neighbouring lanes that share a row (butterflies: every
- * lane ends with the same, order-independent value) */
-template <int L, typename T> __device__ T lanes_sum(T v) {
-    for (int o = 1; o < L; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-template <int L, typename T> __device__ T lanes_max(T v) {
-    for (int o = 1; o < L; o <<= 1) {
-        const T w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
-}
-template <int L> __device__ int lanes_or(int v) {
-    for (int o = 1; o < L; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* the block's keys [j0, j0 + N) staged: S::key under head hd, terms, γ, NaN flags */
 template <int N, typename T, typename S, typename Hd>
 __device__ void stage_keys(const dcall<T> &c, const Hd &hd, int64_t bh, int64_t j0, kstage<T> *ks) {
@@ -593,8 +576,8 @@ template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L
         }
         T alpha = 1;
         if (soft) {
-            nan |= lanes_or<TPR>(tnan);
-            const T mt = lanes_max<TPR>(tmax), mn = mt > m ? mt : m;
+            nan |= pn_cu_lanes_or<TPR>(tnan);
+            const T mt = pn_cu_lanes_max<TPR>(tmax), mn = mt > m ? mt : m;
             if (mn != (T)-INFINITY && mn != m) alpha = m == (T)-INFINITY ? (T)0 : pn_exp(m - mn);
             m = mn;
         }
@@ -607,7 +590,7 @@ template <typename T, typename S> __global__ void tfwd_kernel(dcall<T> c, tlay L
             Pr[jl] = p;
             ps += p;
         }
-        l = l * alpha + lanes_sum<TPR>(ps);
+        l = l * alpha + pn_cu_lanes_sum<TPR>(ps);
         __syncwarp();
         /* the row's visible keys of this tile (the row kernel never touches the others' v) */
         const int nv = kend - j0 < TK ? (int)(kend - j0 > 0 ? kend - j0 : 0) : TK;
@@ -687,8 +670,8 @@ template <typename T, typename S> __global__ void tbwq_kernel(dcall<T> c, dbw<T>
         grad_cols(c, dQ, Gr, Ks, L.ld, qs, TK, t); /* ∂G/∂q = k (dot) or k − q (distance) */
         __syncwarp();
     }
-    aq0 = lanes_sum<TPR>(aq0), aq1 = lanes_sum<TPR>(aq1);
-    b0 = lanes_sum<TPR>(b0), b1 = lanes_sum<TPR>(b1), b2 = lanes_sum<TPR>(b2);
+    aq0 = pn_cu_lanes_sum<TPR>(aq0), aq1 = pn_cu_lanes_sum<TPR>(aq1);
+    b0 = pn_cu_lanes_sum<TPR>(b0), b1 = pn_cu_lanes_sum<TPR>(b1), b2 = pn_cu_lanes_sum<TPR>(b2);
     if (!live) return;
     const double tq[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
     T *dqi = a.dq + r.x * c.D;
@@ -797,7 +780,7 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
         grad_cols(c, dK, Gt, Qs, L.ld, kr, TQ, t); /* ∂G/∂k = q (dot) or q − k (distance) */
         __syncwarp();
     }
-    s0 = lanes_sum<TPR>(s0), s1 = lanes_sum<TPR>(s1), sg = lanes_sum<TPR>(sg);
+    s0 = pn_cu_lanes_sum<TPR>(s0), s1 = pn_cu_lanes_sum<TPR>(s1), sg = pn_cu_lanes_sum<TPR>(sg);
     if (!live) return;
     const double tk[2] = {(S::terms & T_K0) ? s0 : 0.0, (S::terms & T_K1) ? s1 : 0.0};
     T *dkj = a.dk + y * c.D;
@@ -1038,8 +1021,8 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
         }
         float alpha = 1;
         if (soft) {
-            nan |= lanes_or<WTPR>(tnan);
-            const float mt = lanes_max<WTPR>(tmax), mn = mt > m ? mt : m;
+            nan |= pn_cu_lanes_or<WTPR>(tnan);
+            const float mt = pn_cu_lanes_max<WTPR>(tmax), mn = mt > m ? mt : m;
             if (mn != -INFINITY && mn != m) alpha = m == -INFINITY ? 0.0f : pn_exp(m - mn);
             m = mn;
         }
@@ -1052,7 +1035,7 @@ template <typename H, typename S> __global__ void wfwd_kernel(dcall<float> c, wl
             Prow[jl] = to16<H>(p);
             ps += p;
         }
-        l = l * alpha + lanes_sum<WTPR>(ps);
+        l = l * alpha + pn_cu_lanes_sum<WTPR>(ps);
         __syncwarp();
         w_ab_into(Pw, L.ldp, Vs, L.ldv, c.Dv, L.Dvp, Sw, L.lds, Sr, Orow, alpha, nan != 0, t); /* O_w = O_w·α + P_w·V */
     }
@@ -1333,8 +1316,8 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
         if (soft)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                nan[h] |= lanes_or<4>(tnan[h]);
-                const float mt = lanes_max<4>(tmax[h]), mn = mt > m[h] ? mt : m[h];
+                nan[h] |= pn_cu_lanes_or<4>(tnan[h]);
+                const float mt = pn_cu_lanes_max<4>(tmax[h]), mn = mt > m[h] ? mt : m[h];
                 if (mn != -INFINITY && mn != m[h]) alpha[h] = m[h] == -INFINITY ? 0.0f : pn_cu_exp_sfu(m[h] - mn);
                 m[h] = mn;
                 zero[h] = nan[h] || mn == -INFINITY;
@@ -1372,7 +1355,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
             weights(std::false_type{});
         }
 #pragma unroll
-        for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + lanes_sum<4>(ps[h]);
+        for (int h = 0; h < 2; h++) l[h] = l[h] * alpha[h] + pn_cu_lanes_sum<4>(ps[h]);
         pn_cu_cp_async_wait<0>(); /* Vᵀ's tile: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads K's tile or ks any more: the next K tile may come */
         if (j0 + WK < kend_blk) fetch_k(j0 + WK);
@@ -1471,8 +1454,8 @@ template <typename H, typename S> __global__ void wbwq_kernel(dcall<float> c, db
         __syncwarp();
         if (c.gemm) w_ab_into(Gw, L.ldp, Ks, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dQrow, 1.0f, false, t);
     }
-    aq0 = lanes_sum<WTPR>(aq0), aq1 = lanes_sum<WTPR>(aq1), gsum = lanes_sum<WTPR>(gsum);
-    b0 = lanes_sum<WTPR>(b0), b1 = lanes_sum<WTPR>(b1), b2 = lanes_sum<WTPR>(b2);
+    aq0 = pn_cu_lanes_sum<WTPR>(aq0), aq1 = pn_cu_lanes_sum<WTPR>(aq1), gsum = pn_cu_lanes_sum<WTPR>(gsum);
+    b0 = pn_cu_lanes_sum<WTPR>(b0), b1 = pn_cu_lanes_sum<WTPR>(b1), b2 = pn_cu_lanes_sum<WTPR>(b2);
     if (!live) return;
     const double tq[2] = {(S::terms & T_Q0) ? aq0 : 0.0, (S::terms & T_Q1) ? aq1 : 0.0};
     float *dqi = a.dq + r.x * c.D;
@@ -1622,8 +1605,8 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        aq0[h] = lanes_sum<4>(aq0[h]), aq1[h] = lanes_sum<4>(aq1[h]), gsum[h] = lanes_sum<4>(gsum[h]);
-        b0[h] = lanes_sum<4>(b0[h]), b1[h] = lanes_sum<4>(b1[h]), b2[h] = lanes_sum<4>(b2[h]);
+        aq0[h] = pn_cu_lanes_sum<4>(aq0[h]), aq1[h] = pn_cu_lanes_sum<4>(aq1[h]), gsum[h] = pn_cu_lanes_sum<4>(gsum[h]);
+        b0[h] = pn_cu_lanes_sum<4>(b0[h]), b1[h] = pn_cu_lanes_sum<4>(b1[h]), b2[h] = pn_cu_lanes_sum<4>(b2[h]);
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1740,7 +1723,7 @@ template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<flo
             if (c.gemm) w_ab_into(Gw, L.ldp, Qs, L.ldq, c.Dg, L.Dp, Sw, L.lds, Sr, dKrow, 1.0f, false, t);
         }
     }
-    s0 = lanes_sum<WTPR>(s0), s1 = lanes_sum<WTPR>(s1), sg = lanes_sum<WTPR>(sg), gsum = lanes_sum<WTPR>(gsum);
+    s0 = pn_cu_lanes_sum<WTPR>(s0), s1 = pn_cu_lanes_sum<WTPR>(s1), sg = pn_cu_lanes_sum<WTPR>(sg), gsum = pn_cu_lanes_sum<WTPR>(gsum);
     if (FR) { /* the warp's accumulators into its own f32 tiles (free now), read below as rows */
         __syncwarp();
 #pragma unroll
@@ -1927,8 +1910,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        s0[h] = lanes_sum<4>(s0[h]), s1[h] = lanes_sum<4>(s1[h]);
-        sg[h] = lanes_sum<4>(sg[h]), gsum[h] = lanes_sum<4>(gsum[h]);
+        s0[h] = pn_cu_lanes_sum<4>(s0[h]), s1[h] = pn_cu_lanes_sum<4>(s1[h]);
+        sg[h] = pn_cu_lanes_sum<4>(sg[h]), gsum[h] = pn_cu_lanes_sum<4>(gsum[h]);
     }
     const double kap = c.hp[hh].v[PN_P_curvature];
 #pragma unroll

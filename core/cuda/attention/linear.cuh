@@ -5,7 +5,6 @@
 #define PN_CUDA_ATTENTION_LINEAR_CUH
 
 #include "../cuda.cuh"
-#include "../ops/block_reduce.cuh" /* pn_cu_shfl_xor */
 #include "../../attention/linear_math.h"
 
 namespace {
@@ -141,12 +140,6 @@ __device__ inline void lin_phi2_grad_warp(const lin_tab &t, const double *x, con
         }
         gx[d] += acc;
     }
-}
-
-/* v summed over the 32 lanes of a warp, every lane getting the same bits (a butterfly; a + b = b + a) */
-__device__ inline double lin_warp_sum(double v) {
-    for (int m = 16; m > 0; m >>= 1) v += pn_cu_shfl_xor(v, m);
-    return v;
 }
 
 } // namespace

@@ -44,6 +44,7 @@
  * stays finite there). Tiles too wide for the device's shared memory (D or Dv in the hundreds) run
  * the quadratic kernels, which compute the same function. */
 #include "../mma_ptx.cuh" /* pn_dmma_884 */
+#include "../ops/block_reduce.cuh" /* pn_cu_lanes_sum */
 #include "linear.cuh"
 
 #include <stdlib.h> /* getenv: PENUMBRA_CUDA_POWER_TILE */
@@ -425,7 +426,7 @@ __device__ inline void pwc_phi2_chain(const lin_tab &tab, const pwc_lay &y, int 
                                       double *Gc, double *Gx, double *sum, Step step) {
     const int lane = (int)threadIdx.x & 31;
     for (int r = (int)threadIdx.x >> 5; r < n; r += (int)blockDim.x >> 5) {
-        const double v = lin_warp_sum(lane < nf ? step(r, lane) : 0);
+        const double v = pn_cu_lanes_sum<32>(lane < nf ? step(r, lane) : 0);
         __syncwarp(); /* the row's scaled cotangents, read across the warp below */
         if (lane == 0) sum[r] += v;
         lin_phi2_grad_warp(tab, X + r * y.ldD, Gc + r * y.ldT, a0, nf, Gx + r * y.ldD, lane);
@@ -433,12 +434,12 @@ __device__ inline void pwc_phi2_chain(const lin_tab &tab, const pwc_lay &y, int 
 }
 
 /* s[r] += Σ_{c<n} M[r·rs + c·cs] for r < m, n ≤ 32: a warp per r, a lane per c, the lanes' values
- * summed by a butterfly (lin_warp_sum). One thread per r walked n dependent adds while the block's
+ * summed by a butterfly (pn_cu_lanes_sum). One thread per r walked n dependent adds while the block's
  * other warps waited at the next barrier. Every thread of the block calls. */
 __device__ inline void pwc_line_sums(double *s, const double *M, int rs, int cs, int m, int n) {
     const int lane = (int)threadIdx.x & 31;
     for (int r = (int)threadIdx.x >> 5; r < m; r += (int)blockDim.x >> 5) {
-        const double v = lin_warp_sum(lane < n ? M[r * rs + lane * cs] : 0);
+        const double v = pn_cu_lanes_sum<32>(lane < n ? M[r * rs + lane * cs] : 0);
         if (lane == 0) s[r] += v;
     }
 }

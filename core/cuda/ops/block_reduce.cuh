@@ -24,6 +24,25 @@ __device__ __forceinline__ double pn_cu_shfl_xor(double v, int m) { return __shf
 __device__ __forceinline__ float pn_cu_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ long long pn_cu_shfl_xor(long long v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 
+/* the sum / max / or of v over the L neighbouring lanes of a group (L a power of two ≤ 32, every
+ * lane of the warp calling): butterflies, so every lane ends with the same, order-independent
+ * value (a + b = b + a bit for bit) */
+template <int L, typename T> __device__ T pn_cu_lanes_sum(T v) {
+    for (int o = 1; o < L; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <int L, typename T> __device__ T pn_cu_lanes_max(T v) {
+    for (int o = 1; o < L; o <<= 1) {
+        const T w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+template <int L> __device__ int pn_cu_lanes_or(int v) {
+    for (int o = 1; o < L; o <<= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* Every thread's v combined by op (a functor: V op(V u, V v), u the lower-numbered part);
  * sh: PN_CU_MAX_WARPS values of shared memory, free again when this returns. */
 template <class V, class Op> __device__ V pn_cu_block_reduce(V v, V *sh, const Op &op) {
