@@ -309,9 +309,10 @@ end
 
 -- ---- specs -----------------------------------------------------------------------------------------
 describe('attention values against the naive reference', function()
-  -- shapes cycle through 4-D, 3-D and 2-D inputs, Nq ≠ Nk and Dv ≠ D
+  -- shapes cycle through 4-D, 3-D and 2-D inputs, Nq ≠ Nk and Dv ≠ D; in f32 the first takes the
+  -- microkernel (Nq > 8), the others the forward for few query rows (dense_mk.h's PN_FEW_ROWS)
   local SHAPES = {
-    { { 2, 2, 5, 4 }, { 2, 2, 7, 4 }, { 2, 2, 7, 3 } },
+    { { 2, 2, 11, 4 }, { 2, 2, 13, 4 }, { 2, 2, 13, 3 } },
     { { 2, 6, 3 }, { 2, 4, 3 }, { 2, 4, 5 } },
     { { 6, 4 }, { 6, 4 }, { 6, 2 } },
   }
@@ -355,6 +356,28 @@ describe('attention values against the naive reference', function()
           local q, k, v = make_qkv(case, { 1, 1, 140, 3 }, { 1, 1, 600, 3 }, { 1, 1, 600, 2 }, 'f64', 7)
           local opts = merge(case[3], { score = name, causal = causal })
           assert_close(vals(pn.attention(q, k, v, opts)), naive(q, k, v, opts), 1e-10, name .. ' multi-tile')
+        end
+      end
+    end
+  end)
+
+  -- f32 calls with at most 8 query rows (PN_FEW_ROWS: a decoding step's one row per head) read
+  -- K and V in place instead of packing them for the microkernel; the last rows of a causal
+  -- call see the same keys, so they must come out the same from either path
+  it('a call with few query rows (a decoding step) equals those rows of a larger call, f32', function()
+    for _, name in ipairs(DENSE) do
+      for _, case in ipairs(cases_of(name)) do
+        for ni, norm in ipairs(NORMS) do
+          local q, k, v = make_qkv(case, { 2, 3, 12, 5 }, { 2, 3, 20, 5 }, { 2, 3, 20, 4 }, 'f32', 60 + ni)
+          local opts = merge(case[3], { score = name, normalize = norm, causal = true })
+          if ni == 2 then opts.aggregate = 'einstein' end
+          local full = pn.attention(q, k, v, opts)
+          for _, n in ipairs({ 1, 2, 8 }) do
+            local got = pn.attention(q:narrow(3, 12 - n + 1, n), k, v, opts)
+            assert.same({ 2, 3, n, 4 }, got:shape())
+            assert_close(vals(got), vals(full:narrow(3, 12 - n + 1, n)), 1e-5,
+              string.format('%s %s %d rows', case[1], norm, n))
+          end
         end
       end
     end

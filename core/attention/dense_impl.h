@@ -299,6 +299,49 @@ PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, 
 }
 #endif
 
+#if PN_DENSE_MK
+/* The forward of a call with at most PN_FEW_ROWS query rows (an incremental decoding step: one
+ * row per head against the cached keys): packing every head's K and V into the microkernel's
+ * panels would cost as much as the products (each key is used by that one row), and the
+ * microkernel's MR-row blocks would run mostly empty. These loops read K and V in place. A
+ * distance score's −½‖q − k‖² comes from the differences themselves (no expansion, so nothing
+ * to fix near q = k).
+ * G (m, ldg) = Q·Kᵀ over the first Dg coordinates, or −½‖q − k‖² (diff); Q, K row strides ldq, ldk */
+static void SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q, int64_t ldq, const real *K,
+                                 int64_t ldk, bool diff, real *G, int64_t ldg) {
+    for (int64_t j = 0; j < n; j++) { /* keys outermost: each is read once, the m rows stay in L1 */
+        const real *k = K + j * ldk;
+        for (int64_t i = 0; i < m; i++) {
+            const real *q = Q + i * ldq;
+            real s = 0;
+            if (diff) {
+                #pragma omp simd reduction(+ : s)
+                for (int64_t d = 0; d < Dg; d++) s += (q[d] - k[d]) * (q[d] - k[d]);
+                s *= (real)-0.5;
+            } else {
+                #pragma omp simd reduction(+ : s)
+                for (int64_t d = 0; d < Dg; d++) s += q[d] * k[d];
+            }
+            G[i * ldg + j] = s;
+        }
+    }
+}
+
+/* acc (m, Dv; row stride ldacc) += P (m, n; row stride ldp) · V (n, Dv; row stride Dv), V in place */
+static void SFX(few_rows_pv)(int64_t m, int64_t n, int64_t Dv, const real *P, int64_t ldp, const real *V, real *acc,
+                             int64_t ldacc) {
+    for (int64_t j = 0; j < n; j++) { /* each value row read once, as the keys above */
+        const real *v = V + j * Dv;
+        for (int64_t i = 0; i < m; i++) {
+            const real p = P[i * ldp + j]; /* p = 0 too: 0·NaN is NaN, as in the GEMM */
+            real *a = acc + i * ldacc;
+            #pragma omp simd
+            for (int64_t d = 0; d < Dv; d++) a[d] += p * v[d];
+        }
+    }
+}
+#endif
+
 /* G (m, ldg) = the scores' product of rows [0, m) of Q (qn: their norms) with keys [j0, j0+n) of
  * head bh: q_g·k_g, or −½‖q_g − k_g‖² for a distance score (diff_fix where the expansion
  * cancelled: near as there), or 0 without a product. On the microkernel (f32; pk: the packed
@@ -314,6 +357,10 @@ static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int6
     const real *K = (const real *)c->k + (bh * c->Nk + j0) * D;
     const real *kn = c->st.plan.diff ? (const real *)c->kt[0] + bh * c->Nk + j0 : NULL;
 #if PN_DENSE_MK
+    if (!pk) { /* a call with few query rows (forward): products read K in place */
+        SFX(few_rows_scores)(m, n, Dg, Q, D, K, D, kn != NULL, G, ldg);
+        return 0;
+    }
     const pn_microkernel *mk = pk->mk;
     const int64_t NR = mk->nr;
     const real *Kr = pk->Kr + bh * pk->nkp * Dg + j0 * Dg;
@@ -401,6 +448,10 @@ static void SFX(fwd_finish)(const pn_attn_call *c, int64_t bh, int64_t i0, int64
 static inline void SFX(tile_pv)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t m, int64_t j0,
                                 int64_t n, const real *P, int64_t ldp, real *acc, int64_t ldacc) {
 #if PN_DENSE_MK
+    if (!pk) {
+        SFX(few_rows_pv)(m, n, c->Dv, P, ldp, (const real *)c->v + (bh * c->Nk + j0) * c->Dv, acc, ldacc);
+        return;
+    }
     const int64_t NR = pk->mk->nr;
     mk_prod(pk->mk, m, c->Dv, n, P, ldp, 1, pk->Vc + bh * pk->Dvp * c->Nk + j0 * NR, c->Nk * NR, acc, ldacc, 1);
 #else
@@ -461,9 +512,11 @@ static pn_status SFX(forward)(const pn_attn_call *c, real *out, real *stat) {
     const pn_microkernel *mk = pn_mk_get();
     if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
     mk_packed pkd;
-    PN_TRY(mk_pack(c, mk, (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0) | MK_VC, &pkd));
-    pk = &pkd;
-    ldacc = pkd.Dvp;
+    if (c->Nq > PN_FEW_ROWS) { /* else pk stays NULL: few_rows_scores, few_rows_pv */
+        PN_TRY(mk_pack(c, mk, (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0) | MK_VC, &pkd));
+        pk = &pkd;
+        ldacc = pkd.Dvp;
+    }
 #endif
     const int64_t nqt = (c->Nq + PN_MK_TQ - 1) / PN_MK_TQ, items = c->BH * nqt;
     int oom = 0;
