@@ -57,6 +57,44 @@ describe('nn.Transformer', function()
     end
   end)
 
+  it('grouped decoding (g rows a memory row, as beam search runs) equals each row with its own copy of the memory',
+    function()
+    local src = ids({ { 5, 6, 7, 8, 9, 10 }, { 11, 4, 5, PAD, PAD, PAD } })
+    local function diff(a, b) return (a - b):abs():max():item() end
+    for _, c in ipairs(CONFIGS) do
+      pn.manual_seed(7)
+      local m = tiny(c)
+      m:eval()
+      local mem, mask = m:encode(src, mask_of(src)), mask_of(src)
+      local rep = ids({ 0, 0, 0, 1, 1, 1 })
+      local steps = { { BOS, BOS, BOS, BOS, BOS, BOS }, { 4, 5, 6, 8, 9, 10 }, { 7, 7, 4, 11, 8, 8 }, { 4, 5, 6 } }
+      -- one decoding at a time: the linear self-attentions keep their state in the module
+      local function run(grouped)
+        local st = grouped and m:begin_decode(mem, mask, 3) -- rows 0-2: sentence 0, rows 3-5: sentence 1
+          or m:begin_decode(mem:index_select(1, rep), mask:index_select(1, rep))
+        local out = {}
+        for t, tk in ipairs(steps) do
+          out[t] = m:decode_step(st, ids(tk))
+          -- beams reshuffled within each sentence: the memory stays (false)
+          if t == 2 then m:reorder(st, ids({ 2, 0, 0, 4, 3, 5 }), grouped and false or nil) end
+          -- sentence 0 finishes: its rows and its memory row leave
+          if t == 3 then m:reorder(st, ids({ 5, 3, 4 }), grouped and ids({ 1 }) or nil) end
+        end
+        return out, st
+      end
+      local a, st = run(true)
+      local b = run(false)
+      for t = 1, #steps do
+        local d = diff(a[t], b[t])
+        assert(d < 1e-6, name_of(c) .. ': step ' .. t .. ' differs by ' .. d)
+      end
+      assert.same({ 3, 12 }, a[4]:shape())
+      local ok, err = pcall(m.decode_step, m, st, ids({ 4, 5 }))
+      assert.is_false(ok)
+      assert.matches('2 tokens for 1 memory rows of 3 decoding rows each', err, 1, true)
+    end
+  end)
+
   it('beam search with beam 1 chooses what greedy decoding chooses', function()
     for _, c in ipairs({ CONFIGS[1], CONFIGS[3], CONFIGS[8], CONFIGS[9] }) do
       pn.manual_seed(3)

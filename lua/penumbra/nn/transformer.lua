@@ -28,9 +28,15 @@
 --   (B, H, S, S) (nil without encoder layers) and the last decoder layer's cross-attention
 --   weights (B, H, T, S)
 -- Incremental decoding (nn/translate.lua drives it; no autograd):
---   st = model:begin_decode(memory, src_mask)     -- cross-attention keys/values computed once
---   logits = model:decode_step(st, tokens (B) i64)  → (B, vocab), position st.t (from 0)
---   model:reorder(st, idx (B') i64 [, same_sources]) -- keep / repeat rows (beams, finished sentences)
+--   st = model:begin_decode(memory, src_mask [, group])  -- cross-attention keys/values computed once
+--   logits = model:decode_step(st, tokens (R) i64)  → (R, vocab), position st.t (from 0)
+--   model:reorder(st, idx (R') i64 [, mem_idx])    -- keep / repeat rows (beams, finished sentences)
+-- With group g (beam search: the beam), the decoding rows come in runs of g per memory row: row r
+-- reads memory row ⌊r / g⌋, and the cross-attention takes a run's g rows as g queries against
+-- its one memory row (the memory is neither copied per beam nor read once per beam). reorder's
+-- idx keeps and repeats decoding rows (caches, recurrent states); mem_idx the memory rows (and
+-- their mask) when the sentences change, false to keep the memory as it is; omitted: idx with
+-- g = 1 (rows are memory rows), the memory as it is with g > 1.
 -- softmax self-attention caches each layer's mapped keys and values; the linear family keeps
 -- its recurrent state (pn.cosine_state / pn.power_state) and reorders it in place.
 return function(nn, pn)
@@ -121,8 +127,8 @@ return function(nn, pn)
     end)
     return sublayer(self, y, self.norm3, function(h) return self.ffn(h) end)
   end
-  -- one position: y (B, 1, d); cache = this layer's decoding state
-  function DecLayer:step(y, cache, mask)
+  -- one position: y (R, 1, d); cache = this layer's decoding state; g rows per memory row
+  function DecLayer:step(y, cache, mask, g)
     y = sublayer(self, y, self.norm1, function(h)
       if self.linear then
         local s = h:shape()
@@ -134,7 +140,10 @@ return function(nn, pn)
       return self.self_attn:attend(h, cache.k, cache.v)
     end)
     y = sublayer(self, y, self.norm2, function(h)
-      return self.cross_attn:attend(h, cache.mem_k, cache.mem_v, { mask = mask })
+      if g == 1 then return self.cross_attn:attend(h, cache.mem_k, cache.mem_v, { mask = mask }) end
+      local s = h:shape() -- a run of g rows: g queries of one memory row
+      return self.cross_attn:attend(h:view(s[1] / g, g, s[3]), cache.mem_k, cache.mem_v, { mask = mask })
+        :view(s[1], 1, s[3])
     end)
     return sublayer(self, y, self.norm3, function(h) return self.ffn(h) end)
   end
@@ -269,9 +278,13 @@ return function(nn, pn)
   end
 
   -- ---- incremental decoding -------------------------------------------------------------------
-  function TF:begin_decode(memory, src_mask)
+  function TF:begin_decode(memory, src_mask, group)
+    group = group or 1
+    if type(group) ~= 'number' or group < 1 or group % 1 ~= 0 then
+      error('begin_decode: group must be a whole number >= 1, got ' .. tostring(group), 2)
+    end
     return pn.no_grad(function()
-      local st = { t = 0, mask = src_mask, layers = {} }
+      local st = { t = 0, mask = src_mask, layers = {}, group = group }
       for i, l in ipairs(self.dec) do
         local k, v = l.cross_attn:keys_values(memory)
         st.layers[i] = { mem_k = k, mem_v = v }
@@ -284,24 +297,33 @@ return function(nn, pn)
   function TF:decode_step(st, tokens)
     return pn.no_grad(function()
       local b = tokens:numel()
+      local m = st.layers[1] and st.layers[1].mem_k
+      if m and b ~= m:shape()[1] * st.group then
+        error(string.format('decode_step: %d tokens for %d memory rows of %d decoding rows each', b, m:shape()[1],
+          st.group), 3)
+      end
       local y = self:embed_tokens(tokens:reshape(b, 1), st.t)
-      for i, l in ipairs(self.dec) do y = l:step(y, st.layers[i], st.mask) end
+      for i, l in ipairs(self.dec) do y = l:step(y, st.layers[i], st.mask, st.group) end
       st.t = st.t + 1
       return self:logits(y):view(b, self.o.vocab)
     end)
   end
 
-  -- keep rows idx (i64, 0-based, repeats allowed) of every cached tensor and recurrent state;
-  -- same_sources = true says row r of the result decodes the same source sentence as row r
-  -- did (beams swapped within each sentence), so the memory's keys, values and mask stay
-  local MEMORY = { mem_k = true, mem_v = true }
-  function TF:reorder(st, idx, same_sources)
+  -- keep rows idx (i64, 0-based, repeats allowed) of every cached tensor and recurrent state, and
+  -- memory rows mem_idx of the memory's keys, values and mask (see begin_decode above)
+  function TF:reorder(st, idx, mem_idx)
+    if mem_idx == nil and st.group == 1 then mem_idx = idx end
     pn.no_grad(function()
-      if st.mask and not same_sources then st.mask = st.mask:index_select(1, idx) end
+      if st.mask and mem_idx then st.mask = st.mask:index_select(1, mem_idx) end
       for i, l in ipairs(self.dec) do
         local c = st.layers[i]
-        for _, k in ipairs({ 'k', 'v', 'mem_k', 'mem_v' }) do
-          if c[k] and not (same_sources and MEMORY[k]) then c[k] = c[k]:index_select(1, idx) end
+        for _, k in ipairs({ 'k', 'v' }) do
+          if c[k] then c[k] = c[k]:index_select(1, idx) end
+        end
+        if mem_idx then
+          for _, k in ipairs({ 'mem_k', 'mem_v' }) do
+            if c[k] then c[k] = c[k]:index_select(1, mem_idx) end
+          end
         end
         if l.linear then l.self_attn:reorder_state(idx) end
       end

@@ -85,81 +85,92 @@ return function(nn, pn)
     return out, scores
   end
 
+  -- Every unfinished sentence holds exactly K rows of the decoding state, in a run (begin_decode's
+  -- group = K): the cross-attention then reads each sentence's memory once for its K beams, and
+  -- the memory is only compacted when sentences finish. Rows without a hypothesis (all but the
+  -- first at the start, fairseq's way; and a sentence left with fewer than K candidates) are
+  -- fillers: never scanned, their state a copy of a live row's.
   local function beam_search(self, st, B, maxlen, K, lenpen)
     local c = self.o
     local V = c.vocab
-    -- live hypotheses: one row each of the decoding state
+    -- live rows, K per sentence: { sent, tokens, score } or a filler { sent, filler = true }
     local live = {}
-    for i = 1, B do live[i] = { sent = i, tokens = {}, score = 0 } end
+    for i = 1, B do
+      live[#live + 1] = { sent = i, tokens = {}, score = 0 }
+      for _ = 2, K do live[#live + 1] = { sent = i, filler = true } end
+    end
     local finished = {}
     for i = 1, B do finished[i] = {} end
     local cs, cr, cw = {}, {}, {} -- candidate buffer of one sentence, sorted by score (descending)
+    local t = 0                   -- every hypothesis has t tokens
     while #live > 0 do
       local toks = {}
-      for r, h in ipairs(live) do toks[r] = h.tokens[#h.tokens] or c.bos end
+      for r, h in ipairs(live) do toks[r] = not h.filler and h.tokens[t] or c.bos end
       local lp, p = host_logprobs(self:decode_step(st, ids_tensor(self, toks)))
-      local next_live, parents = {}, {}
-      local r = 1
-      while r <= #live do
+      local next_live, parents, sents = {}, {}, {}
+      for r = 1, #live, K do
         local i = live[r].sent
-        local r_end = r
-        while r_end + 1 <= #live and live[r_end + 1].sent == i do r_end = r_end + 1 end
         -- the best 2K (score, row, word) candidates of sentence i
         local n, cap = 0, 2 * K
-        local forced = #live[r].tokens >= maxlen[i]
-        for rr = r, r_end do
-          local base, s0 = (rr - 1) * V, live[rr].score
-          local w0, w1 = 0, V - 1
-          if forced then w0, w1 = c.eos, c.eos end
-          for w = w0, w1 do
-            if w ~= c.pad and w ~= c.bos then
-              local v = s0 + p[base + w]
-              if v ~= v then v = NEG end
-              if n < cap or v > cs[n] then
-                local j = n < cap and n + 1 or n
-                while j > 1 and cs[j - 1] < v do
-                  cs[j], cr[j], cw[j] = cs[j - 1], cr[j - 1], cw[j - 1]
-                  j = j - 1
+        local forced = t >= maxlen[i]
+        for rr = r, r + K - 1 do
+          local h = live[rr]
+          if not h.filler then
+            local base, s0 = (rr - 1) * V, h.score
+            local w0, w1 = 0, V - 1
+            if forced then w0, w1 = c.eos, c.eos end
+            for w = w0, w1 do
+              if w ~= c.pad and w ~= c.bos then
+                local v = s0 + p[base + w]
+                if v ~= v then v = NEG end
+                if n < cap or v > cs[n] then
+                  local j = n < cap and n + 1 or n
+                  while j > 1 and cs[j - 1] < v do
+                    cs[j], cr[j], cw[j] = cs[j - 1], cr[j - 1], cw[j - 1]
+                    j = j - 1
+                  end
+                  cs[j], cr[j], cw[j] = v, rr, w
+                  if n < cap then n = n + 1 end
                 end
-                cs[j], cr[j], cw[j] = v, rr, w
-                if n < cap then n = n + 1 end
               end
             end
           end
         end
-        local fin, kept = finished[i], 0
+        local fin, kept, first = finished[i], 0, #next_live
         for j = 1, n do
           local h = live[cr[j]]
           if cw[j] == c.eos then
             if j <= K and #fin < K then
-              fin[#fin + 1] = { tokens = h.tokens, score = cs[j], norm = cs[j] / ((#h.tokens + 1) ^ lenpen) }
+              fin[#fin + 1] = { tokens = h.tokens, score = cs[j], norm = cs[j] / ((t + 1) ^ lenpen) }
             end
           elseif kept < K and cs[j] > NEG then
-            local t = {}
-            for q = 1, #h.tokens do t[q] = h.tokens[q] end
-            t[#t + 1] = cw[j]
-            next_live[#next_live + 1] = { sent = i, tokens = t, score = cs[j] }
+            local tk = {}
+            for q = 1, t do tk[q] = h.tokens[q] end
+            tk[t + 1] = cw[j]
+            next_live[#next_live + 1] = { sent = i, tokens = tk, score = cs[j] }
             parents[#parents + 1] = cr[j] - 1
             kept = kept + 1
           end
         end
-        if #fin >= K or forced then
+        if #fin >= K or forced or kept == 0 then
           -- done: drop this sentence's new live hypotheses
-          while #next_live > 0 and next_live[#next_live].sent == i do
-            next_live[#next_live] = nil
-            parents[#parents] = nil
+          for q = #next_live, first + 1, -1 do
+            next_live[q] = nil
+            parents[q] = nil
           end
+        else
+          for _ = kept + 1, K do -- fillers: the state of the sentence's first kept row
+            next_live[#next_live + 1] = { sent = i, filler = true }
+            parents[#parents + 1] = parents[first + 1]
+          end
+          sents[#sents + 1] = (r - 1) / K -- the sentence's memory row now
         end
-        r = r_end + 1
       end
       lp = nil
-      -- the same sentences in the same rows (beams reshuffled within each): the memory stays
-      local same = #next_live == #live
-      for j = 1, same and #live or 0 do
-        if next_live[j].sent ~= live[j].sent then same = false break end
-      end
+      t = t + 1
+      local same = #next_live == #live -- the same sentences: the memory stays
       live = next_live
-      if #live > 0 then self:reorder(st, ids_tensor(self, parents), same) end
+      if #live > 0 then self:reorder(st, ids_tensor(self, parents), not same and ids_tensor(self, sents) or false) end
     end
     local out, scores = {}, {}
     for i = 1, B do
@@ -192,7 +203,7 @@ return function(nn, pn)
     self:eval()
     local ok, out, scores = pcall(function()
       return pn.no_grad(function()
-        local st = self:begin_decode(self:encode(src, mask), mask)
+        local st = self:begin_decode(self:encode(src, mask), mask, search == beam_search and K or 1)
         return search(self, st, B, maxlen, K, lenpen)
       end)
     end)
