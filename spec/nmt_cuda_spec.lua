@@ -14,6 +14,24 @@ local function run(device, precision)
 end
 
 describe('NMT recipe on cuda', function()
+  -- beam search on the device: its grouped decoding state (a run of `beam` rows per sentence, the
+  -- cross-attention's queries of one memory row) and reorders, against the same model on the CPU
+  it_cuda('beam search (beam 3) on the device chooses what it chooses on the CPU', function()
+    for _, score in ipairs({ 'dot', 'umbral' }) do
+      pn.manual_seed(5)
+      local m = pn.nn.Transformer({ vocab = 12, d_model = 16, heads = 2, ff = 32, enc_layers = 1, dec_layers = 2,
+        dropout = 0, score = score })
+      local src = pn.tensor({ { 5, 6, 7, 8 }, { 9, 10, 0, 0 }, { 4, 0, 0, 0 } }, { dtype = 'i64' })
+      local h, s = m:translate(src, { beam = 3 })
+      m:to('cuda')
+      local hg, sg = m:translate(src:to('cuda'), { beam = 3 })
+      for i = 1, 3 do
+        assert.same(h[i], hg[i])
+        assert.is_true(math.abs(s[i] - sg[i]) <= 1e-4, string.format('%s sentence %d: cpu %.6f, cuda %.6f', score, i, s[i], sg[i]))
+      end
+    end
+  end)
+
   it_cuda('nmt_multi30k_umbral device=cuda: the CPU run\'s validation and test losses', function()
     local c, g = run('cpu'), run('cuda')
     for _, key in ipairs({ 'val_loss', 'test_loss', 'val_nll' }) do
