@@ -305,7 +305,8 @@ PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, 
  * panels would cost as much as the products (each key is used by that one row), and the
  * microkernel's MR-row blocks would run mostly empty. These loops read K and V in place. A
  * distance score's −½‖q − k‖² comes from the differences themselves (no expansion, so nothing
- * to fix near q = k).
+ * to fix near q = k; a sum that overflows to +inf, which takes an infinite coordinate or one
+ * beyond ~1e19 in f32, is NaN).
  * G (m, ldg) = Q·Kᵀ over the first Dg coordinates, or −½‖q − k‖² (diff); Q, K row strides ldq, ldk */
 static void SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q, int64_t ldq, const real *K,
                                  int64_t ldk, bool diff, real *G, int64_t ldg) {
@@ -317,7 +318,9 @@ static void SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q
             if (diff) {
                 #pragma omp simd reduction(+ : s)
                 for (int64_t d = 0; d < Dg; d++) s += (q[d] - k[d]) * (q[d] - k[d]);
-                s *= (real)-0.5;
+                /* an infinite coordinate gives +inf here, and −inf would pass for a masked pair in
+                 * row_mods: NaN, as the expansion's inf − inf gives on the microkernel */
+                s = s < (real)INFINITY ? (real)-0.5 * s : (real)NAN;
             } else {
                 #pragma omp simd reduction(+ : s)
                 for (int64_t d = 0; d < Dg; d++) s += q[d] * k[d];
