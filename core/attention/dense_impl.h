@@ -300,16 +300,19 @@ PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, 
 #endif
 
 #if PN_DENSE_MK
-/* The forward of a call with at most PN_FEW_ROWS query rows (an incremental decoding step: one
- * row per head against the cached keys): packing every head's K and V into the microkernel's
- * panels would cost as much as the products (each key is used by that one row), and the
- * microkernel's MR-row blocks would run mostly empty. These loops read K and V in place. A
+/* A call with at most PN_FEW_ROWS query rows (an incremental decoding step: one row per head
+ * against the cached keys): packing every head's K and V into the microkernel's panels would
+ * cost as much as the products (each key is used by that one row), and the microkernel's MR-row
+ * blocks would run mostly empty. These loops read K and V in place; the call's weights and
+ * backward take them too (its other products by BLAS, as in f64), so the scores they recompute
+ * are the forward's to the bit — the softmax statistics saved by one and read by the other
+ * must belong to the same scores (at D = 1500 the two forms differ by ~1e-4). A
  * distance score's −½‖q − k‖² comes from the differences themselves (no expansion, so nothing
  * to fix near q = k; a sum that overflows to +inf, which takes an infinite coordinate or one
  * beyond ~1e19 in f32, is NaN).
  * G (m, ldg) = Q·Kᵀ over the first Dg coordinates, or −½‖q − k‖² (diff); Q, K row strides ldq, ldk */
-static void SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q, int64_t ldq, const real *K,
-                                 int64_t ldk, bool diff, real *G, int64_t ldg) {
+static int64_t SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q, int64_t ldq, const real *K,
+                                    int64_t ldk, bool diff, real *G, int64_t ldg, uint8_t *near) {
     for (int64_t j = 0; j < n; j++) { /* keys outermost: each is read once, the m rows stay in L1 */
         const real *k = K + j * ldk;
         for (int64_t i = 0; i < m; i++) {
@@ -328,6 +331,11 @@ static void SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q
             G[i * ldg + j] = s;
         }
     }
+    if (!diff || !near) return 0;
+    /* every pair is "near" for the backward (diff_chain): its gradient from k − q as well, not
+     * from the norms' share, which cancels at close points as the expansion does */
+    for (int64_t i = 0; i < m; i++) memset(near + i * ldg, 1, (size_t)n);
+    return m * n;
 }
 
 /* acc (m, Dv; row stride ldacc) += P (m, n; row stride ldp) · V (n, Dv; row stride Dv), V in place */
@@ -360,10 +368,8 @@ static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int6
     const real *K = (const real *)c->k + (bh * c->Nk + j0) * D;
     const real *kn = c->st.plan.diff ? (const real *)c->kt[0] + bh * c->Nk + j0 : NULL;
 #if PN_DENSE_MK
-    if (!pk) { /* a call with few query rows (forward): products read K in place */
-        SFX(few_rows_scores)(m, n, Dg, Q, D, K, D, kn != NULL, G, ldg);
-        return 0;
-    }
+    if (!pk) /* a call with few query rows: products read K in place */
+        return SFX(few_rows_scores)(m, n, Dg, Q, D, K, D, kn != NULL, G, ldg, near);
     const pn_microkernel *mk = pk->mk;
     const int64_t NR = mk->nr;
     const real *Kr = pk->Kr + bh * pk->nkp * Dg + j0 * Dg;
@@ -556,8 +562,10 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
     const pn_microkernel *mk = pn_mk_get();
     if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
     mk_packed pkd;
-    PN_TRY(mk_pack(c, mk, c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0, &pkd));
-    pk = &pkd;
+    if (c->Nq > PN_FEW_ROWS) { /* as the forward: few rows read K in place (the same scores) */
+        PN_TRY(mk_pack(c, mk, c->st.plan.gemm != PN_GEMM_NONE ? MK_KR : 0, &pkd));
+        pk = &pkd;
+    }
 #endif
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * c->D > PN_PAR_MIN)
     {
@@ -655,9 +663,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized;
     const real *K = (const real *)c->k + bh * Nk * D;
-#if !PN_DENSE_MK
     const real *V = c->v ? (const real *)c->v + bh * Nk * Dv : NULL;
-#endif
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
     const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
     const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
@@ -680,14 +686,17 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
         const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
         real *dQ = a->dq + (bh * Nq + i0) * D;
 #if PN_DENSE_MK
+        /* pk NULL (few query rows, SFX(backward)): BLAS products below, as f64 */
         const mk_packed *pk = a->pk;
-        const pn_microkernel *mk = pk->mk;
-        const int64_t NR = mk->nr, Dgp = pk->Dgp, Dvp = pk->Dvp;
-        if (!a->weights) pn_mk_pack_cols(tq, Dv, dO, Dv, (int)NR, PN_TQ * NR, w->dOp);
-        if (gemm) {
+        const pn_microkernel *mk = pk ? pk->mk : NULL;
+        const int64_t NR = mk ? mk->nr : 1, Dgp = pk ? pk->Dgp : Dg, Dvp = pk ? pk->Dvp : Dv;
+        if (pk && !a->weights) pn_mk_pack_cols(tq, Dv, dO, Dv, (int)NR, PN_TQ * NR, w->dOp);
+        if (pk && gemm) {
             pn_mk_pack_cols(tq, Dg, Q, D, (int)NR, PN_TQ * NR, w->Qp);
             memset(w->dQacc, 0, sizeof(real) * (size_t)(tq * Dgp));
         }
+#else
+        const void *pk = NULL;
 #endif
         double dqt[PN_TQ][2];
         memset(dqt, 0, sizeof dqt);
@@ -733,16 +742,16 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                 for (int64_t i = 0; i < tq; i++) memcpy(w->dP + i * PN_TK, dO + i * Do + j0, sizeof(real) * (size_t)tk);
             } else if (Dv == 0) {
                 memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
-            } else {
+            } else if (pk) {
 #if PN_DENSE_MK
                 mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, PN_TQ * NR, w->T, Dvp, 0); /* Pᵀ·dO */
                 SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * Dv, Dv);                       /* dV += */
                 mk_prod(mk, tq, tk, Dv, dO, Dv, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
                         0); /* dP = dO·Vᵀ */
-#else
+#endif
+            } else {
                 SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, Dv, dV + j0 * Dv, Dv); /* dV += Pᵀ·dO */
                 SFX(gemm_nt)(tq, tk, Dv, dO, Dv, V + j0 * Dv, Dv, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
-#endif
             }
             /* dS, then the score's VJP turns it into dG (in place) */
             for (int64_t i = 0; i < tq; i++) {
@@ -786,20 +795,20 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                         dqt[i][0] += -0.5 * (double)rs;
                     }
             }
-            if (gemm) {
+            if (gemm && pk) {
 #if PN_DENSE_MK
                 mk_prod(mk, tq, Dg, tk, w->dP, PN_TK, 1, pk->Kc + bh * Dgp * Nk + j0 * NR, Nk * NR, w->dQacc, Dgp,
                         1);                                                               /* dQ += dG·K */
                 mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, PN_TQ * NR, w->T, Dgp, 0); /* dGᵀ·Q */
                 SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * D, D);                        /* dK += */
-#else
+#endif
+            } else if (gemm) {
                 SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * D, D, dQ, D); /* dQ += dG·K */
                 SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, D, dK + j0 * D, D); /* dK += dGᵀ·Q */
-#endif
             }
         }
 #if PN_DENSE_MK
-        if (gemm) SFX(add_rows)(tq, Dg, w->dQacc, Dgp, dQ, D);
+        if (gemm && pk) SFX(add_rows)(tq, Dg, w->dQacc, Dgp, dQ, D);
 #endif
         for (int m = 0; m < 2; m++)
             if (a->dqt[m])
@@ -815,8 +824,11 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
     if (!mk) return PN_ERR_ARG; /* PENUMBRA_CPU_KERNEL names no kernel this CPU runs: the error is set */
     mk_packed pk;
     const unsigned which = (c->st.plan.gemm != PN_GEMM_NONE ? MK_KR | MK_KC : 0) | (a->weights ? 0 : MK_VR);
-    PN_TRY(mk_pack(c, mk, which, &pk));
-    a->pk = &pk;
+    a->pk = NULL; /* few query rows: the forward's scores read K in place, so the recomputed ones must too */
+    if (c->Nq > PN_FEW_ROWS) {
+        PN_TRY(mk_pack(c, mk, which, &pk));
+        a->pk = &pk;
+    }
 #endif
     #pragma omp parallel if (items > 1 && c->Nq * c->Nk * c->BH * (c->D + c->Dv) > PN_PAR_MIN)
     {
@@ -833,7 +845,7 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
         real *mkbuf = NULL;
         w.dOp = w.Qp = w.dQacc = w.T = NULL;
 #if PN_DENSE_MK
-        {
+        if (a->pk) {
             const int64_t Dgp = a->pk->Dgp, Dvp = a->pk->Dvp, wide = Dgp > Dvp ? Dgp : Dvp;
             mkbuf = malloc(sizeof(real) * (size_t)(PN_TQ * (Dvp + 2 * Dgp) + PN_TK * wide + 1));
             if (mkbuf) {
@@ -861,7 +873,7 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
         free(mkbuf);
     }
 #if PN_DENSE_MK
-    mk_free(&pk);
+    if (a->pk) mk_free(&pk);
     a->pk = NULL;
 #endif
     return oom ? pn_error(PN_ERR_OOM, "%s: out of memory for tile buffers", c->op) : PN_OK;

@@ -24,7 +24,7 @@
 #define PN_MK_TQ 96   /* forward (f32 and f64): query rows per item, a multiple of every kernel's MR (4, 6, 8) */
 #define PN_MK_TK 256  /* forward (f32 and f64): keys per tile, a multiple of every kernel's NR (8, 16, 32) */
 #ifndef PN_FEW_ROWS
-#define PN_FEW_ROWS 8 /* forward (f32): calls with at most this many query rows skip the packing (few_rows_scores) */
+#define PN_FEW_ROWS 8 /* f32: calls with at most this many query rows skip the packing (few_rows_scores) */
 #endif
 
 /* every head's K and V in the microkernel's panels; NULL where the pass does not need one */
