@@ -306,10 +306,10 @@ PN_INLINE int64_t SFX(diff_tile)(const pn_attn_call *c, int64_t tq, int64_t tk, 
  * blocks would run mostly empty. These loops read K and V in place; the call's weights and
  * backward take them too (its other products by BLAS, as in f64), so the scores they recompute
  * are the forward's to the bit — the softmax statistics saved by one and read by the other
- * must belong to the same scores (at D = 1500 the two forms differ by ~1e-4). A
- * distance score's −½‖q − k‖² comes from the differences themselves (no expansion, so nothing
- * to fix near q = k; a sum that overflows to +inf, which takes an infinite coordinate or one
- * beyond ~1e19 in f32, is NaN).
+ * must belong to the same scores (at D = 1500 the two forms differ by ~1e-4). A distance
+ * score's −½‖q − k‖² comes from the differences themselves (no expansion, so nothing to fix
+ * near q = k; a sum that overflows to +inf, which takes an infinite coordinate or one beyond
+ * ~1e19 in f32, is NaN).
  * G (m, ldg) = Q·Kᵀ over the first Dg coordinates, or −½‖q − k‖² (diff); Q, K row strides ldq, ldk */
 static int64_t SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real *Q, int64_t ldq, const real *K,
                                     int64_t ldk, bool diff, real *G, int64_t ldg, uint8_t *near) {
@@ -356,8 +356,9 @@ static void SFX(few_rows_pv)(int64_t m, int64_t n, int64_t Dv, const real *P, in
 /* G (m, ldg) = the scores' product of rows [0, m) of Q (qn: their norms) with keys [j0, j0+n) of
  * head bh: q_g·k_g, or −½‖q_g − k_g‖² for a distance score (diff_fix where the expansion
  * cancelled: near as there), or 0 without a product. On the microkernel (f32; pk: the packed
- * keys) the expansion happens in its registers; else BLAS and diff_tile. Returns how many
- * pairs diff_fix recomputed. */
+ * keys) the expansion happens in its registers; f32 without pk (few query rows) takes
+ * few_rows_scores; f64 BLAS and diff_tile. Returns how many pairs are near (their gradients
+ * from the differences). */
 static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t m, int64_t j0,
                                 int64_t n, const real *Q, const real *qn, real *G, int64_t ldg, uint8_t *near) {
     const int64_t D = c->D, Dg = c->Dg;
