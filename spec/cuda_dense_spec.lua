@@ -448,6 +448,27 @@ describe('cuda dense attention', function()
     end
   end)
 
+  -- dense.cu's mods, as the CPU's row_mods: masked is the mask, the causal cut or a −inf bias, not
+  -- the score's value — a dot product is −inf where an infinite key coordinate meets a negative
+  -- query one, and that row must be NaN (nan_spec holds the CPU to the same)
+  it_cuda('a −inf dot product from an infinite key coordinate is NaN, not masked, as on the CPU', function()
+    each(function(dt)
+      local q = pn.tensor({ { 1, -1 }, { -1, 2 }, { 0.5, -0.5 } }, { dtype = dt })
+      local k = pn.tensor({ { 1, 1 }, { 0.3, 0.2 }, { math.huge, 0.5 } }, { dtype = dt })
+      local v = pn.tensor({ { 1 }, { 2 }, { 3 } }, { dtype = dt })
+      local m = pn.tensor({ { 1, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 } }, { dtype = 'u8' })
+      local bias = pn.tensor({ { 0, 0, 0 }, { 0, 0, -math.huge }, { 0, 0, 0 } }, { dtype = dt })
+      for _, c in ipairs({ { {}, 'NNN' }, { { causal = true }, '..N' }, { { mask = m }, 'N.N' }, { { bias = bias }, 'N.N' } }) do
+        local o = { score = 'dot' }
+        for kk, vv in pairs(c[1]) do o[kk] = pn.is_tensor(vv) and vv:to('cuda') or vv end
+        local out = pn.attention(q:to('cuda'), k:to('cuda'), v:to('cuda'), o):to('cpu'):totable()
+        local rows = {}
+        for i = 1, 3 do rows[i] = out[i][1] ~= out[i][1] and 'N' or '.' end
+        assert.equal(c[2], table.concat(rows), dt .. ' ' .. c[2])
+      end
+    end)
+  end)
+
   it_cuda('NaN in q gives NaN rows as on the CPU; the CPU errors (manifold, Klein ball) with its messages', function()
     each(function(dt)
       local q = rnd({ 1, 2, 6, 4 }, dt, 3, 0.05, 0.45, function(v) v[4 * 2 + 2] = 0 / 0 end)

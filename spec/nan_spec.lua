@@ -94,6 +94,25 @@ describe('NaN in, NaN out', function()
     end
   end
 
+  -- a dot product is −inf exactly where an infinite key coordinate meets a negative query one: it
+  -- must not pass for a masked pair (row_mods / dense.cu's mods decide masking from the mask, the
+  -- causal cut and a −inf bias)
+  it('a −inf dot product from an infinite key coordinate is NaN, not masked; masked pairs stay masked', function()
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      local q = pn.tensor({ { 1, -1 }, { -1, 2 }, { 0.5, -0.5 } }, { dtype = dt })
+      local k = pn.tensor({ { 1, 1 }, { 0.3, 0.2 }, { INF, 0.5 } }, { dtype = dt })
+      local v = pn.tensor({ { 1 }, { 2 }, { 3 } }, { dtype = dt })
+      assert.equal('NNN', nan_rows(pn.attention(q, k, v, { score = 'dot' })), dt .. ': row 2 reads q·k = −inf')
+      -- the causal cut hides key 3 from rows 1 and 2
+      assert.equal('..N', nan_rows(pn.attention(q, k, v, { score = 'dot', causal = true })), dt .. ': causal')
+      -- the mask, or a −inf bias, hides it from row 2
+      local m = pn.tensor({ { 1, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 } }, { dtype = 'u8' })
+      assert.equal('N.N', nan_rows(pn.attention(q, k, v, { score = 'dot', mask = m })), dt .. ': mask')
+      local bias = pn.tensor({ { 0, 0, 0 }, { 0, 0, -INF }, { 0, 0, 0 } }, { dtype = dt })
+      assert.equal('N.N', nan_rows(pn.attention(q, k, v, { score = 'dot', bias = bias })), dt .. ': −inf bias')
+    end
+  end)
+
   it('gradients: a NaN query row gives NaN gradients, it does not vanish', function()
     local q, k, v = inputs('f64', 4)
     q = with_row(q, 2, 1, NAN):requires_grad_()

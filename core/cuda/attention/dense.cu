@@ -79,11 +79,16 @@ template <typename T, typename S> __device__ void row_init(const dcall<T> &c, in
 /* dense_impl.h's row modifiers (bias, ALiBi, mask, causal, NaN rows, in that order) on the pair
  * value s of row r against key j; kb: the key's NaN flag */
 template <typename T, typename S> __device__ T mods(const dcall<T> &c, const drow<T, S> &r, int64_t j, T s, int kb) {
-    if (c.bias) s += c.bias[r.b * c.bs[0] + r.h * c.bs[1] + r.i * c.bs[2] + j * c.bs[3]];
+    bool masked = false; /* by the mask, the causal cut or a −inf bias: not by the score's value */
+    if (c.bias) {
+        const T bv = c.bias[r.b * c.bs[0] + r.h * c.bs[1] + r.i * c.bs[2] + j * c.bs[3]];
+        s += bv;
+        masked = bv == (T)-INFINITY;
+    }
     if (c.alibi) s -= (T)c.alibi[r.h] * (T)(r.i + c.off - j);
-    if (c.mask && !c.mask[r.b * c.ms[0] + r.h * c.ms[1] + r.i * c.ms[2] + j * c.ms[3]]) s = (T)-INFINITY;
-    if (c.causal && j > r.i + c.off) s = (T)-INFINITY;
-    if ((r.qb || kb) && s != (T)-INFINITY) s = (T)NAN; /* NaN in, NaN out */
+    if (c.mask && !c.mask[r.b * c.ms[0] + r.h * c.ms[1] + r.i * c.ms[2] + j * c.ms[3]]) s = (T)-INFINITY, masked = true;
+    if (c.causal && j > r.i + c.off) s = (T)-INFINITY, masked = true;
+    if (r.qb || kb) s = masked ? (T)-INFINITY : (T)NAN; /* NaN in, NaN out (a −inf dot product too) */
     return s;
 }
 
