@@ -105,8 +105,10 @@ static int64_t SFX(lorentz)(pn_attn_call *c, double *val) {
  * and the ALiBi term, set masked pairs (mask == 0, or causal: j > i + off) to −inf. */
 PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t tk,
                                  real *s) {
-    if (c->bias) {
-        const real *br = (const real *)c->bias + b * c->bs[0] + h * c->bs[1] + i * c->bs[2] + j0 * c->bs[3];
+    const real *br = c->bias ? (const real *)c->bias + b * c->bs[0] + h * c->bs[1] + i * c->bs[2] + j0 * c->bs[3] : NULL;
+    const uint8_t *mr = c->mask ? c->mask + b * c->ms[0] + h * c->ms[1] + i * c->ms[2] + j0 * c->ms[3] : NULL;
+    const int64_t first = c->causal ? i + c->off - j0 + 1 : tk; /* first causally masked column of this tile */
+    if (br) {
         const int64_t st = c->bs[3];
         if (st == 1)
             for (int64_t j = 0; j < tk; j++) s[j] += br[j];
@@ -118,15 +120,11 @@ PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_
         const int64_t ii = i + c->off - j0;
         for (int64_t j = 0; j < tk; j++) s[j] -= m * (real)(ii - j);
     }
-    if (c->mask) {
-        const uint8_t *mr = c->mask + b * c->ms[0] + h * c->ms[1] + i * c->ms[2] + j0 * c->ms[3];
+    if (mr) {
         const int64_t st = c->ms[3];
         for (int64_t j = 0; j < tk; j++) s[j] = mr[j * st] ? s[j] : (real)-INFINITY;
     }
-    if (c->causal) {
-        int64_t first = i + c->off - j0 + 1; /* first masked column of this tile */
-        for (int64_t j = first < 0 ? 0 : first; j < tk; j++) s[j] = (real)-INFINITY;
-    }
+    for (int64_t j = first < 0 ? 0 : first; j < tk; j++) s[j] = (real)-INFINITY;
     /* NaN in, NaN out: every pair that reads a non-finite q or k row is NaN unless the mask, the
      * causal cut or a −inf bias masks it. Masked is decided from those, not from the score: a dot
      * product is −inf exactly there (an infinite key coordinate against a negative query one),
@@ -135,10 +133,6 @@ PN_INLINE void SFX(row_mods)(const pn_attn_call *c, int64_t b, int64_t h, int64_
         const int64_t bh = b * c->H + h;
         const bool qb = c->qbad && c->qbad[bh * c->Nq + i];
         const uint8_t *kb = c->kbad ? c->kbad + bh * c->Nk + j0 : NULL;
-        const real *br = c->bias ? (const real *)c->bias + b * c->bs[0] + h * c->bs[1] + i * c->bs[2] + j0 * c->bs[3]
-                                 : NULL;
-        const uint8_t *mr = c->mask ? c->mask + b * c->ms[0] + h * c->ms[1] + i * c->ms[2] + j0 * c->ms[3] : NULL;
-        const int64_t first = c->causal ? i + c->off - j0 + 1 : tk; /* the first causally cut column */
         for (int64_t j = 0; j < tk; j++) {
             if (!qb && !(kb && kb[j])) continue;
             const bool masked = j >= first || (mr && !mr[j * c->ms[3]]) || (br && br[j * c->bs[3]] == (real)-INFINITY);

@@ -18,15 +18,17 @@ static void ori(const pn_tensor *x, int d, int64_t *O, int64_t *R, int64_t *I) {
 }
 
 /* ---- line kernels: R elements at stride s ------------------------------------------------ */
-/* Eight double accumulators in a fixed order: vectorisable, deterministic. */
-static double sum_f32(const float *x, int64_t n) {
+/* Σ x (ex false) or Σ exp(x − m) (ex true; a constant at each call site) in eight double
+ * accumulators in a fixed order: vectorisable, deterministic, the same sum either way. */
+static inline double sum8_f32(const float *x, int64_t n, bool ex, float m) {
     double a[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += x[i + j];
-    for (; i < n; i++) a[0] += x[i];
+        for (int j = 0; j < 8; j++) a[j] += ex ? pn_fast_expf(x[i + j] - m) : x[i + j];
+    for (; i < n; i++) a[0] += ex ? pn_fast_expf(x[i] - m) : x[i];
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
+static double sum_f32(const float *x, int64_t n) { return sum8_f32(x, n, false, 0); }
 static double dot_f32(const float *x, const float *y, int64_t n) {
     double a[8] = {0};
     int64_t i = 0;
@@ -37,7 +39,7 @@ static double dot_f32(const float *x, const float *y, int64_t n) {
 }
 
 /* f32, unit stride (the last dim): max, exp, sum, then scale (exp stored in y) or shift (log
- * softmax: the exps only summed, in sum_f32's order, so the same sum). x, y: (R).
+ * softmax: the exps only summed, sum8_f32, the same sum). x, y: (R).
  * The max runs in 16 lanes: one running max was a chain of R dependent compares (scalar maxss,
  * ~4 cycles each: a third of beam search's log-probabilities over 8000 words). A max does not
  * depend on the order, and a NaN never raises a lane, as it never raised the one max. */
@@ -50,13 +52,7 @@ PN_VEC_FN static void row_f32(const float *x, float *y, int64_t R, bool logsm) {
     for (; r < R; r++) m = x[r] > m ? x[r] : m; /* a NaN makes the sum NaN below */
     for (int j = 0; j < 16; j++) m = ml[j] > m ? ml[j] : m;
     if (logsm) {
-        double a[8] = {0};
-        int64_t i = 0;
-        for (; i + 8 <= R; i += 8)
-            for (int j = 0; j < 8; j++) a[j] += pn_fast_expf(x[i + j] - m);
-        for (; i < R; i++) a[0] += pn_fast_expf(x[i] - m);
-        const double sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-        float lz = m + (float)log(sum);
+        float lz = m + (float)log(sum8_f32(x, R, true, m));
         for (r = 0; r < R; r++) y[r] = x[r] - lz;
     } else {
         for (r = 0; r < R; r++) y[r] = pn_fast_expf(x[r] - m);

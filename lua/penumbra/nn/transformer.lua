@@ -140,8 +140,7 @@ return function(nn, pn)
       return self.self_attn:attend(h, cache.k, cache.v)
     end)
     y = sublayer(self, y, self.norm2, function(h)
-      if g == 1 then return self.cross_attn:attend(h, cache.mem_k, cache.mem_v, { mask = mask }) end
-      local s = h:shape() -- a run of g rows: g queries of one memory row
+      local s = h:shape() -- a run of g rows: g queries of one memory row (g = 1: h as it is)
       return self.cross_attn:attend(h:view(s[1] / g, g, s[3]), cache.mem_k, cache.mem_v, { mask = mask })
         :view(s[1], 1, s[3])
     end)
