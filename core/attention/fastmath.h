@@ -156,29 +156,11 @@ PN_HD static inline float pn_acosh1pf_fast(float t) {
 }
 PN_HD static inline double pn_acosh1p_d(double t) { return t != t ? t : (t > 0 ? log1p(t + sqrt(t * (t + 2))) : 0.0); }
 
-/* PN_VEC: the hot row functions are compiled three times — for x86-64-v4 (AVX-512),
- * x86-64-v3 (AVX2 + FMA) and the baseline — and the loader picks one for the CPU (GCC
- * function multiversioning): the build itself targets the baseline (SSE2). Their float sums
- * vectorize through `#pragma omp simd reduction(...)`, which allows the reassociation that
- * plain C forbids (sums change in the last bits with the vector width). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(PN_NO_CLONES)
-#define PN_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define PN_VEC
-#endif
-
 /* not exported from libpenumbra (the epilogues are reached through the registry only) */
 #if defined(__GNUC__)
 #define PN_HIDDEN __attribute__((visibility("hidden")))
 #else
 #define PN_HIDDEN
-#endif
-
-/* for helpers of PN_VEC functions: inlined, so they are compiled with the caller's target */
-#if defined(__GNUC__)
-#define PN_INLINE static inline __attribute__((always_inline))
-#else
-#define PN_INLINE static inline
 #endif
 
 PN_HD static inline double pn_rsqrt_d(double x) { return x > 0 && x < INFINITY ? 1.0 / sqrt(x) : 0.0; }

@@ -34,6 +34,25 @@
 #define PN_NOTRAP_END
 #endif
 
+/* PN_VEC: the hot row functions (the attention drivers', softmax's and cross entropy's rows)
+ * are compiled three times — for x86-64-v4 (AVX-512),
+ * x86-64-v3 (AVX2 + FMA) and the baseline — and the loader picks one for the CPU (GCC
+ * function multiversioning): the build itself targets the baseline (SSE2). Their float sums
+ * vectorize through `#pragma omp simd reduction(...)`, which allows the reassociation that
+ * plain C forbids (sums change in the last bits with the vector width). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(PN_NO_CLONES)
+#define PN_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PN_VEC
+#endif
+
+/* for helpers of PN_VEC functions: inlined, so they are compiled with the caller's target */
+#if defined(__GNUC__)
+#define PN_INLINE static inline __attribute__((always_inline))
+#else
+#define PN_INLINE static inline
+#endif
+
 /* e^r for |r| <= ln 2 / 2: Cephes' polynomial, shared by both exps below */
 PN_HD PN_VEC_FN static inline float pn_expf_poly(float r) {
     float p = 1.9875691500e-4f;

@@ -13,6 +13,7 @@
  * Sums over rows or elements go through pn_reduce (fixed order, double accumulation). */
 #include "../backend.h"
 #include "fast_math.h"
+#include "rows_f32.h"
 #include "loss.h"
 
 static inline double ldf(const char *p, bool f32, int64_t i) {
@@ -96,23 +97,12 @@ static pn_status save_all(pn_node *n, int ns, pn_tensor *const *ts) {
 }
 
 /* ---- cross entropy ------------------------------------------------------------------------ */
-/* logsumexp of one row and the row's plain sum (for label smoothing). x: (C) */
-PN_VEC_FN static double row_lse_f32(const float *x, int64_t C, double *sum_x) {
-    float m = -INFINITY;
-    for (int64_t j = 0; j < C; j++) m = x[j] > m ? x[j] : m;
-    double a[8] = {0}, b[8] = {0};
-    int64_t j = 0;
-    for (; j + 8 <= C; j += 8)
-        for (int k = 0; k < 8; k++) {
-            a[k] += pn_fast_expf(x[j + k] - m);
-            b[k] += x[j + k];
-        }
-    for (; j < C; j++) {
-        a[0] += pn_fast_expf(x[j] - m);
-        b[0] += x[j];
-    }
-    *sum_x = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
-    return m + log(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+/* logsumexp of one row and the row's plain sum (for label smoothing). x: (C). The max and the
+ * sums are softmax's (rows_f32.h): log_softmax and this logsumexp agree to the bit. */
+PN_VEC_FN PN_VEC static double row_lse_f32(const float *x, int64_t C, double *sum_x) {
+    const float m = pn_row_max_f32(x, C);
+    *sum_x = pn_row_sum8_f32(x, C, false, 0);
+    return m + log(pn_row_sum8_f32(x, C, true, m));
 }
 static double row_lse_f64(const double *x, int64_t C, double *sum_x) {
     double m = -INFINITY, s = 0, sx = 0;
@@ -126,7 +116,7 @@ static double row_lse_f64(const double *x, int64_t C, double *sum_x) {
 }
 
 /* gradient row: s · (softmax - (1-ε)·onehot(t) - ε/C). x, gx: (C) */
-PN_VEC_FN static void row_ce_grad_f32(const float *x, float *gx, int64_t C, int64_t t, double lse, double s,
+PN_VEC_FN PN_VEC static void row_ce_grad_f32(const float *x, float *gx, int64_t C, int64_t t, double lse, double s,
                                       double eps) {
     float l = (float)lse, sf = (float)s, off = (float)(eps / (double)C);
     for (int64_t j = 0; j < C; j++) gx[j] = sf * (pn_fast_expf(x[j] - l) - off);

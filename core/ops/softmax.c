@@ -7,6 +7,7 @@
  * A line of all -inf gives NaN, as in torch. */
 #include "../backend.h"
 #include "fast_math.h"
+#include "rows_f32.h"
 
 /* (O, R, I) sizes for dim d of x */
 static void ori(const pn_tensor *x, int d, int64_t *O, int64_t *R, int64_t *I) {
@@ -18,46 +19,17 @@ static void ori(const pn_tensor *x, int d, int64_t *O, int64_t *R, int64_t *I) {
 }
 
 /* ---- line kernels: R elements at stride s ------------------------------------------------ */
-/* Σ x (ex false) or Σ exp(x − m) (ex true; a constant at each call site) in eight double
- * accumulators in a fixed order: vectorisable, deterministic, the same sum either way. */
-static inline double sum8_f32(const float *x, int64_t n, bool ex, float m) {
-    double a[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += ex ? pn_fast_expf(x[i + j] - m) : x[i + j];
-    for (; i < n; i++) a[0] += ex ? pn_fast_expf(x[i] - m) : x[i];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-static double sum_f32(const float *x, int64_t n) { return sum8_f32(x, n, false, 0); }
-static double dot_f32(const float *x, const float *y, int64_t n) {
-    double a[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += (double)x[i + j] * y[i + j];
-    for (; i < n; i++) a[0] += (double)x[i] * y[i];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
 /* f32, unit stride (the last dim): max, exp, sum, then scale (exp stored in y) or shift (log
- * softmax: the exps only summed, sum8_f32, the same sum). x, y: (R).
- * The max runs in 16 lanes: one running max was a chain of R dependent compares (scalar maxss,
- * ~4 cycles each: a third of beam search's log-probabilities over 8000 words). A max does not
- * depend on the order, and a NaN never raises a lane, as it never raised the one max. */
-PN_VEC_FN static void row_f32(const float *x, float *y, int64_t R, bool logsm) {
-    float ml[16], m = -INFINITY;
-    for (int j = 0; j < 16; j++) ml[j] = -INFINITY;
-    int64_t r = 0;
-    for (; r + 16 <= R; r += 16)
-        for (int j = 0; j < 16; j++) ml[j] = x[r + j] > ml[j] ? x[r + j] : ml[j];
-    for (; r < R; r++) m = x[r] > m ? x[r] : m; /* a NaN makes the sum NaN below */
-    for (int j = 0; j < 16; j++) m = ml[j] > m ? ml[j] : m;
+ * softmax: the exps only summed, the same sum). x, y: (R). The max and the sums: rows_f32.h. */
+PN_VEC_FN PN_VEC static void row_f32(const float *x, float *y, int64_t R, bool logsm) {
+    const float m = pn_row_max_f32(x, R); /* a NaN makes the sum NaN below */
     if (logsm) {
-        float lz = m + (float)log(sum8_f32(x, R, true, m));
-        for (r = 0; r < R; r++) y[r] = x[r] - lz;
+        float lz = m + (float)log(pn_row_sum8_f32(x, R, true, m));
+        for (int64_t r = 0; r < R; r++) y[r] = x[r] - lz;
     } else {
-        for (r = 0; r < R; r++) y[r] = pn_fast_expf(x[r] - m);
-        float inv = (float)(1.0 / sum_f32(y, R));
-        for (r = 0; r < R; r++) y[r] *= inv;
+        for (int64_t r = 0; r < R; r++) y[r] = pn_fast_expf(x[r] - m);
+        float inv = (float)(1.0 / pn_row_sum8_f32(y, R, false, 0));
+        for (int64_t r = 0; r < R; r++) y[r] *= inv;
     }
 }
 
@@ -117,8 +89,8 @@ static inline void line_f64(const double *x, double *y, int64_t R, int64_t s, bo
 
 /* Backward along one line. softmax: gx = y (g - Σ g y); log_softmax: gx = g - exp(y) Σ g.
  * y, g, gx: (R) at stride s */
-PN_VEC_FN static void row_bw_f32(const float *y, const float *g, float *gx, int64_t R, bool logsm) {
-    float a = (float)(logsm ? sum_f32(g, R) : dot_f32(g, y, R));
+PN_VEC_FN PN_VEC static void row_bw_f32(const float *y, const float *g, float *gx, int64_t R, bool logsm) {
+    float a = (float)(logsm ? pn_row_sum8_f32(g, R, false, 0) : pn_row_dot8_f32(g, y, R));
     if (logsm)
         for (int64_t r = 0; r < R; r++) gx[r] = g[r] - pn_fast_expf(y[r]) * a;
     else
