@@ -241,6 +241,33 @@ void pn_iter_init(pn_iter *it, int nd, const int64_t *shape, int nops, pn_tensor
                   const int64_t (*strides_override)[PN_MAX_DIMS]);
 void pn_iter_row(const pn_iter *it, int64_t row, int64_t *off);
 
+/* A thread's walk over consecutive rows (its share of a static schedule): row r + 1's offsets
+ * follow from row r's by one odometer step instead of pn_iter_row's division per dim, which
+ * cost more than the row itself for short rows (a (B, T, H, 64) permute copies 64-float rows).
+ * Declare `pn_iter_pos pos = PN_ITER_POS_INIT;` before the loop, `firstprivate(pos)` on the
+ * omp pragma, and call pn_iter_at(&it, r, &pos) for each r: pos.off then holds row r's
+ * offsets (any r works; only the step from r to r + 1 is the fast one). */
+typedef struct {
+    int64_t row;
+    int64_t idx[PN_MAX_DIMS];
+    int64_t off[PN_ITER_MAX_OPS];
+} pn_iter_pos;
+#define PN_ITER_POS_INIT {.row = -2}
+void pn_iter_seek(const pn_iter *it, int64_t row, pn_iter_pos *p);
+static inline void pn_iter_at(const pn_iter *it, int64_t row, pn_iter_pos *p) {
+    if (row != p->row + 1) {
+        pn_iter_seek(it, row, p);
+        return;
+    }
+    p->row = row;
+    for (int d = it->nd - 2; d >= 0; d--) {
+        for (int k = 0; k < it->nops; k++) p->off[k] += it->strides[k][d];
+        if (++p->idx[d] < it->shape[d]) return;
+        for (int k = 0; k < it->nops; k++) p->off[k] -= it->shape[d] * it->strides[k][d];
+        p->idx[d] = 0;
+    }
+}
+
 /* ---- autograd --------------------------------------------------------------------- */
 /* gout: gradient wrt the node's output (borrowed). Fill gin[i] (new references) for the
  * inputs with pn_ag_input_needs(n, i); leave others NULL. Runs with grad mode off. */

@@ -181,6 +181,17 @@ void pn_iter_row(const pn_iter *it, int64_t row, int64_t *off) {
     }
 }
 
+void pn_iter_seek(const pn_iter *it, int64_t row, pn_iter_pos *p) {
+    p->row = row;
+    for (int k = 0; k < it->nops; k++) p->off[k] = 0;
+    for (int d = it->nd - 2; d >= 0; d--) {
+        int64_t i = row % it->shape[d];
+        row /= it->shape[d];
+        p->idx[d] = i;
+        for (int k = 0; k < it->nops; k++) p->off[k] += i * it->strides[k][d];
+    }
+}
+
 /* ---- creation ------------------------------------------------------------------- */
 pn_tensor *pn_tensor_view_of(pn_storage *s, int nd, const int64_t *shape, const int64_t *strides,
                              int64_t offset, int dtype) {
@@ -308,10 +319,11 @@ pn_status pn_cpu_copy(pn_tensor *dst, const pn_tensor *src) {
     const char *s = pn_ptr(src);
     int dt = dst->dt, st = src->dt;
     size_t es = pn_elsize(dt);
-    #pragma omp parallel for if (it.numel > PN_PAR_MIN) schedule(static)
+    pn_iter_pos pos = PN_ITER_POS_INIT;
+    #pragma omp parallel for if (it.numel > PN_PAR_MIN) schedule(static) firstprivate(pos)
     for (int64_t r = 0; r < it.rows; r++) {
-        int64_t off[PN_ITER_MAX_OPS];
-        pn_iter_row(&it, r, off);
+        pn_iter_at(&it, r, &pos);
+        const int64_t *off = pos.off;
         if (dt == st && it.istride[0] == 1 && it.istride[1] == 1) {
             memcpy(d + off[0] * es, s + off[1] * es, (size_t)it.inner * es);
         } else if (dt == PN_F32 && st == PN_F32) {

@@ -270,6 +270,50 @@ describe('binary ops', function()
     for i, v in ipairs(vals(m)) do assert.equal(math.abs(v), gv[i]) end
   end)
 
+  it('walk rows of three and more dims above the parallel threshold (odometer steps, every thread)', function()
+    -- rows of 7 elements over (A, C, B): each thread seeks its first row, then steps; the
+    -- steps wrap the inner dims many times, and both thread counts split the rows elsewhere
+    local A, B, C, D = 5, 41, 37, 7
+    local x = rand_tensor({ A, B, C, D }, 'f64', -2, 2, 5)
+    local xv = vals(x)
+    local function xi(a, b, c, d) return ((a * B + b) * C + c) * D + d + 1 end
+    local y = rand_tensor({ A, 1, B, D }, 'f64', -2, 2, 6) -- broadcast along C
+    local yv = vals(y)
+    local prev = pn.num_threads()
+    for _, th in ipairs({ 1, 2, 3 }) do
+      pn.set_num_threads(th)
+      local p = x:permute(1, 3, 2, 4) -- (A, C, B, D), strided
+      local cv, sv = vals(p:contiguous()), vals(p + y)
+      local n = 0
+      for a = 0, A - 1 do
+        for c = 0, C - 1 do
+          for b = 0, B - 1 do
+            for d = 0, D - 1 do
+              n = n + 1
+              local v = xv[xi(a, b, c, d)]
+              if cv[n] ~= v then error(string.format('copy, %d threads: element %d is %g, want %g', th, n, cv[n], v)) end
+              local w = v + yv[(a * B + b) * D + d + 1]
+              if sv[n] ~= w then error(string.format('add, %d threads: element %d is %g, want %g', th, n, sv[n], w)) end
+            end
+          end
+        end
+      end
+      assert.equal(A * B * C * D, n)
+    end
+    -- long rows (chunks of one row share its offsets) over two outer dims
+    local z = rand_tensor({ 3, 2, 20000 }, 'f32', -2, 2, 7)
+    local zt = z:transpose(1, 2) -- (2, 3, 20000), rows strided
+    local zv, want = vals(z), {}
+    for i = 0, 1 do
+      for j = 0, 2 do
+        for k = 1, 20000 do want[#want + 1] = 2 * zv[(j * 2 + i) * 20000 + k] end
+      end
+    end
+    pn.set_num_threads(2)
+    assert.same(want, vals(zt * 2))
+    pn.set_num_threads(prev)
+  end)
+
   it('maximum and minimum propagate NaN from either side', function()
     local a = pn.tensor({ 0 / 0, 1, 2 }, { dtype = 'f64' })
     local b = pn.tensor({ 1, 0 / 0, 3 }, { dtype = 'f64' })

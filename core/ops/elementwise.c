@@ -42,24 +42,24 @@ static void run(const pn_iter *it, pn_tensor *const *ops, row_fn fn, const void 
         es[k] = (int64_t)pn_elsize(ops[k]->dt);
     }
     if (it->numel <= PN_PAR_MIN) { /* serial: no chunking, no thread wake-up */
+        pn_iter_pos pos = PN_ITER_POS_INIT;
         for (int64_t r = 0; r < it->rows; r++) {
-            int64_t off[PN_ITER_MAX_OPS];
             char *p[PN_ITER_MAX_OPS];
-            pn_iter_row(it, r, off);
-            for (int k = 0; k < nops; k++) p[k] = base[k] + off[k] * es[k];
+            pn_iter_at(it, r, &pos);
+            for (int k = 0; k < nops; k++) p[k] = base[k] + pos.off[k] * es[k];
             fn(ctx, it->inner, p, it->istride);
         }
         return;
     }
     int64_t nch = (it->inner + CHUNK - 1) / CHUNK, units = it->rows * nch;
-#pragma omp parallel for schedule(static)
+    pn_iter_pos pos = PN_ITER_POS_INIT;
+#pragma omp parallel for schedule(static) firstprivate(pos)
     for (int64_t u = 0; u < units; u++) {
         int64_t r = u / nch, c0 = (u % nch) * CHUNK;
         int64_t len = it->inner - c0 < CHUNK ? it->inner - c0 : CHUNK;
-        int64_t off[PN_ITER_MAX_OPS];
         char *p[PN_ITER_MAX_OPS];
-        pn_iter_row(it, r, off);
-        for (int k = 0; k < nops; k++) p[k] = base[k] + (off[k] + c0 * it->istride[k]) * es[k];
+        if (r != pos.row) pn_iter_at(it, r, &pos); /* a row's chunks share its offsets */
+        for (int k = 0; k < nops; k++) p[k] = base[k] + (pos.off[k] + c0 * it->istride[k]) * es[k];
         fn(ctx, len, p, it->istride);
     }
 }
