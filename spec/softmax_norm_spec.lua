@@ -223,21 +223,29 @@ describe('layer_norm', function()
     gradcheck(function(ww, bb) return pn.layer_norm(x, ww, bb) end, { w, b })
   end)
 
-  it('f32 gradients agree with f64 (many rows: blocked weight/bias sums)', function()
+  it('f32 values and gradients agree with f64 (many rows: blocked weight/bias sums; rows of eight-lane blocks and a tail)', function()
     pn.manual_seed(5)
-    local x64, g64 = pn.randn({ 300, 6 }, { dtype = 'f64' }), pn.randn({ 300, 6 }, { dtype = 'f64' })
-    local w64, b64 = pn.randn({ 6 }, { dtype = 'f64' }), pn.randn({ 6 }, { dtype = 'f64' })
-    local res = {}
-    for _, dt in ipairs({ 'f32', 'f64' }) do
-      local x = x64:to(dt):detach():requires_grad_()
-      local w = w64:to(dt):detach():requires_grad_()
-      local b = b64:to(dt):detach():requires_grad_()
-      pn.layer_norm(x, w, b):backward(g64:to(dt))
-      res[dt] = { vals(x.grad), vals(w.grad), vals(b.grad) }
+    -- D = 6: the f32 rows' tail loop alone; 21: two blocks of eight lanes and a tail; 256: the NMT model's
+    for _, D in ipairs({ 6, 21, 256 }) do
+      local x64, g64 = pn.randn({ 300, D }, { dtype = 'f64' }) * 3 + 1, pn.randn({ 300, D }, { dtype = 'f64' })
+      local w64, b64 = pn.randn({ D }, { dtype = 'f64' }), pn.randn({ D }, { dtype = 'f64' })
+      for _, with_w in ipairs({ true, false }) do
+        local res = {}
+        for _, dt in ipairs({ 'f32', 'f64' }) do
+          local x = x64:to(dt):detach():requires_grad_()
+          local w = with_w and w64:to(dt):detach():requires_grad_() or nil
+          local b = b64:to(dt):detach():requires_grad_()
+          local y = pn.layer_norm(x, w, b)
+          y:backward(g64:to(dt))
+          res[dt] = { vals(x.grad), with_w and vals(w.grad) or {}, vals(b.grad), vals(y) }
+        end
+        local what = string.format(' (D = %d, weight %s)', D, tostring(with_w))
+        assert_close(res.f32[1], res.f64[1], 2e-5, 'x grad' .. what)
+        assert_close(res.f32[2], res.f64[2], 2e-5, 'weight grad' .. what)
+        assert_close(res.f32[3], res.f64[3], 2e-5, 'bias grad' .. what)
+        assert_close(res.f32[4], res.f64[4], 2e-5, 'values' .. what)
+      end
     end
-    assert_close(res.f32[1], res.f64[1], 2e-5, 'x grad')
-    assert_close(res.f32[2], res.f64[2], 2e-5, 'weight grad')
-    assert_close(res.f32[3], res.f64[3], 2e-5, 'bias grad')
   end)
 
   it('errors name layer_norm and the shapes/dtypes', function()
