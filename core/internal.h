@@ -141,19 +141,24 @@ uint64_t pn_philox_reserve(int64_t blocks, uint64_t *seed);
 
 /* Philox 4x32-10 (Salmon et al. 2011): 4 random words for counter block ctr under key seed.
  * Inline so kernels that draw per element keep it in registers. */
+/* one round on one counter's words under the round's key (k0, k1); the key then advances by
+ * PN_PHILOX_W0, PN_PHILOX_W1. A round of its own so a CPU kernel can run it over several
+ * counters side by side (dropout.c: sixteen in a vector), the same words as pn_philox4x32's. */
+#define PN_PHILOX_W0 0x9E3779B9u
+#define PN_PHILOX_W1 0xBB67AE85u
+PN_HD static inline void pn_philox_round(uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3, uint32_t k0,
+                                         uint32_t k1) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * *c0, p1 = (uint64_t)0xCD9E8D57u * *c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ *c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ *c3 ^ k1;
+    *c1 = (uint32_t)p1;
+    *c3 = (uint32_t)p0;
+    *c0 = n0;
+    *c2 = n2;
+}
 PN_HD static inline void pn_philox4x32(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
+    for (int r = 0; r < 10; r++, k0 += PN_PHILOX_W0, k1 += PN_PHILOX_W1) pn_philox_round(&c0, &c1, &c2, &c3, k0, k1);
     out[0] = c0;
     out[1] = c1;
     out[2] = c2;

@@ -307,6 +307,33 @@ describe('dropout', function()
     assert.is_true(same_zeros)
   end)
 
+  -- training f32 (a mask kept) draws sixteen blocks side by side (dropout.c); f64 one at a time
+  it('f32 with a kept mask gives the mask of f64 one block at a time (groups, tails, threads)', function()
+    local prev = pn.num_threads()
+    for _, shape in ipairs({ { 50, 40 }, { 300, 41 }, { 3, 5 } }) do
+      for _, th in ipairs({ 1, 2 }) do
+        pn.set_num_threads(th)
+        local x = pn.randn(shape):abs() + 0.5 -- no zeros: a kept element is nonzero
+        local x32 = x:detach():requires_grad_()
+        local x64 = x:to('f64'):detach():requires_grad_()
+        pn.manual_seed(11)
+        local a = vals(x32:dropout(0.25))
+        pn.manual_seed(11)
+        local b = vals(x64:dropout(0.25))
+        local kept = 0
+        for i = 1, #a do
+          if (a[i] == 0) ~= (b[i] == 0) then
+            error(string.format('shape %dx%d, %d threads: element %d kept in one and not the other', shape[1], shape[2],
+              th, i))
+          end
+          if a[i] ~= 0 then kept = kept + 1 end
+        end
+        assert.is_true(kept > 0.6 * #a and kept < 0.9 * #a)
+      end
+    end
+    pn.set_num_threads(prev)
+  end)
+
   it('reads non-contiguous input; backward multiplies by the saved mask', function()
     local base = pn.tensor(nest(distinct(24, 0.5, 2, 3), { 4, 6 }), { dtype = 'f64', requires_grad = true })
     pn.manual_seed(4)

@@ -11,11 +11,16 @@
 /* the keep threshold of drop probability p in [0, 1) (at most 65536) */
 static inline uint32_t pn_dropout_thresh(double p) { return (uint32_t)lround(p * 65536.0); }
 
+/* keep flag of element j (< 8) of a block, from the block's Philox word w[j >> 1] */
+PN_HD static inline uint8_t pn_dropout_keep(uint32_t word, int j, uint32_t thresh) {
+    return ((word >> ((j & 1) * 16)) & 0xFFFFu) >= thresh;
+}
+
 /* keep flags k[0..8) of the block with counter ctr */
 PN_HD static inline void pn_dropout_mask8(uint64_t seed, uint64_t ctr, uint32_t thresh, uint8_t k[8]) {
     uint32_t w[4];
     pn_philox4x32(seed, ctr, w);
-    for (int j = 0; j < 8; j++) k[j] = ((w[j >> 1] >> ((j & 1) * 16)) & 0xFFFFu) >= thresh;
+    for (int j = 0; j < 8; j++) k[j] = pn_dropout_keep(w[j >> 1], j, thresh);
 }
 
 /* One block: ys[j] = xs[j] · keep_j · s for j < len (≤ 8), keep written when not NULL. When no
