@@ -3,12 +3,13 @@
  *   y = (x - mean) · rstd · weight + bias,   rstd = 1/sqrt(var + eps), var biased (/D)
  *
  * Rows (every index but the last) are independent and run in parallel; statistics are
- * computed in double (two passes: mean, then the centred sum of squares; f32 rows sum in eight
- * double lanes in a fixed order, so they vectorise and stay deterministic). The weight and
+ * computed in double (two passes: mean, then the centred sum of squares; f32 rows sum through
+ * rows_f32.h's eight double lanes in a fixed order, so they vectorise and stay deterministic). The weight and
  * bias gradients sum over rows: rows are cut into at most 64 fixed blocks whose partial
  * sums are added in block order, so the result does not depend on the thread count. */
 #include "../backend.h"
 #include "fast_math.h"
+#include "rows_f32.h"
 
 static inline double ldf(const char *p, bool f32, int64_t i) {
     return f32 ? ((const float *)p)[i] : ((const double *)p)[i];
@@ -18,31 +19,13 @@ static inline void stf(char *p, bool f32, int64_t i, double v) {
     else ((double *)p)[i] = v;
 }
 
-/* f32 rows, vectorised: the row sums in eight double lanes in a fixed order (rows_f32.h's
- * way) — one dependent chain of double adds per sum took most of the time at D = 256 */
-#define LANES8(OUT, EXPR)                                                                               \
-    do {                                                                                               \
-        double a8_[8] = {0};                                                                           \
-        int64_t j = 0;                                                                                 \
-        for (; j + 8 <= D; j += 8)                                                                     \
-            for (int l_ = 0; l_ < 8; l_++) {                                                           \
-                int64_t jj = j + l_;                                                                   \
-                a8_[l_] += (EXPR);                                                                     \
-            }                                                                                          \
-        for (; j < D; j++) {                                                                           \
-            int64_t jj = j;                                                                            \
-            a8_[0] += (EXPR);                                                                          \
-        }                                                                                              \
-        OUT = ((a8_[0] + a8_[1]) + (a8_[2] + a8_[3])) + ((a8_[4] + a8_[5]) + (a8_[6] + a8_[7]));       \
-    } while (0)
-
 /* one row of the forward: y (D), its mean and rstd */
 PN_VEC_FN PN_VEC static void ln_fwd_row_f32(const float *x, const float *w, const float *b, int64_t D, double eps,
                                             float *y, double *st) {
     double mean, var;
-    LANES8(mean, (double)x[jj]);
+    PN_SUM8(mean, D, j, (double)x[j]);
     mean /= (double)D;
-    LANES8(var, ((double)x[jj] - mean) * ((double)x[jj] - mean));
+    PN_SUM8(var, D, j, ((double)x[j] - mean) * ((double)x[j] - mean));
     const double rstd = 1.0 / sqrt(var / (double)D + eps);
     st[0] = mean;
     st[1] = rstd;
@@ -60,8 +43,8 @@ PN_VEC_FN PN_VEC static void ln_bwd_row_f32(const float *x, const float *g, cons
 #define DXH(j) ((double)g[j] * (w ? (double)w[j] : 1.0))
 #define XH(j) (((double)x[j] - mean) * rstd)
     double a, b;
-    LANES8(a, DXH(jj));
-    LANES8(b, DXH(jj) * XH(jj));
+    PN_SUM8(a, D, j, DXH(j));
+    PN_SUM8(b, D, j, DXH(j) * XH(j));
     a /= (double)D;
     b /= (double)D;
     for (int64_t j = 0; j < D; j++) gx[j] = (float)(rstd * (DXH(j) - a - XH(j) * b));

@@ -1,11 +1,12 @@
-/* rows_f32.h — the f32 row reductions that softmax.c and loss.c share: a row's max in 16
- * lanes, and its sum (of x, of e^(x − m), of x·y) in eight double accumulators in a fixed
- * order — vectorisable and deterministic. One copy, so softmax, log_softmax and the cross
- * entropy's logsumexp of a row see the same max and the same sum.
+/* rows_f32.h — the f32 row reductions that softmax.c, loss.c and norm.c share: a row's max in
+ * 16 lanes, and its sums (of x, of e^(x − m), of x·y, of layer norm's centred squares and
+ * gradient terms) in eight double accumulators in a fixed order — vectorisable and
+ * deterministic. One copy, so softmax, log_softmax and the cross entropy's logsumexp of a row see
+ * the same max and the same sum, and every row sum adds in the same order.
  *
- * Inlined (PN_INLINE) into callers that carry PN_VEC_FN (and PN_VEC): GCC does not inline a
- * function whose optimize attribute differs from its caller's, and out of line these loops
- * keep trapping math, do not vectorise, and call pn_fast_expf once per element. */
+ * Inlined (PN_INLINE, or a macro) into callers that carry PN_VEC_FN (and PN_VEC): GCC does not
+ * inline a function whose optimize attribute differs from its caller's, and out of line these
+ * loops keep trapping math, do not vectorise, and call pn_fast_expf once per element. */
 #ifndef PN_ROWS_F32_H
 #define PN_ROWS_F32_H
 
@@ -29,24 +30,39 @@ PN_VEC_FN PN_INLINE float pn_row_max_f32(const float *x, int64_t n) {
     return m;
 }
 
+/* OUT = Σ_{i < n} TERM, TERM a double expression of the index i (declared by the macro): eight
+ * double lanes, lane l taking i ≡ l (mod 8) below the last multiple of 8 and lane 0 the tail,
+ * added as ((0+1)+(2+3))+((4+5)+(6+7)). One dependent chain of double adds would take four
+ * cycles an element; the lanes vectorise, and the order does not depend on the ISA or the
+ * thread count. A macro, not a function taking a callback: the term must inline into the loop. */
+#define PN_SUM8(OUT, n, i, TERM)                                                                                \
+    do {                                                                                                       \
+        double s8_[8] = {0};                                                                                   \
+        int64_t b8_ = 0;                                                                                       \
+        for (; b8_ + 8 <= (n); b8_ += 8)                                                                       \
+            for (int l8_ = 0; l8_ < 8; l8_++) {                                                                \
+                const int64_t i = b8_ + l8_;                                                                   \
+                s8_[l8_] += (TERM);                                                                            \
+            }                                                                                                  \
+        for (; b8_ < (n); b8_++) {                                                                             \
+            const int64_t i = b8_;                                                                             \
+            s8_[0] += (TERM);                                                                                  \
+        }                                                                                                      \
+        (OUT) = ((s8_[0] + s8_[1]) + (s8_[2] + s8_[3])) + ((s8_[4] + s8_[5]) + (s8_[6] + s8_[7]));             \
+    } while (0)
+
 /* Σ x (ex false) or Σ e^(x − m) (ex true; a constant at each call site) */
 PN_VEC_FN PN_INLINE double pn_row_sum8_f32(const float *x, int64_t n, bool ex, float m) {
-    double a[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += ex ? pn_fast_expf(x[i + j] - m) : x[i + j];
-    for (; i < n; i++) a[0] += ex ? pn_fast_expf(x[i] - m) : x[i];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    double s;
+    PN_SUM8(s, n, i, ex ? pn_fast_expf(x[i] - m) : x[i]);
+    return s;
 }
 
 /* Σ x·y, the products in double */
 PN_VEC_FN PN_INLINE double pn_row_dot8_f32(const float *x, const float *y, int64_t n) {
-    double a[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += (double)x[i + j] * y[i + j];
-    for (; i < n; i++) a[0] += (double)x[i] * y[i];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    double s;
+    PN_SUM8(s, n, i, (double)x[i] * y[i]);
+    return s;
 }
 
 #endif
