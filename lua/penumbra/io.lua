@@ -14,6 +14,9 @@
 --   pn.io.load_npy(path)        -> tensor from a NumPy .npy file (core/io/npy.c: every numeric
 --                                  dtype numpy writes but complex/f16, both byte orders, Fortran order)
 --   pn.io.save_npy(path, t)     -- format 1.0, little-endian, C order
+--   pn.io.read_text(path, op)   -> the whole file as a string (bytes as stored); errors start with
+--                                  op: "op: cannot open PATH (No such file or directory)",
+--                                  "op: cannot read PATH (Is a directory)"
 -- Errors are Lua errors carrying the C message ("h5 read: dataset 'x' not found in /tmp/a.h5").
 local B = require 'penumbra_ffi'
 local pn = require 'penumbra.tensor'
@@ -210,6 +213,25 @@ function M.file_exists(path)
   local f = io.open(path, 'rb')
   if f then f:close() end
   return f ~= nil
+end
+
+-- The one whole-file reader of the text inputs (BLEU files, parallel corpora, JSON). io.open
+-- opens a directory without complaint and its read then returns nil: that is an error here, not
+-- an empty file or a nil for the caller to index. Raised at level 0: the message is the report.
+function M.read_text(path, op)
+  op = op or 'read_text'
+  if type(path) ~= 'string' or path == '' then
+    error(op .. ': a file path must be a non-empty string, got ' .. tostring(path), 0)
+  end
+  local f, err = io.open(path, 'rb')
+  if not f then
+    -- io.open's message is "PATH: reason"; keep the reason
+    error(op .. ': cannot open ' .. path .. ' (' .. tostring(err):gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '') .. ')', 0)
+  end
+  local s, rerr = f:read('*a')
+  f:close()
+  if not s then error(op .. ': cannot read ' .. path .. ' (' .. tostring(rerr or 'a directory?') .. ')', 0) end
+  return s
 end
 
 -- A file that is either whole or absent: fn(f) writes into <path>.tmp, which is then renamed

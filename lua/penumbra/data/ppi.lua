@@ -77,11 +77,7 @@ return function(data)
   end
 
   local function read_json(path)
-    local f = io.open(path, 'rb')
-    if not f then fail(path .. ': cannot open') end
-    local s = f:read('*a')
-    f:close()
-    local ok, v = pcall(cjson.decode, s)
+    local ok, v = pcall(cjson.decode, pio.read_text(path, 'ppi'))
     if not ok then fail(path .. ': not valid JSON (' .. tostring(v):gsub('^.-: ', '') .. ')') end
     return v
   end

@@ -101,15 +101,7 @@ end
 local function fail(msg) error('translation: ' .. msg, 0) end
 
 -- ---- reading -------------------------------------------------------------------------------------
-local function read_file(path)
-  if type(path) ~= 'string' or path == '' then fail('a file path must be a non-empty string, got ' .. tostring(path)) end
-  local f, err = io.open(path, 'rb')
-  if not f then fail('cannot open ' .. path .. ' (' .. tostring(err):gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '') .. ')') end
-  local s, rerr = f:read('*a')
-  f:close()
-  if not s then fail('cannot read ' .. path .. ' (' .. tostring(rerr or 'a directory?') .. ')') end
-  return s
-end
+local function read_file(path) return require('penumbra.io').read_text(path, 'translation') end
 
 local function line_col(s, pos) -- 1-based line and byte column of byte offset pos (0-based)
   local line, start = 1, 1

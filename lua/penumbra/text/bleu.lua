@@ -138,10 +138,7 @@ function M.tokenize_13a(line)
 end
 
 function M.read_lines(path)
-  local f, err = io.open(path, 'rb')
-  if not f then error('bleu: cannot open ' .. tostring(err), 2) end
-  local s = f:read('*a')
-  f:close()
+  local s = require('penumbra.io').read_text(path, 'bleu')
   local lines = {}
   for l in s:gmatch('([^\n]*)\n') do lines[#lines + 1] = l end
   local tail = s:match('([^\n]+)$')
