@@ -77,8 +77,9 @@ const char *pn_version(void);
 const char *pn_cpu_kernel(void);
 pn_status pn_set_cpu_kernel(const char *name);
 /* Stopping long runs: after pn_interrupt_install a first SIGINT, SIGTERM or SIGHUP only sets a
- * flag that the experiment loop polls (pn_interrupted returns the signal number, 0 when none);
- * a second one terminates as usual. */
+ * flag that the experiment loop polls (pn_interrupted returns the signal number, 0 when none)
+ * and writes one line to stderr saying so; a second one (of any of the three) terminates as
+ * usual. */
 void pn_interrupt_install(void);
 int pn_interrupted(void);
 void pn_interrupt_clear(void);

@@ -90,7 +90,8 @@ describe('experiment runner', function()
   end)
 
   -- runs the slow toy experiment in a child ./bench with its runs under runs/<name>, sends
-  -- `stop` (shell commands; $pid is the child) after 3 s, and returns the runs directory
+  -- `stop` (shell commands; $pid is the child) after 3 s, and returns the runs directory and
+  -- the child's output (stdout and stderr)
   local function stopped_run(name, stop)
     local home = os.getenv('PENUMBRA_HOME') or '.'
     local script = os.tmpname() .. '.lua'
@@ -99,10 +100,15 @@ describe('experiment runner', function()
             "toy({ epochs = '200', sleep = '0.05', _quiet = true })\n")
     f:close()
     local dir = runs .. '/' .. name
-    os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >/dev/null 2>&1 & pid=$!; sleep 3; ' ..
-      '%s; wait $pid) >/dev/null 2>&1', home, dir, script, stop))
+    local out = os.tmpname()
+    os.execute(string.format('cd "%s" && (PENUMBRA_RUNS="%s" ./bench "%s" >"%s" 2>&1 & pid=$!; sleep 3; ' ..
+      '%s; wait $pid) >/dev/null 2>&1', home, dir, script, out, stop))
     os.remove(script)
-    return dir
+    local o = io.open(out, 'rb')
+    local text = o and o:read('*a') or ''
+    if o then o:close() end
+    os.remove(out)
+    return dir, text
   end
   local function run_file_of(dir)
     local p = io.popen('ls "' .. dir .. '"/toy*/*.h5 2>/dev/null | head -1')
@@ -115,8 +121,10 @@ describe('experiment runner', function()
   -- second one is meant to stop at once); SIGTERM (kill, a scheduler) and SIGHUP (a closed
   -- terminal) stop a run as Ctrl-C does
   for _, sig in ipairs({ { 'INT', 'Ctrl-C' }, { 'TERM', 'SIGTERM' }, { 'HUP', 'SIGHUP' } }) do
-    it('leaves a readable file marked interrupted after SIG' .. sig[1], function()
-      local path = run_file_of(stopped_run('sig' .. sig[1], 'kill -' .. sig[1] .. ' $pid'))
+    it('leaves a readable file marked interrupted after SIG' .. sig[1] .. ', and says at once it heard it', function()
+      local dir, out = stopped_run('sig' .. sig[1], 'kill -' .. sig[1] .. ' $pid')
+      assert.truthy(out:find('penumbra: stop requested', 1, true), out)
+      local path = run_file_of(dir)
       local a = attrs(path)
       assert.equal('interrupted', a.status)
       assert.truthy(a.error:find(sig[2], 1, true), a.error)
