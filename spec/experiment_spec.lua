@@ -140,6 +140,19 @@ describe('experiment runner', function()
     assert.equal('dead (was running)', rows[1].status)
   end)
 
+  it('./bench runs names a missing folder, and a file given for a folder', function()
+    local R = require('penumbra.runs')
+    local ok, e = pcall(R.main_runs, { runs .. '/no-such' })
+    assert.is_false(ok)
+    assert.equal("runs: no such folder '" .. runs .. "/no-such'", e)
+    local f = os.tmpname() .. '.h5'
+    io.open(f, 'w'):close()
+    ok, e = pcall(R.main_runs, { f })
+    os.remove(f)
+    assert.is_false(ok)
+    assert.equal("runs: '" .. f .. "' is a file, not a folder of runs (one run file: ./bench show " .. f .. ')', e)
+  end)
+
   it('refuses an unwritable runs directory before training', function()
     local ffi = require 'ffi'
     ffi.C.setenv('PENUMBRA_RUNS', '/proc/penumbra-cannot-write', 1)

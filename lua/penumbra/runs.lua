@@ -412,7 +412,12 @@ function M.main_runs(argv)
   local dir = argv[1] or os.getenv('PENUMBRA_RUNS') or 'runs'
   local d = io.open(dir, 'r')
   if not d then error("runs: no such folder '" .. dir .. "'", 0) end
+  local _, rerr = d:read(1) -- a folder opens, and its read fails with EISDIR
   d:close()
+  if not (rerr and rerr:find('directory', 1, true)) then
+    error("runs: '" .. dir .. "' is a file, not a folder of runs" ..
+      (dir:match('%.h5$') and ' (one run file: ./bench show ' .. dir .. ')' or ''), 0)
+  end
   io.write(M.format_list(M.list(dir), dir))
 end
 
