@@ -3,7 +3,7 @@
 -- few helpers every Lua module uses to cross the boundary:
 --   B.wrap(p)       owned pn_tensor* -> gc'd cdata, or a Lua error carrying pn_last_error()
 --   B.check(status) PN_OK or a Lua error
---   B.dim(d)        Lua dim (1-based, negative from the end) -> C dim (0-based / negative)
+--   B.dim(d, op)    Lua dim (1-based, negative from the end) -> C dim (0-based / negative)
 --   B.int64s(tbl)   Lua list -> n, int64_t[n]
 -- Nothing else in Lua calls ffi.gc on a tensor.
 local ffi = require 'ffi'
@@ -81,13 +81,14 @@ function B.check(status)
   return true
 end
 
-function B.dim(d)
+function B.dim(d, op)
+  local who = op and (op .. ': ') or ''
   if type(d) ~= 'number' or d ~= math.floor(d) then
-    error('expected an integer dim, got ' .. tostring(d), 3)
+    error(who .. 'expected an integer dim, got ' .. tostring(d), 3)
   end
   if d > 0 then return d - 1 end
   if d < 0 then return d end
-  error('dim 0 is invalid: dims are numbered from 1 (negative counts from the end)', 3)
+  error(who .. 'dim 0 is invalid: dims are numbered from 1 (negative counts from the end)', 3)
 end
 
 -- A 1-based position (narrow/select starts, get indices) → 0-based; negative counts from the

@@ -72,11 +72,11 @@ function pn._tensor_array(list)
 end
 
 -- dims argument: nil (all), a number, or a list -> n, int64_t[n] of C dims
-function pn._dims(d)
+function pn._dims(d, op)
   if d == nil then return 0, nil end
   if type(d) == 'number' then d = { d } end
   local c = {}
-  for i, v in ipairs(d) do c[i] = dim(v) end
+  for i, v in ipairs(d) do c[i] = dim(v, op) end
   return B.int64s(c)
 end
 
@@ -287,7 +287,7 @@ function M.shape(t)
 end
 function M.size(t, d)
   if d == nil then return M.shape(t) end
-  local c = dim(d)
+  local c = dim(d, 'size')
   if c < 0 then c = c + t.nd end
   if c < 0 or c >= t.nd then error('size: dim ' .. d .. ' out of range for a tensor with ' .. t.nd .. ' dims', 2) end
   return tonumber(t.sizes[c])
@@ -384,12 +384,12 @@ end
 function M.permute(t, ...)
   local p = shape_args(...)
   local c = {}
-  for i, d in ipairs(p) do c[i] = dim(d) end
+  for i, d in ipairs(p) do c[i] = dim(d, 'permute') end
   local n, a = B.int64s(c)
   return wrap(C.pn_permute(t, n, a))
 end
 function M.transpose(t, a, b)
-  return wrap(C.pn_transpose(t, dim(a or -2), dim(b or -1)))
+  return wrap(C.pn_transpose(t, dim(a or -2, 'transpose'), dim(b or -1, 'transpose')))
 end
 M.t = function(t) return M.transpose(t, 1, 2) end
 -- narrow(dim, start, length): start is 1-based like every Lua index
@@ -397,7 +397,7 @@ function M.narrow(t, d, start, length)
   if type(length) ~= 'number' or length ~= math.floor(length) then
     error('narrow: length must be a whole number, got ' .. tostring(length), 2)
   end
-  return wrap(C.pn_narrow(t, dim(d), B.position('narrow', 'start', start), length))
+  return wrap(C.pn_narrow(t, dim(d, 'narrow'), B.position('narrow', 'start', start), length))
 end
 -- slice(dim, first, last): inclusive 1-based range, negative counts from the end
 function M.slice(t, d, first, last)
@@ -406,17 +406,17 @@ function M.slice(t, d, first, last)
   last = last or size
   first = B.position('slice', 'first', first) + (first < 0 and size or 0) + 1
   last = B.position('slice', 'last', last) + (last < 0 and size or 0) + 1
-  return wrap(C.pn_narrow(t, dim(d), first - 1, math.max(0, last - first + 1)))
+  return wrap(C.pn_narrow(t, dim(d, 'slice'), first - 1, math.max(0, last - first + 1)))
 end
 function M.select(t, d, index)
-  return wrap(C.pn_select(t, dim(d), B.position('select', 'index', index)))
+  return wrap(C.pn_select(t, dim(d, 'select'), B.position('select', 'index', index)))
 end
 function M.squeeze(t, d)
-  return wrap(C.pn_squeeze(t, d == nil and C.PN_ALL_DIMS or dim(d)))
+  return wrap(C.pn_squeeze(t, d == nil and C.PN_ALL_DIMS or dim(d, 'squeeze')))
 end
 function M.unsqueeze(t, d)
   -- unsqueeze(1) puts the new dim first; unsqueeze(-1) last (torch semantics shifted to 1-based)
-  return wrap(C.pn_unsqueeze(t, dim(d)))
+  return wrap(C.pn_unsqueeze(t, dim(d, 'unsqueeze')))
 end
 function M.expand(t, ...)
   local shape = shape_args(...)

@@ -20,6 +20,8 @@ return function(nn, pn)
                      precision = { 'string', one_of = { 'native', 'bf16', 'f16' } } }
 
   function MHA:init(d, heads, o)
+    nn.size_arg('MultiheadAttention', 'd_model', d)
+    nn.size_arg('MultiheadAttention', 'heads', heads)
     local score = type(o) == 'table' and o.score or 'dot'
     if type(score) ~= 'string' then error('MultiheadAttention: score must be a string, got ' .. type(score), 3) end
     o = options.check('MultiheadAttention', o,

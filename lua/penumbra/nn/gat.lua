@@ -40,6 +40,8 @@ return function(nn, pn)
   nn.GATConv = GATConv
 
   function GATConv:init(fin, fout, o)
+    nn.size_arg('GATConv', 'in_features', fin)
+    nn.size_arg('GATConv', 'out_features', fout)
     o = layer_opts('GATConv', o, CONV_OPTS)
     self.fin, self.fout = fin, fout
     self.heads = o.heads or 8
@@ -129,6 +131,8 @@ return function(nn, pn)
   local GAT = class('GAT')
   nn.GAT = GAT
   function GAT:init(fin, classes, o)
+    nn.size_arg('GAT', 'in_features', fin)
+    nn.size_arg('GAT', 'classes', classes)
     o = layer_opts('GAT', o, GAT_OPTS)
     local hidden, heads = o.hidden or 8, o.heads or 8
     local common = { score = o.score, map = o.map, dropout = o.dropout or 0.6, attn_dropout = o.attn_dropout,
@@ -161,6 +165,8 @@ return function(nn, pn)
   local IGAT = class('InductiveGAT')
   nn.InductiveGAT = IGAT
   function IGAT:init(fin, classes, o)
+    nn.size_arg('InductiveGAT', 'in_features', fin)
+    nn.size_arg('InductiveGAT', 'classes', classes)
     o = layer_opts('InductiveGAT', o, IGAT_OPTS)
     local hidden, heads = o.hidden or 256, o.heads or { 4, 4, 6 }
     if #heads < 2 then error('InductiveGAT: heads must list at least 2 layers (hidden…, output), got ' .. #heads, 3) end

@@ -53,11 +53,15 @@ function nn.init.ones_(t) pn.no_grad(function() t:fill_(1) end) return t end
 -- Linear(in, out, {bias=true, dtype='f32', init='xavier'|'kaiming', sparse_input=false}):
 -- y = x Wᵀ + b, W (out, in); sparse_input: x is mostly zeros (2-D), multiply by its nonzeros
 local options = require 'penumbra.options'
-local function size_arg(who, what, v)
+-- a layer's size argument (positional, so options.check cannot see it); level 4 blames the
+-- caller of Layer(...) when called from an init, one more per helper in between
+local function size_arg(who, what, v, level)
   if type(v) ~= 'number' or v % 1 ~= 0 or v < 1 then
-    error(who .. ': ' .. what .. ' must be a positive whole number, got ' .. tostring(v), 4)
+    local got = (type(v) == 'number' or type(v) == 'string') and (tostring(v) .. ' (a ' .. type(v) .. ')') or ('a ' .. type(v))
+    error(who .. ': ' .. what .. ' must be a positive whole number, got ' .. got, level or 4)
   end
 end
+nn.size_arg = size_arg
 
 nn.Linear = class('Linear')
 function nn.Linear:init(i, o, opts)

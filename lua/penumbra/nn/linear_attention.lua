@@ -32,9 +32,8 @@ return function(nn, pn)
   local function shape_str(t) return '[' .. table.concat(t:shape(), ',') .. ']' end
 
   local function common_init(self, name, d, heads, o)
-    if type(d) ~= 'number' or type(heads) ~= 'number' or d < 1 or heads < 1 or d % 1 ~= 0 or heads % 1 ~= 0 then
-      error(name .. ': d_model and heads must be positive integers, got ' .. tostring(d) .. ' and ' .. tostring(heads), 3)
-    end
+    nn.size_arg(name, 'd_model', d, 5)
+    nn.size_arg(name, 'heads', heads, 5)
     if d % heads ~= 0 then error(name .. ': d_model ' .. d .. ' is not divisible by heads ' .. heads, 3) end
     self.d, self.heads, self.dh = d, heads, d / heads
     self.causal = o.causal ~= false

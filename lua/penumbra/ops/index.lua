@@ -38,26 +38,26 @@ return function(pn, M, B)
   end
 
   function M.index_select(x, d, idx)
-    return wrap(C.pn_index_select(tensor('index_select', x, 'x'), dim(d), index('index_select', idx, 'idx', x)))
+    return wrap(C.pn_index_select(tensor('index_select', x, 'x'), dim(d, 'index_select'), index('index_select', idx, 'idx', x)))
   end
   pn.index_select = M.index_select
 
   function M.gather(x, d, idx)
-    return wrap(C.pn_gather(tensor('gather', x, 'x'), dim(d), index('gather', idx, 'idx', x)))
+    return wrap(C.pn_gather(tensor('gather', x, 'x'), dim(d, 'gather'), index('gather', idx, 'idx', x)))
   end
   pn.gather = M.gather
 
   function M.scatter_add(x, d, idx, src)
     tensor('scatter_add', x, 'x')
     tensor('scatter_add', src, 'src')
-    return wrap(C.pn_scatter_add(x, dim(d), index('scatter_add', idx, 'idx', x), src))
+    return wrap(C.pn_scatter_add(x, dim(d, 'scatter_add'), index('scatter_add', idx, 'idx', x), src))
   end
   pn.scatter_add = M.scatter_add
 
   function M.index_add(x, d, idx, src)
     tensor('index_add', x, 'x')
     tensor('index_add', src, 'src')
-    return wrap(C.pn_index_add(x, dim(d), index('index_add', idx, 'idx', x), src))
+    return wrap(C.pn_index_add(x, dim(d, 'index_add'), index('index_add', idx, 'idx', x), src))
   end
   pn.index_add = M.index_add
 

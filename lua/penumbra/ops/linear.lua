@@ -12,7 +12,16 @@
 return function(pn, M, B)
   local C, wrap, check, ffi = B.C, B.wrap, B.check, B.ffi
   local is_tensor = pn.is_tensor
+  local options = require 'penumbra.options'
   local NAN = 0 / 0
+  -- Option keys are checked (a typo such as {casual=false} would otherwise leave the default,
+  -- causal, in place without a word); values the C side checks with the shapes are left to it.
+  local COSINE = { causal = 'boolean', key_mask = 'any' }
+  local POWER = { p = 'any', causal = 'boolean', log_gate = 'any', chunk = 'any', scale = 'number' }
+  local ROPE = { base = 'number', theta = 'any', rate = 'any' }
+  local STATE = { batch = 'any', heads = 'any', dim = 'any', dim_v = 'any', dtype = 'any' }
+  local COSINE_STATE = options.with(STATE, { m = 'any' })
+  local POWER_STATE = options.with(STATE, { p = 'any', scale = 'number' })
 
   local function need_tensor(op, name, x)
     if not is_tensor(x) then error(op .. ': ' .. name .. ' must be a tensor, got ' .. type(x), 3) end
@@ -44,7 +53,7 @@ return function(pn, M, B)
   end
 
   function pn.cosine_attention(q, k, v, m, opts)
-    opts = opts or {}
+    opts = options.check('cosine_attention', opts, COSINE, 2)
     local q4, k4, v4, added = to4('cosine_attention', q, k, v)
     if m == nil then error('cosine_attention: m (one stabiliser per head, or a number) is required', 2) end
     m = heads_param(m, q4:size(2), q4)
@@ -60,7 +69,7 @@ return function(pn, M, B)
   end
 
   function pn.power_attention(q, k, v, opts)
-    opts = opts or {}
+    opts = options.check('power_attention', opts, POWER, 2)
     local q4, k4, v4, added = to4('power_attention', q, k, v)
     local lg = opts.log_gate
     if lg ~= nil then
@@ -85,7 +94,7 @@ return function(pn, M, B)
 
   function pn.rope(x, opts)
     need_tensor('rope', 'x', x)
-    opts = opts or {}
+    opts = options.check('rope', opts, ROPE, 2)
     if opts.theta ~= nil then need_tensor('rope', 'theta', opts.theta) end
     if opts.rate ~= nil then need_tensor('rope', 'rate', opts.rate) end
     return wrap(C.pn_rope(x, opts.base or 10000, opts.theta, opts.rate))
@@ -124,8 +133,9 @@ return function(pn, M, B)
   end
   State.__tostring = function(s) return s.kind .. '(' .. (s._p ~= nil and s:bytes() .. ' bytes' or 'freed') .. ')' end
 
-  local function dims(op, o)
+  local function dims(op, o, spec)
     if type(o) ~= 'table' then error(op .. ': expected an options table {batch=, heads=, dim=, …}', 3) end
+    options.check(op, o, spec, 3)
     for _, key in ipairs({ 'batch', 'heads', 'dim' }) do
       if type(o[key]) ~= 'number' then error(op .. ': ' .. key .. ' (a number) is required', 3) end
     end
@@ -133,7 +143,7 @@ return function(pn, M, B)
   end
 
   function pn.cosine_state(o)
-    local b, h, d, dv, dt = dims('cosine_state', o)
+    local b, h, d, dv, dt = dims('cosine_state', o, COSINE_STATE)
     local m = o.m
     if m == nil then error('cosine_state: m (one stabiliser per head, or a number) is required', 2) end
     if type(m) == 'number' then m = pn.full({ h }, m, { dtype = 'f64' }) end
@@ -142,7 +152,7 @@ return function(pn, M, B)
   end
 
   function pn.power_state(o)
-    local b, h, d, dv, dt = dims('power_state', o)
+    local b, h, d, dv, dt = dims('power_state', o, POWER_STATE)
     return new_state('power_state', C.pn_power_state_new(b, h, d, dv, o.p or 2, o.scale or NAN, dt))
   end
 end

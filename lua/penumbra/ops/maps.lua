@@ -34,10 +34,15 @@ return function(pn, M, B)
     if not is_tensor(x) then error(op .. ': ' .. (what or 'x') .. ' must be a tensor, got ' .. type(x), 3) end
     return x
   end
-  local function opts_table(op, o)
-    if o == nil then return {} end
-    if type(o) ~= 'table' then error(op .. ': options must be a table, got ' .. type(o), 3) end
-    return o
+  local options = require 'penumbra.options'
+  -- the options of op against spec: an unknown key (a typo such as {self_loop=false}) is an
+  -- error listing the valid ones, never silently the default; errors blame the caller of op
+  local function opts_of(op, o, spec)
+    return options.check(op, o, spec, 3)
+  end
+  -- psi and pseudopolar have no options: a table passed to them is a mistake (xi's h?)
+  local function no_opts(op, o)
+    if o ~= nil then error(op .. ': takes no options (' .. op .. '(x)), got a ' .. type(o), 3) end
   end
   local function curvature(op, c)
     if c == nil then return 1 end
@@ -47,22 +52,22 @@ return function(pn, M, B)
 
   -- ---- maps ---------------------------------------------------------------------------------
   local maps = {}
-  function maps.psi(x)
+  function maps.psi(x, o)
+    no_opts('maps.psi', o)
     return wrap(C.pn_map_psi(tensor('maps.psi', x)))
   end
   function maps.xi(x, o)
-    o = opts_table('maps.xi', o)
+    o = opts_of('maps.xi', o, { h = 'number' })
     local h = o.h == nil and 1 or o.h
-    if type(h) ~= 'number' then error('maps.xi: h must be a number, got ' .. type(h), 2) end
     return wrap(C.pn_map_xi(tensor('maps.xi', x), h))
   end
-  function maps.pseudopolar(x)
+  function maps.pseudopolar(x, o)
+    no_opts('maps.pseudopolar', o)
     return wrap(C.pn_map_pseudopolar(tensor('maps.pseudopolar', x)))
   end
   function maps.exp0(x, o)
-    o = opts_table('maps.exp0', o)
+    o = opts_of('maps.exp0', o, { h = 'number', scale_last = 'boolean' })
     local h = o.h
-    if h ~= nil and type(h) ~= 'number' then error('maps.exp0: h must be a number or nil, got ' .. type(h), 2) end
     return wrap(C.pn_map_exp0(tensor('maps.exp0', x), h == nil and 0 / 0 or h, o.scale_last and 1 or 0))
   end
   pn.maps = maps
@@ -98,17 +103,17 @@ return function(pn, M, B)
     return m
   end
   -- opts may also be a number: the curvature
-  local function klein_opts(op, o)
+  local function klein_opts(op, o, model_key)
     if type(o) == 'number' then return { c = o } end
-    return opts_table(op, o)
+    return options.check(op, o, { c = 'any', [model_key] = 'any' }, 3) -- values: curvature() and model()
   end
   function hyper.to_klein(x, o)
-    o = klein_opts('hyper.to_klein', o)
+    o = klein_opts('hyper.to_klein', o, 'from')
     return wrap(C.pn_hyp_to_klein(tensor('hyper.to_klein', x), model('hyper.to_klein', 'from', o.from),
       curvature('hyper.to_klein', o.c)))
   end
   function hyper.from_klein(x, o)
-    o = klein_opts('hyper.from_klein', o)
+    o = klein_opts('hyper.from_klein', o, 'to')
     return wrap(C.pn_hyp_from_klein(tensor('hyper.from_klein', x), model('hyper.from_klein', 'to', o.to),
       curvature('hyper.from_klein', o.c)))
   end
@@ -118,7 +123,7 @@ return function(pn, M, B)
   local out_ptr = ffi.typeof('pn_tensor *[1]')
   function pn.graph(edges, num_nodes, o)
     if type(num_nodes) == 'table' and o == nil then num_nodes, o = nil, num_nodes end
-    o = opts_table('graph', o)
+    o = opts_of('graph', o, { self_loops = 'boolean' })
     if type(edges) == 'table' and not is_tensor(edges) then
       local flat = {}
       for i, e in ipairs(edges) do

@@ -15,11 +15,11 @@ return function(pn, M, B)
 
   function M.softmax(x, d)
     check_tensor('softmax', x)
-    return wrap(C.pn_softmax(x, dim(d or -1)))
+    return wrap(C.pn_softmax(x, dim(d or -1, 'softmax')))
   end
   function M.log_softmax(x, d)
     check_tensor('log_softmax', x)
-    return wrap(C.pn_log_softmax(x, dim(d or -1)))
+    return wrap(C.pn_log_softmax(x, dim(d or -1, 'log_softmax')))
   end
   pn.softmax, pn.log_softmax = M.softmax, M.log_softmax
 

@@ -23,7 +23,7 @@ return function(pn, M, B)
   for name, op in pairs(REDUCE) do
     local function f(x, dims, keepdim)
       check_tensor(name, x)
-      local n, a = pn._dims(dims)
+      local n, a = pn._dims(dims, name)
       return wrap(C.pn_reduce(op, x, n, a, keepdim and 1 or 0))
     end
     M[name] = f
@@ -33,7 +33,7 @@ return function(pn, M, B)
   local function arg_extreme(name, cfn)
     return function(x, d, keepdim)
       check_tensor(name, x)
-      local cd = d == nil and C.PN_ALL_DIMS or dim(d)
+      local cd = d == nil and C.PN_ALL_DIMS or dim(d, name)
       return wrap(cfn(x, cd, keepdim and 1 or 0))
     end
   end
@@ -46,7 +46,7 @@ return function(pn, M, B)
     if p == nil then p = 2 end
     if p == 'inf' then p = math.huge end
     if type(p) ~= 'number' then error('norm: p must be a number or \'inf\', got ' .. tostring(p), 2) end
-    local n, a = pn._dims(dims)
+    local n, a = pn._dims(dims, 'norm')
     return wrap(C.pn_norm(x, p, n, a, keepdim and 1 or 0))
   end
   pn.norm = M.norm

@@ -17,13 +17,13 @@ return function(pn, M, B)
   function pn.cat(list, d)
     list_arg('cat', list)
     local n, arr = pn._tensor_array(list)
-    return wrap(C.pn_cat(n, arr, dim(d or 1)))
+    return wrap(C.pn_cat(n, arr, dim(d or 1, 'cat')))
   end
 
   function pn.stack(list, d)
     list_arg('stack', list)
     local n, arr = pn._tensor_array(list)
-    return wrap(C.pn_stack(n, arr, dim(d or 1)))
+    return wrap(C.pn_stack(n, arr, dim(d or 1, 'stack')))
   end
 
   function M.split(t, sizes, d)
