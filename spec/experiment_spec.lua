@@ -140,6 +140,21 @@ describe('experiment runner', function()
     assert.equal('dead (was running)', rows[1].status)
   end)
 
+  it('a word on the command line that is not key=value stops the run before it starts', function()
+    -- `./bench script.lua epochs` (for epochs=5) used to run with the defaults, the word dropped
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local dir, out = runs .. '/bare-word', os.tmpname()
+    local status = os.execute(string.format('cd "%s" && PENUMBRA_RUNS="%s" ./bench spec/fixtures/toy_script.lua epochs=3 seeds >"%s" 2>&1',
+      home, dir, out))
+    local f = io.open(out, 'rb')
+    local text = f:read('*a')
+    f:close()
+    os.remove(out)
+    assert.are_not.equal(0, status)
+    assert.truthy(text:find("'seeds' on the command line is not a setting; settings are key=value (e.g. seeds=…)", 1, true), text)
+    assert.is_nil(io.open(dir .. '/toy', 'r'), 'no run folder may be made') -- nothing ran
+  end)
+
   it('./bench runs names a missing folder, and a file given for a folder', function()
     local R = require('penumbra.runs')
     local ok, e = pcall(R.main_runs, { runs .. '/no-such' })

@@ -104,6 +104,9 @@ local function run_script(path, rest)
   _G.args = kv
   _G.arg = positional
   arg[0] = path
+  -- an experiment takes settings only (key=value); a bare word (`epochs` for `epochs=5`) would
+  -- otherwise be dropped and the run started with the defaults: pn.experiment refuses it
+  require('penumbra.experiment').command_words = positional
   -- a rank `./bench -n N` started joins MPI before the script, so that every rank can be ended
   -- from any one (below) whatever the script does; os.exit with a failure does so too (MPI_Finalize
   -- at exit would otherwise wait for ranks that wait for this one)

@@ -575,7 +575,18 @@ local function progress_printer(quiet)
   end, tty
 end
 
+-- Words on ./bench's command line that are not key=value (set by cli.lua; nil elsewhere): an
+-- experiment takes settings only, and `epochs` meant as `epochs=5` would otherwise be dropped
+-- and the run started with the defaults
+M.command_words = nil
+
 function M.run(def, overrides)
+  local w = M.command_words
+  if w and #w > 0 then
+    error(string.format("experiment %s: '%s' on the command line is not a setting; settings are key=value "
+      .. "(e.g. %s=…), and an experiment takes no other arguments", tostring(type(def) == 'table' and def.name),
+      w[1], w[1]:match('^[%a_][%w_]*$') or 'epochs'), 0)
+  end
   check_def(def)
   -- keys starting with '_' steer the runner (e.g. _quiet from ./bench compare), not the config
   local user, internal = {}, {}
