@@ -223,6 +223,13 @@ describe('nn.Transformer', function()
     ok, e = pcall(function() return m:translate(ids({ { 4, 5 } }), { beam = 0 }) end)
     assert.is_false(ok)
     assert.truthy(tostring(e):find('beam'))
+    -- float ids are refused, as embedding refuses them (6.5 used to become token 6)
+    for _, search in ipairs({ 'translate', 'greedy' }) do
+      ok, e = pcall(function() return m[search](m, pn.tensor({ { 4, 6.5 } })) end)
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find(search .. ': src [1,2] has dtype f32, expected i32 or i64 token ids', 1, true), tostring(e))
+    end
+    assert.are.same(m:greedy(ids({ { 4, 5 } })), m:greedy(ids({ { 4, 5 } }):to('i32')))
     ok, e = pcall(function() return m(ids({ { 4, 5 } }), ids({ { BOS } }), pn.ones({ 1, 1, 1, 3 }, { dtype = 'u8' })) end)
     assert.is_false(ok)
     assert.truthy(tostring(e):find('src_mask'))

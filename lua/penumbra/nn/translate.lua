@@ -193,6 +193,10 @@ return function(nn, pn)
     local K, lenpen = o.beam or 5, o.lenpen or 1
     local a, b = o.max_len_a or 1.5, o.max_len_b or 10
     local B = src:shape()[1]
+    if src:dtype() ~= 'i64' and src:dtype() ~= 'i32' then -- as embedding: ids are never rounded
+      error(who .. ': src [' .. table.concat(src:shape(), ',') .. '] has dtype ' .. src:dtype() ..
+        ', expected i32 or i64 token ids', 3)
+    end
     src = src:to('i64')
     local mask = o.src_mask or src:ne(c.pad):to('u8'):view(B, 1, 1, src:shape()[2])
     local maxlen = {}
