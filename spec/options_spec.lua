@@ -54,6 +54,31 @@ describe('options', function()
     assert_error(function() pn.nn.CosineAttention(8, -2) end, 'CosineAttention', 'heads', '-2')
   end)
 
+  it('optimiser helpers: clipping bounds, schedule options, a missing parameter list', function()
+    local p = pn.tensor({ 3, 4 }, { requires_grad = true })
+    ;(p * p):sum():backward() -- grad (6, 8), norm 10
+    for _, bad in ipairs({ -1, 0, 0 / 0, 'a' }) do
+      assert_error(function() pn.optim.clip_grad_norm({ p }, bad) end, 'clip_grad_norm', 'max_norm')
+    end
+    assert.are.same({ 6, 8 }, p.grad:totable()) -- untouched by the refused calls (-1 used to flip them)
+    assert.are.equal(10, pn.optim.clip_grad_norm({ p }, 5))
+    assert.is_true(math.abs(p.grad:norm():item() - 5) < 1e-3)
+    local opt = pn.optim.SGD({ p }, { lr = 1 })
+    assert_error(function() pn.optim.Scheduler(opt, 'inverse_sqrt', { warmup = 0 }) end, 'inverse_sqrt', 'warmup', '>= 1')
+    assert_error(function() pn.optim.Scheduler(opt, 'cosine', { totl = 5 }) end, 'cosine', "'totl'", 'total')
+    assert_error(function() pn.optim.SGD(nil, { lr = 1 }) end, 'optimiser', 'module or a list of tensors', 'nil')
+  end)
+
+  it('layers name a wrong input width, and attention a wrong extra', function()
+    assert_error(function() pn.nn.Linear(4, 2)(pn.zeros({ 2, 3 })) end, 'Linear(4 → 2): x [2,3]', '4 features')
+    local m = pn.nn.MultiheadAttention(8, 2)
+    assert_error(function() m(pn.zeros({ 1, 3, 7 })) end, 'MultiheadAttention: x_q [1,3,7]', 'd_model = 8')
+    assert_error(function() m(pn.zeros({ 3, 8 })) end, 'MultiheadAttention: x_q [3,8]')
+    assert_error(function() m(pn.zeros({ 1, 3, 8 }), pn.zeros({ 2, 3, 8 })) end, 'x_kv [2,3,8]', 'batch of x_q [1,3,8]')
+    assert_error(function() m(pn.zeros({ 1, 3, 8 }), nil, { key_mask = pn.ones({ 1, 3 }) }) end, "'key_mask'", 'bias, mask')
+    assert.are.same({ 2, 3, 8 }, m(pn.randn({ 2, 3, 8 }), pn.randn({ 2, 5, 8 })):shape())
+  end)
+
   it('a dim of 0 is an error naming the op', function()
     local x = pn.zeros({ 2, 3 })
     assert_error(function() x:softmax(0) end, 'softmax: dim 0 is invalid', 'numbered from 1')

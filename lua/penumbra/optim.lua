@@ -12,6 +12,9 @@ local ADAM_OPTS = { lr = { 'number', min = 0 }, betas = 'table', eps = { 'number
                     weight_decay = { 'number', min = 0 } }
 
 local function param_list(params)
+  if type(params) ~= 'table' then
+    error('optimiser: params must be a module or a list of tensors, got ' .. type(params), 3)
+  end
   if params.parameters then params = params:parameters() end
   local r = {}
   for i, p in ipairs(params) do
@@ -159,6 +162,8 @@ optim.AdamW = adam('AdamW', true, 1e-2)
 -- before clipping.
 function optim.clip_grad_norm(params, max_norm)
   params = param_list(params)
+  -- a negative bound would flip every gradient's sign, a NaN one would never clip
+  options.check_value('clip_grad_norm', 'max_norm', max_norm, { 'number', above = 0 }, 3)
   if optim.grad_hook then optim.grad_hook('read', params) end
   local total = 0
   local grads = {}
@@ -200,6 +205,12 @@ optim.schedules = {
   end,
 }
 
+-- each schedule's options (warmup = 0 would divide by zero: lr 0 for ever under inverse_sqrt)
+local SCHEDULE_OPTS = {
+  constant = {}, linear_warmup = { warmup = { 'integer', min = 1 } }, inverse_sqrt = { warmup = { 'integer', min = 1 } },
+  cosine = { warmup = { 'integer', min = 0 }, total = { 'integer', min = 1 }, min = { 'number', min = 0, max = 1 } },
+}
+
 -- Scheduler(opt, 'cosine', {total=…}): sch:step() sets opt.lr = base·f(t)
 function optim.Scheduler(opt, kind, o)
   local f = optim.schedules[kind]
@@ -209,6 +220,7 @@ function optim.Scheduler(opt, kind, o)
     table.sort(names)
     error("Scheduler: unknown schedule '" .. tostring(kind) .. "' (" .. table.concat(names, ', ') .. ')', 2)
   end
+  if SCHEDULE_OPTS[kind] then options.check('Scheduler ' .. kind, o, SCHEDULE_OPTS[kind], 2) end
   local fn = f(o or {})
   local s = { opt = opt, base = opt.lr, t = 0, fn = fn }
   function s.step(self_)

@@ -61,12 +61,27 @@ return function(nn, pn)
 
   -- The mapped keys (B, H, Nk, qk_dim) and values (B, H, Nk, dv) of x_kv (B, Nk, d_model):
   -- what an incremental decoder caches (keys of earlier positions never change).
-  function MHA:keys(xkv) return self:map_qk(self:heads_of(self.k_proj(xkv), self.dk)) end
+  -- x (B, N, d_model) or an error naming the layer, the argument and the shapes
+  local function check_x(self, what, x, like)
+    if not pn.is_tensor(x) then error('MultiheadAttention: ' .. what .. ' must be a tensor, got ' .. type(x), 4) end
+    local s = x:shape()
+    if #s ~= 3 or s[3] ~= self.d or (like and s[1] ~= like:size(1)) then
+      error(string.format('MultiheadAttention: %s [%s] must be (B, N, d_model = %d)%s', what, table.concat(s, ','),
+        self.d, like and (' with the batch of x_q [' .. table.concat(like:shape(), ',') .. ']') or ''), 4)
+    end
+  end
+  local EXTRA = { mask = 'tensor', bias = 'tensor' }
+
+  function MHA:keys(xkv)
+    check_x(self, 'x_kv', xkv)
+    return self:map_qk(self:heads_of(self.k_proj(xkv), self.dk))
+  end
   function MHA:keys_values(xkv) return self:keys(xkv), self:heads_of(self.v_proj(xkv), self.dv) end
 
   -- the mapped queries (B, H, Nq, qk_dim) of x_q and the options of pn.attention for them
   local function queries(self, xq, extra)
-    extra = extra or {}
+    check_x(self, 'x_q', xq)
+    extra = options.check('MultiheadAttention', extra, EXTRA, 3) -- pn.attention's mask and bias
     local o = self.o
     local opts = { score = self.score, normalize = o.normalize, causal = o.causal, mask = extra.mask,
                    bias = extra.bias, model = o.model, squared = o.squared, alibi = o.alibi, precision = o.precision }
@@ -86,6 +101,8 @@ return function(nn, pn)
   end
 
   function MHA:forward(xq, xkv, extra)
+    check_x(self, 'x_q', xq)
+    if xkv then check_x(self, 'x_kv', xkv, xq) end
     local k, v = self:keys_values(xkv or xq)
     return self:attend(xq, k, v, extra)
   end

@@ -77,6 +77,10 @@ function nn.Linear:init(i, o, opts)
   if opts.bias ~= false then self:param('bias', pn.zeros({ o }, { dtype = opts.dtype })) end
 end
 function nn.Linear:forward(x)
+  if not pn.is_tensor(x) or x:dim() == 0 or x:size(-1) ~= self.in_features then
+    error(string.format('Linear(%d → %d): x %s must have %d features in its last dim', self.in_features,
+      self.out_features, pn.is_tensor(x) and ('[' .. table.concat(x:shape(), ',') .. ']') or type(x), self.in_features), 2)
+  end
   local wt = self.weight:transpose(1, 2)
   local y = (self.sparse_input and x:dim() == 2) and pn.matmul_sparse_lhs(x, wt) or x:matmul(wt)
   if self.bias then y = y + self.bias end
