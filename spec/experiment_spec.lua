@@ -217,6 +217,35 @@ describe('experiment config limits', function()
 end)
 
 describe('./bench compare', function()
+  -- compare.main over args, the table's text kept out of the spec output
+  local function compare_main(args)
+    local out, tmp = io.output(), os.tmpname()
+    io.output(tmp)
+    local ok, rows = pcall(require('penumbra.compare').main, args)
+    io.output():close()
+    io.output(out)
+    local f = io.open(tmp); local text = f:read('*a'); f:close(); os.remove(tmp)
+    return ok, rows, text
+  end
+
+  it('without metric=, takes the metric the runs monitor when they report no test_acc', function()
+    -- an NMT compare without metric=bleu used to end with an error after its first (hour-long) run
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local script = home .. '/spec/fixtures/toy_script.lua'
+    local ok, rows, text = compare_main({ script, 'seeds=2', 'epochs=3', 'reports=score' })
+    assert.is_true(ok, tostring(rows))
+    assert.equal(2, #rows[1].test)
+    assert.truthy(text:find('| experiment | test score (mean ± std, 2 seeds) | val score |', 1, true), text)
+    -- metric= given is kept: a run without it is the error it was
+    ok, rows = compare_main({ script, 'seeds=1', 'epochs=3', 'reports=score', 'metric=acc' })
+    assert.is_false(ok)
+    assert.truthy(tostring(rows):find('reports no test_acc (it has: test_score', 1, true), tostring(rows))
+    -- and the default stays acc for runs that report it
+    ok, rows, text = compare_main({ script, 'seeds=1', 'epochs=3' })
+    assert.is_true(ok, tostring(rows))
+    assert.truthy(text:find('| experiment | test acc (mean ± std, 1 seeds) |', 1, true), text)
+  end)
+
   it('runs scripts over seeds and tabulates mean ± std', function()
     local home = os.getenv('PENUMBRA_HOME') or '.'
     local rows

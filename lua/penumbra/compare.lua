@@ -4,7 +4,8 @@
 -- seconds per epoch, and the attention entropy when the runs report attn_entropy (1 = uniform
 -- attention) — and saves it as Markdown and HDF5 under runs/compare/. The metric is what the
 -- runs report as test_<metric> and val_<metric>: acc (the default) or, for the NMT runs, bleu
--- (`./bench compare experiments/nmt_multi30k_{dot,umbral}.lua metric=bleu`).
+-- (`./bench compare experiments/nmt_multi30k_{dot,umbral}.lua metric=bleu`); without metric=, a
+-- first run with no test_acc sets it to the metric that run monitors (bleu for NMT).
 --
 -- The pieces, also for drivers that run a grid of settings (experiments/nmt_ablation_*.lua):
 --   compare.run_row(row, seeds, overrides, opts)  one script over seeds into row.test, row.val, …
@@ -52,7 +53,8 @@ end
 --   row.ent, row.base     attn_entropy and baseline of the runs that report them
 --   row.seeds, row.results, row.variant   the finished runs' seeds, result tables, variant
 --   row.failed            how many failed
--- opts: metric ('acc'); who ('compare': progress and errors start with it); counter ({k=, n=}:
+-- opts: metric ('acc'; with metric_auto, 'acc' until a run reports no test_acc: then the metric it
+-- monitors, best_val_<m> with a test_<m>, and opts.metric is set to it); who ('compare': progress and errors start with it); counter ({k=, n=}:
 -- '[k/n]' before each run); done ({[seed] = result}: results kept from an earlier table, not run
 -- again); failures (a list that gets 'name seed s: why'); after(row) (called after each seed);
 -- stop_on_interrupt (Ctrl-C ends the row with an error instead of going on to the next seed).
@@ -68,6 +70,17 @@ function M.run_row(row, seeds, overrides, opts)
   local what = metric == 'acc' and 'test' or ('test ' .. metric)
   local function add(r, seed)
     local t = r['test_' .. metric]
+    if type(t) ~= 'number' and opts.metric_auto and #row.test == 0 then
+      -- no metric= given and the first result has no test_acc (NMT: BLEU): its monitored metric
+      for k in pairs(r) do
+        local m = type(k) == 'string' and k:match('^best_val_(.+)$')
+        if m and type(r['test_' .. m]) == 'number' then
+          metric, opts.metric, opts.metric_auto = m, m, false
+          d, what, t = digits_of(m), 'test ' .. m, r['test_' .. m]
+          break
+        end
+      end
+    end
     if type(t) ~= 'number' then
       local have = {}
       for k, v in pairs(r) do if type(v) == 'number' and k:match('^test_') then have[#have + 1] = k end end
@@ -76,6 +89,7 @@ function M.run_row(row, seeds, overrides, opts)
       error(string.format("%s: %s reports no test_%s (it has: %s); choose one with metric=", who, row.name, metric,
         #have > 0 and table.concat(have, ', ') or 'none'), 0)
     end
+    opts.metric_auto = false -- the table's metric is settled by its first result
     row.variant = r.variant or row.variant -- what it ran: 'cora_umbral epochs=20'
     row.test[#row.test + 1] = t
     row.val[#row.val + 1] = r['val_' .. metric] or 0 / 0
@@ -226,18 +240,21 @@ function M.main(argv)
   kv.seeds = nil
   local metric = kv.metric or 'acc'
   if not metric:match('^[%w_]+$') then error("compare: metric must be a name such as acc or bleu, got '" .. metric .. "'", 0) end
+  -- without metric=, acc unless the first run has none (then the metric it monitors, e.g. bleu)
+  local ropts = { metric = metric, metric_auto = kv.metric == nil, failures = {} }
   kv.metric = nil
-  local d = digits_of(metric)
-  local failures = {}
+  local failures = ropts.failures
   local rows = {}
   local unit = 'epoch'
   for _, script in ipairs(scripts) do
     local row = { name = script:match('([^/]+)%.lua$') or script, script = script }
-    M.run_row(row, seeds, kv, { metric = metric, failures = failures })
+    M.run_row(row, seeds, kv, ropts)
     row.name = row.variant or row.name
     unit = row.unit or unit
     rows[#rows + 1] = row
   end
+  metric = ropts.metric
+  local d = digits_of(metric)
   -- the attention-entropy column (experiments whose finish reports attn_entropy) when any has it
   local with_ent, with_base = false, false
   for _, r in ipairs(rows) do

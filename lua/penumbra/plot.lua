@@ -3,7 +3,7 @@
 --   pn.plot.curves(files, {metric='loss' | 'loss,val_acc' | {…}, smooth=k, logy=, out=, size=})
 --   pn.plot.radius(files, {tag=, bins=30, density=, logx=, out=})
 --   pn.plot.heatmap(file, {tag=, head=1, out=})
---   pn.plot.compare(files, {metric='test_acc', ymin=0, out=})   -- runs/compare/<stamp>.h5 or run files
+--   pn.plot.compare(files, {metric=<the runs' test score>, ymin=0, out=})   -- runs/compare/<stamp>.h5 or run files
 --   pn.plot.ablation(file, {metric='test_bleu', x='qk_dim', series='score', out=})  -- a sweep table
 --                                                  -- (compare.sweep): metric vs x, a line per series
 --   pn.plot(kind, files, opts)  -- the same, by name; returns the path written
@@ -521,8 +521,30 @@ local function compare_rows(files, metric)
 end
 P.compare_rows = compare_rows
 
+-- compare's metric when --metric is not given: the first readable file's test score (a run's
+-- monitored test_<m>, else test_acc; a compare table's first test_<m> arrays); test_acc if none
+local function default_metric(files)
+  for _, f in ipairs(files) do
+    local ok, r = pcall(runs.open, f)
+    if ok then
+      local m
+      pcall(function()
+        if r:is_run() then m = runs.test_of(r.summary)
+        else
+          for _, n in ipairs(r.f:list('/')) do
+            m = m or n:match('^.*/(test_[%w_]+)$')
+          end
+        end
+      end)
+      r:close()
+      return m or 'test_acc'
+    end
+  end
+  return 'test_acc'
+end
+
 function prepare.compare(files, opts)
-  local metric = opts.metric or 'test_acc'
+  local metric = opts.metric or default_metric(files)
   local rows, seeds, warnings = compare_rows(files, metric)
   local lines = {}
   local longest = 0
@@ -873,7 +895,7 @@ kinds:
            --tag name (default: the first)  --head h (1-based, default 1)
   compare  bars with error bars (mean ± std) from runs/compare/<stamp>.h5 or from run files
            (also a sweep table, e.g. runs/ablation/nmt_ablation_maps-<stamp>.h5 --metric test_bleu)
-           --metric test_acc (default)  --ymin 0
+           --metric test_acc (default: the runs' test score, e.g. test_bleu)  --ymin 0
   ablation a sweep table (runs/ablation/nmt_ablation_dims-<stamp>.h5) as lines: the metric
            against the swept setting, one line per series, error bars = std over seeds
            --metric (default test_<the table's metric>)  --x qk_dim  --series score

@@ -200,6 +200,15 @@ local function best_of(summary)
   return nil
 end
 
+-- the summary's test score: test_<m> of the monitored val_<m> (best_val_<m>), else test_acc
+function M.test_of(summary)
+  local bk = best_of(summary)
+  local m = bk and bk:match('^best_val_(.+)$')
+  if m and type(summary['test_' .. m]) == 'number' then return 'test_' .. m, summary['test_' .. m] end
+  if type(summary.test_acc) == 'number' then return 'test_acc', summary.test_acc end
+  return nil
+end
+
 -- ---- ./bench runs ---------------------------------------------------------------------------
 local function find_h5(dir)
   local out = {}
@@ -212,7 +221,7 @@ local function find_h5(dir)
   return out
 end
 
--- One row per run file: {path, experiment, seed, status, best_key, best, test_acc, epochs, date,
+-- One row per run file: {path, experiment, seed, status, best_key, best, test_key, test, epochs, date,
 -- error}; a run still marked running whose process is gone on this host shows as dead. Files that are not run files (./bench compare tables) get kind = 'compare'.
 -- The process that writes a run file (attrs pid, host): 'alive', 'gone', or 'unknown' (another
 -- host; no pid: files from before the attribute). writer_alive counts unknown as alive.
@@ -253,7 +262,7 @@ function M.list(dir)
         else
           row.kind = 'run'
           row.best_key, row.best = best_of(r.summary)
-          row.test_acc = r.summary.test_acc
+          row.test_key, row.test = M.test_of(r.summary)
           row.epochs = r.summary.epochs
         end
       end)
@@ -279,7 +288,7 @@ end
 
 function M.format_list(rows, dir)
   if #rows == 0 then return 'no run files under ' .. tostring(dir) .. '\n' end
-  local header = { 'experiment', 'seed', 'status', 'best', 'test_acc', 'epochs', 'started (UTC)', 'file' }
+  local header = { 'experiment', 'seed', 'status', 'best', 'test', 'epochs', 'started (UTC)', 'file' }
   local lines = {}
   local widths = {}
   local cells = {}
@@ -292,7 +301,7 @@ function M.format_list(rows, dir)
     else
       c = { r.experiment or '?', r.seed ~= nil and fmt_value(r.seed) or '', r.status or '?',
             r.best_key and (r.best_key:gsub('^best_', '') .. ' ' .. string.format('%.4f', r.best)) or '',
-            r.test_acc and string.format('%.4f', r.test_acc) or '', r.epochs and fmt_value(r.epochs) or '',
+            r.test_key and (r.test_key:gsub('^test_', '') .. ' ' .. string.format('%.4f', r.test)) or '', r.epochs and fmt_value(r.epochs) or '',
             date_of(r.date), r.path }
     end
     cells[#cells + 1] = c
