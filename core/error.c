@@ -49,3 +49,12 @@ const char *pn_shape_str(const pn_tensor *t) {
     if (!t) return "(nil)";
     return pn_dims_str(t->nd, t->sizes);
 }
+
+const char *pn_pos_str(int nd, const int64_t *shape, int64_t p) {
+    int64_t c[PN_MAX_DIMS];
+    for (int d = nd - 1; d >= 0; d--) {
+        c[d] = (shape[d] ? p % shape[d] : 0) + 1;
+        p = shape[d] ? p / shape[d] : 0;
+    }
+    return pn_dims_str(nd, c);
+}

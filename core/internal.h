@@ -45,6 +45,8 @@ void *pn_error_null(pn_status code, const char *fmt, ...) __attribute__((format(
 /* Shapes as "[2,3,4]" — ring of thread-local buffers, so several fit in one message. */
 const char *pn_shape_str(const pn_tensor *t);
 const char *pn_dims_str(int nd, const int64_t *shape);
+/* Row-major linear position p of shape as the Lua reader counts it (1-based): "[i,j,…]". */
+const char *pn_pos_str(int nd, const int64_t *shape, int64_t p);
 
 #define PN_TRY(expr)                        \
     do {                                    \

@@ -98,6 +98,16 @@ describe('cuda device', function()
     check.assert_error_matching(function() return b:matmul(a:t()) end, 'cpu', 'cuda')
   end)
 
+  it_cuda('casts a device tensor to an integer dtype as the CPU does: NaN or out of range is the same error', function()
+    local x = pn.tensor({ { 1.7, -2.2 }, { 0 / 0, 3 } })
+    check.assert_error_matching(function() return x:to('cuda'):to('i64') end,
+      'to_dtype: x [2,2] f32 holds nan at [2,1], which i64 cannot hold')
+    check.assert_error_matching(function() return (x:to('cuda') * 1e10):to('i32') end, 'at [1,1], which i32')
+    local ok = pn.tensor({ { 1.7, -2.2 }, { 255.5, 3 } })
+    assert.same(ok:to('i32'):totable(), ok:to('cuda'):to('i32'):to('cpu'):totable())
+    assert.are.equal('cuda', ok:to('cuda'):to('u8'):device())
+  end)
+
   it_cuda('caches device memory: steady-state loops call cudaMalloc zero times; empty_cache returns it', function()
     collectgarbage('collect')
     local s0 = pn.cuda.memory_stats()

@@ -1,6 +1,7 @@
 -- Creation, geometry, views, copies and printing of tensors (core/tensor.c, ops/views.c).
 local pn = require 'penumbra'
 local gradcheck = require 'spec.helpers.gradcheck'
+local check = require 'spec.helpers.check'
 
 local function flat(t) return gradcheck.flat(t) end
 
@@ -221,6 +222,29 @@ describe('views', function()
     assert.same({ 1, -2, 3 }, f:to('i32'):totable())
     assert.equal('f64', f:to('f64'):dtype())
     assert.same({ 1, 3 }, pn.tensor({ 1.7, 3.2 }):to('u8'):totable())
+    -- the ends of each range: a value whose truncation fits is cast
+    local edges = pn.tensor({ 2 ^ 31 - 0.5, -2 ^ 31 - 0.5 }, { dtype = 'f64' })
+    assert.same({ 2147483647, -2147483648 }, edges:to('i32'):totable())
+    assert.same({ 0, 255 }, pn.tensor({ -0.9, 255.9 }):to('u8'):totable())
+    assert.same({ -2 ^ 63, 2 ^ 62 }, pn.tensor({ -2 ^ 63, 2 ^ 62 }, { dtype = 'f64' }):to('i64'):totable())
+  end)
+
+  it('a NaN, an infinity or a value out of range is an error when cast to an integer dtype, not a number', function()
+    -- NaN used to become INT64_MIN (C leaves the conversion undefined)
+    local cases = {
+      { pn.tensor({ 1, 0 / 0, 3 }), 'i64', 'holds nan at [2], which i64 cannot hold' },
+      { pn.tensor({ { 1, 2 }, { math.huge, 3 } }), 'i32', 'x [2,2] f32 holds inf at [2,1], which i32' },
+      { pn.tensor({ -math.huge }), 'u8', 'holds -inf at [1]' },
+      { pn.tensor({ 2 ^ 31 }, { dtype = 'f64' }), 'i32', 'holds 2147483648 at [1], which i32 cannot hold' },
+      { pn.tensor({ 2 ^ 63 }, { dtype = 'f64' }), 'i64', 'which i64 cannot hold' },
+      { pn.tensor({ 0, 256 }), 'u8', 'holds 256 at [2], which u8' },
+      { pn.tensor({ -1 }), 'u8', 'holds -1 at [1]' },
+      -- a view: the position is the reader's, in the view's own shape
+      { pn.tensor({ { 1, 0 / 0 }, { 2, 3 } }):transpose(1, 2), 'i64', 'x [2,2] f32 holds nan at [2,1]' },
+    }
+    for _, c in ipairs(cases) do
+      check.assert_error_matching(function() c[1]:to(c[2]) end, 'to_dtype: ', c[3])
+    end
   end)
 
   it('report errors that name the op and the shape', function()

@@ -15,16 +15,6 @@
 #include <stdio.h>
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-/* Row-major (1-based, as the Lua reader counts) coordinates of linear position p in shape, as "[i,j,…]". */
-static const char *pos_str(int nd, const int64_t *shape, int64_t p) {
-    int64_t c[PN_MAX_DIMS];
-    for (int d = nd - 1; d >= 0; d--) {
-        c[d] = (shape[d] ? p % shape[d] : 0) + 1;
-        p = shape[d] ? p / shape[d] : 0;
-    }
-    return pn_dims_str(nd, c);
-}
-
 static pn_status check_index_tensor(const char *op, const char *arg, const pn_tensor *idx) {
     if (!idx) return pn_error(PN_ERR_ARG, "%s: %s is nil", op, arg);
     if (!pn_is_index(idx->dt))
@@ -69,7 +59,7 @@ static pn_status scan_range(const char *op, const char *arg, const pn_tensor *id
     if (kept) *kept = n;
     if (bad >= 0)
         return pn_error(PN_ERR_INDEX, "%s: %s value %lld at position %s of %s %s is out of range for %s "
-                        "(valid 0..%lld)", op, arg, (long long)v, pos_str(idx->nd, idx->sizes, bad), arg,
+                        "(valid 0..%lld)", op, arg, (long long)v, pn_pos_str(idx->nd, idx->sizes, bad), arg,
                         pn_shape_str(idx), what, (long long)limit - 1);
     return PN_OK;
 }

@@ -3,6 +3,8 @@
  * Each forward is next to its backward. */
 #include "../backend.h"
 
+#include <stdio.h>
+
 /* A view of x with new geometry, recorded with backward bw. */
 static pn_tensor *make_view(pn_tensor *x, int nd, const int64_t *shape, const int64_t *strides, int64_t offset,
                             const char *name, pn_backward_fn bw) {
@@ -293,6 +295,50 @@ static pn_status cast_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
     return gin[0] ? PN_OK : PN_ERR_DTYPE;
 }
 
+/* A float cast to an integer dtype truncates toward zero, as C and PyTorch do. A NaN, an
+ * infinity or a value whose truncation the dtype cannot hold has no integer (C leaves the
+ * conversion undefined; x86 gives INT64_MIN for NaN): an error naming the first such position,
+ * never a made-up number. Scanned serially on the host (a device tensor is copied down first). */
+static pn_status check_int_cast(pn_tensor *x, int dtype) {
+    if (!pn_is_float(x->dt) || pn_is_float(dtype) || pn_numel(x) == 0) return PN_OK;
+    /* the open interval (lo, hi) of values whose truncation fits; -0x1.0000000000001p63 is the
+     * double just below -2^63, so every double above it truncates to >= INT64_MIN */
+    const double lo = dtype == PN_I32 ? -2147483649.0 : dtype == PN_I64 ? -0x1.0000000000001p63 : -1.0;
+    const double hi = dtype == PN_I32 ? 2147483648.0 : dtype == PN_I64 ? 0x1p63 : 256.0;
+    pn_tensor *h = x;
+    if (x->dev != PN_CPU) {
+        int mode = pn_set_grad_enabled(0);
+        h = pn_to_device(x, PN_CPU);
+        pn_set_grad_enabled(mode);
+        if (!h) return PN_ERR_DEVICE;
+    }
+    pn_iter it;
+    pn_iter_init(&it, h->nd, h->sizes, 1, (pn_tensor *const[]){h}, NULL);
+    const char *p = pn_ptr(h);
+    int64_t bad = -1;
+    double v = 0;
+    for (int64_t r = 0; r < it.rows && bad < 0; r++) {
+        int64_t off[PN_ITER_MAX_OPS];
+        pn_iter_row(&it, r, off);
+        for (int64_t i = 0; i < it.inner; i++) {
+            v = pn_ld(p, h->dt, off[0] + i * it.istride[0]);
+            if (!(v > lo && v < hi)) {
+                bad = r * it.inner + i;
+                break;
+            }
+        }
+    }
+    if (h != x) pn_release(h);
+    if (bad < 0) return PN_OK;
+    char val[32];
+    if (v != v) snprintf(val, sizeof val, "nan"); /* not "-nan": the sign of a NaN means nothing here */
+    else snprintf(val, sizeof val, "%.17g", v);
+    return pn_error(PN_ERR_ARG, "to_dtype: x %s %s holds %s at %s, which %s cannot hold (a cast truncates toward "
+                    "zero; NaN, infinities and values out of the range of %s have no integer)", pn_shape_str(x),
+                    pn_dtype_name(x->dt), val, pn_pos_str(x->nd, x->sizes, bad), pn_dtype_name(dtype),
+                    pn_dtype_name(dtype));
+}
+
 pn_tensor *pn_to_dtype(pn_tensor *x, int dtype) {
     if (!x) return pn_error_null(PN_ERR_ARG, "to_dtype: nil tensor");
     if (dtype < PN_F32 || dtype > PN_U8) return pn_error_null(PN_ERR_DTYPE, "to_dtype: unknown dtype %d", dtype);
@@ -300,6 +346,7 @@ pn_tensor *pn_to_dtype(pn_tensor *x, int dtype) {
         pn_retain(x);
         return x;
     }
+    if (check_int_cast(x, dtype)) return NULL;
     pn_tensor *out = pn_empty(x->nd, x->sizes, dtype, x->dev);
     if (!out) return NULL;
     pn_copy_(out, x);
