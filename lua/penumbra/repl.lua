@@ -16,6 +16,7 @@
 local pn = require 'penumbra'
 local runs = require 'penumbra.runs'
 local termplot = require 'penumbra.termplot'
+local options = require 'penumbra.options'
 local ffi = require 'ffi'
 
 local R = {}
@@ -83,6 +84,10 @@ function R.traceback(e)
   if type(e) ~= 'string' then return e end
   -- `return f(x)` is a tail call, so an error raised "at the caller" lands on this file
   e = e:gsub('^[^\n]-penumbra/repl%.lua:%d+: ', 'stdin: ')
+  -- a deliberate message ("heatmap: unknown option …", "plot: …") says all there is: the frames
+  -- of the checker that raised it are noise; a runtime error ("attempt to …") keeps them
+  local body = e:gsub('^[^\n]-:%d+: ', '')
+  if not body:find('attempt to', 1, true) and body:match('^[%a_][%w_%.%s]*: ') then return e end
   local tb = debug.traceback('', 2)
   local keep = {}
   for line in tb:gmatch('[^\n]+') do
@@ -219,8 +224,11 @@ function R.load_run(path, opts)
     local ok, d, why = pcall(load_data, recipe, run.config)
     if ok and d then
       run.data = d
-      notes[#notes + 1] = string.format('  run.data: %s (%d nodes, %d features, %d classes)', tostring(run.config.dataset),
-        d.num_nodes or -1, d.num_features or -1, d.num_classes or -1)
+      -- a dataset that describes itself (translation pairs, PPI, scale-free graphs) says it best
+      local what = type(d.describe) == 'function' and d:describe() or
+        string.format('%s (%s nodes, %s features, %s classes)', tostring(run.config.dataset or d.name), tostring(d.num_nodes or '?'),
+          tostring(d.num_features or '?'), tostring(d.num_classes or '?'))
+      notes[#notes + 1] = '  run.data: ' .. what
     else
       notes[#notes + 1] = '  run.data: nil (' .. tostring(ok and why or d):gsub('\n.*', '') .. ')'
     end
@@ -283,8 +291,12 @@ function R.helpers(env, state)
 
   function env.help() out(HELP) end
 
+  local HEATMAP_OPTS = { head = { 'integer', min = 1 }, batch = { 'integer', min = 1 }, labels = 'table',
+                         row_labels = 'table', col_labels = 'table', title = 'string', color = 'string',
+                         width = 'number', vmin = 'number', vmax = 'number', cell = 'any' }
   function env.heatmap(t, o)
-    o = o or {}
+    if type(o) == 'number' then o = { head = o } end -- heatmap('val1_enc', 2): head 2
+    o = options.check('heatmap', o, HEATMAP_OPTS, 2)
     local labels = labels_of[t]
     local rows, cols = o.row_labels or o.labels, o.col_labels or o.labels
     local title = o.title
