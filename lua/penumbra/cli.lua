@@ -5,16 +5,17 @@ usage: ./bench <command | script.lua> [args]
 
   ./bench script.lua [key=value ...]   run a Lua script (experiments/*.lua); key=value
                                        pairs reach it as the global table `args`
-  ./bench compare a.lua b.lua … seeds=N [key=value …]
+  ./bench compare a.lua b.lua … seeds=N [metric=m] [key=value …]
                                        run experiments over seeds, print and save a
-                                       table (runs/compare/<stamp>.md and .h5)
+                                       table (runs/compare/<stamp>.md and .h5) of test_m
+                                       (default acc, or what the runs monitor: bleu)
   ./bench plot <kind> <run files…> [--out f.png|.svg|.pdf] [options]
                                        pictures through gnuplot: curves (metrics over
                                        epochs), radius (learned radii histogram), heatmap
                                        (an attention head), compare (bars, mean ± std);
                                        ./bench plot --help lists the options
   ./bench runs [dir]                   list the run files under dir (default runs/):
-                                       experiment, seed, status, best metric, date
+                                       experiment, seed, status, best and test score, date
   ./bench show run.h5 …                config, summary and the datasets a run file holds
   ./bench bleu REF [REF2 …] HYP [--chrf]
                                        corpus BLEU of HYP against REF as sacreBLEU prints it
