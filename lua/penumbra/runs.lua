@@ -418,6 +418,9 @@ end
 -- ---- CLI entries ------------------------------------------------------------------------------
 function M.main_runs(argv)
   M.allow_reading_open_files()
+  if #argv > 1 then
+    error("runs: one folder at a time, got " .. #argv .. " arguments ('" .. table.concat(argv, "' '") .. "')", 0)
+  end
   local dir = argv[1] or os.getenv('PENUMBRA_RUNS') or 'runs'
   local d = io.open(dir, 'r')
   if not d then error("runs: no such folder '" .. dir .. "'", 0) end
