@@ -156,7 +156,9 @@ function M.main(args)
   for _, a in ipairs(args) do
     if a == '--chrf' then chrf = true
     elseif a == '--help' or a == '-h' then print(USAGE); return
-    elseif a:sub(1, 2) == '--' then error("bleu: unknown option '" .. a .. "'\n" .. USAGE, 0)
+    elseif a:sub(1, 1) == '-' and #a > 1 then -- sacreBLEU's -tok/-lc/… too: only its defaults are here
+      error("bleu: unknown option '" .. a .. "' (this is sacreBLEU's default BLEU: 13a, cased; --chrf adds chrF2)\n"
+        .. USAGE, 0)
     else files[#files + 1] = a end
   end
   if #files < 2 then error('bleu: need a reference file and a hypothesis file\n' .. USAGE, 0) end
