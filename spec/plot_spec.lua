@@ -356,7 +356,17 @@ describe('plot data files', function()
     assert.truthy(vars.plot_title:find('head 2 of 2', 1, true))
     local ok, err = pcall(plot.prepare, 'heatmap', { RUN1 }, { head = 3 })
     assert.is_false(ok)
-    assert.truthy(tostring(err):find('--head 3 out of range 1..2', 1, true))
+    assert.truthy(tostring(err):find('--head must be a whole number in 1..2 for /attention/words [2,3,4], got 3', 1, true),
+      tostring(err))
+    -- a value that is not a number is named, never read as the default (--smooth abc drew unsmoothed)
+    for _, c in ipairs({ { 'heatmap', { head = 'abc' }, '--head must be a whole number' },
+                         { 'curves', { smooth = 'abc' }, '--smooth must be a positive integer, got abc' },
+                         { 'compare', { ymin = 'abc' }, '--ymin must be a number, got abc' },
+                         { 'radius', { bins = 'x' }, '--bins must be a positive integer, got x' } }) do
+      ok, err = pcall(plot.prepare, c[1], { RUN1 }, c[2])
+      assert.is_false(ok, c[1])
+      assert.truthy(tostring(err):find(c[3], 1, true), tostring(err))
+    end
     ok, err = pcall(plot.prepare, 'heatmap', { RUN1 }, { tag = 'nope' })
     assert.is_false(ok)
     assert.truthy(tostring(err):find('no /attention/nope (tags: entropy_layer1, words)', 1, true))

@@ -121,8 +121,8 @@ local prepare = {}
 
 function prepare.curves(files, opts)
   local metrics = opts.metric and split_commas(opts.metric) or nil
-  local smooth = tonumber(opts.smooth or 1) or 1
-  if smooth < 1 or smooth % 1 ~= 0 then plot_error('curves: --smooth must be a positive integer, got ' .. tostring(opts.smooth)) end
+  local smooth = tonumber(opts.smooth or 1)
+  if not smooth or smooth < 1 or smooth % 1 ~= 0 then plot_error('curves: --smooth must be a positive integer, got ' .. tostring(opts.smooth)) end
   local opened, missing
   opened, files, missing = open_runs('curves', files)
   if not metrics then
@@ -343,7 +343,8 @@ function P.attention_map(path, opts)
     local H = shape[1]
     local head = tonumber(opts.head or 1)
     if not head or head % 1 ~= 0 or head < 1 or head > H then
-      plot_error(string.format('heatmap: --head %s out of range 1..%d for /%s [%s]', tostring(opts.head), H, key, table.concat(shape, ',')))
+      plot_error(string.format('heatmap: --head must be a whole number in 1..%d for /%s [%s], got %s', H, key,
+        table.concat(shape, ','), tostring(opts.head)))
     end
     local m = t:select(1, head):contiguous():to('f64'):totable()
     local a = r:attrs_of(key)
@@ -573,6 +574,9 @@ function prepare.compare(files, opts)
   -- Accuracies of rival attentions differ in the third decimal: bars from 0 would hide that.
   -- Unless --ymin is given, start the axis below the lowest mean − 2·std by one such span.
   local ymin = tonumber(opts.ymin)
+  if opts.ymin ~= nil and not (ymin and ymin == ymin) then
+    plot_error('compare: --ymin must be a number, got ' .. tostring(opts.ymin))
+  end
   if not ymin then
     local lo, hi = math.huge, -math.huge
     for _, r in ipairs(rows) do
