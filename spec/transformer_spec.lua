@@ -216,6 +216,8 @@ describe('nn.Transformer', function()
       'Transformer: vocab (the shared vocabulary size) is required')
     assert.has_error(function() pn.nn.Transformer({ vocab = 10, d_model = 10, heads = 3 }) end,
       'Transformer: d_model 10 is not divisible by heads 3')
+    assert.has_error(function() pn.nn.Transformer({ vocab = 10, d_model = 8, heads = 2, bos = 3, eos = 3 }) end,
+      'Transformer: pad, bos and eos must be three different ids, got 0, 3, 3')
     local ok, e = pcall(pn.nn.Transformer, { vocab = 10, colour = 1 })
     assert.is_false(ok)
     assert.truthy(tostring(e):find('colour'))

@@ -169,6 +169,10 @@ return function(nn, pn)
     for _, k in ipairs({ 'pad', 'bos', 'eos' }) do
       if c[k] >= c.vocab then error(string.format('Transformer: %s id %d is outside the vocabulary of %d', k, c[k], c.vocab), 3) end
     end
+    -- decoding starts at bos, stops at eos and never emits pad: one id for two of them breaks that
+    if c.pad == c.bos or c.pad == c.eos or c.bos == c.eos then
+      error(string.format('Transformer: pad, bos and eos must be three different ids, got %d, %d, %d', c.pad, c.bos, c.eos), 3)
+    end
     if c.d_model % c.heads ~= 0 then
       error('Transformer: d_model ' .. c.d_model .. ' is not divisible by heads ' .. c.heads, 3)
     end
