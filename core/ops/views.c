@@ -3,8 +3,6 @@
  * Each forward is next to its backward. */
 #include "../backend.h"
 
-#include <stdio.h>
-
 /* A view of x with new geometry, recorded with backward bw. */
 static pn_tensor *make_view(pn_tensor *x, int nd, const int64_t *shape, const int64_t *strides, int64_t offset,
                             const char *name, pn_backward_fn bw) {
@@ -330,12 +328,9 @@ static pn_status check_int_cast(pn_tensor *x, int dtype) {
     }
     if (h != x) pn_release(h);
     if (bad < 0) return PN_OK;
-    char val[32];
-    if (v != v) snprintf(val, sizeof val, "nan"); /* not "-nan": the sign of a NaN means nothing here */
-    else snprintf(val, sizeof val, "%.17g", v);
-    return pn_error(PN_ERR_ARG, "to_dtype: x %s %s holds %s at %s, which %s cannot hold (a cast truncates toward "
+    return pn_error(PN_ERR_ARG, "to_dtype: x %s %s holds %.17g at %s, which %s cannot hold (a cast truncates toward "
                     "zero; NaN, infinities and values out of the range of %s have no integer)", pn_shape_str(x),
-                    pn_dtype_name(x->dt), val, pn_pos_str(x->nd, x->sizes, bad), pn_dtype_name(dtype),
+                    pn_dtype_name(x->dt), isnan(v) ? fabs(v) : v /* "nan", not glibc's "-nan" */, pn_pos_str(x->nd, x->sizes, bad), pn_dtype_name(dtype),
                     pn_dtype_name(dtype));
 }
 
