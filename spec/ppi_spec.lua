@@ -262,6 +262,28 @@ describe('metrics.f1', function()
     assert.is_true(none ~= none)
     assert_error_matching(function() pn.metrics.f1_counts(pn.zeros({ 2, 3 }), pn.zeros({ 3, 2 })) end, '(2, 3)', '(3, 2)')
   end)
+
+  it('NaN logits give NaN, never the score of a model that predicts nothing; y must be 0/1', function()
+    local y = pn.tensor({ { 1, 1 }, { 1, 0 } })
+    local c = pn.metrics.f1_counts(pn.tensor({ { 0 / 0, 1 }, { 1, 1 } }), y)
+    local micro, per = pn.metrics.f1(c)
+    assert.is_true(micro ~= micro)
+    assert.is_true(per[1] ~= per[1])  -- the label with the NaN logit
+    assert.near(2 / 3, per[2], 1e-12) -- the clean label keeps its score (tp 1, fp 1)
+    -- a NaN batch poisons the accumulation
+    local c2 = pn.metrics.f1_counts(pn.tensor({ { 1, 1 } }), pn.tensor({ { 1, 1 } }))
+    c2 = pn.metrics.f1_counts(pn.tensor({ { 0 / 0, 0 / 0 } }), pn.tensor({ { 0, 0 } }), c2)
+    assert.is_true((pn.metrics.f1(c2)) ~= (pn.metrics.f1(c2)))
+    -- infinite logits are predictions, not NaN
+    assert.near(1, (pn.metrics.f1(pn.metrics.f1_counts(pn.tensor({ { 1 / 0, -1 / 0 } }), pn.tensor({ { 1, 0 } })))), 0)
+    assert_error_matching(function() pn.metrics.f1_counts(pn.ones({ 2, 2 }), pn.tensor({ { 1, 0 }, { 2, 1 } })) end,
+      'y must hold 0/1 labels', 'got 2 at row 2, label 1')
+    assert_error_matching(function() pn.metrics.f1_counts(pn.ones({ 1, 2 }), pn.tensor({ { 1, 0 / 0 } })) end,
+      'got nan at row 1, label 2')
+    assert_error_matching(function() pn.metrics.f1_counts({ 1 }, y) end, 'must be tensors', 'got table')
+    assert_error_matching(function() pn.metrics.f1_counts(y, y, { tp = 1 }) end, 'earlier f1_counts')
+    assert_error_matching(function() pn.metrics.f1({}) end, 'metrics.f1', 'tp, fp, fn')
+  end)
 end)
 
 describe('InductiveGAT', function()
