@@ -61,6 +61,9 @@ describe('options', function()
       assert_error(function() pn.optim.clip_grad_norm({ p }, bad) end, 'clip_grad_norm', 'max_norm')
     end
     assert.are.same({ 6, 8 }, p.grad:totable()) -- untouched by the refused calls (-1 used to flip them)
+    local ok, msg = pcall(function() pn.optim.clip_grad_norm({ p }, -1) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(msg):find('options_spec.lua:', 1, true), msg) -- blames this line
     assert.are.equal(10, pn.optim.clip_grad_norm({ p }, 5))
     assert.is_true(math.abs(p.grad:norm():item() - 5) < 1e-3)
     local opt = pn.optim.SGD({ p }, { lr = 1 })

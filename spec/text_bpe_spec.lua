@@ -275,12 +275,22 @@ describe('pn.text.bpe', function()
       assert_error_matching(function() tok:pieces('\237\160\128') end, 'not valid UTF-8') -- a surrogate
       assert_error_matching(function() tok:encode(42) end, 'must be a string')
       assert_error_matching(function() tok:encode_lines({ 'a', 5 }) end, 'line 2 must be a string')
+      -- the message points at the caller's line, not into bpe.lua (encode wraps encode_lines)
+      for _, f in ipairs({ function() tok:encode('a\255') end, function() tok:check_data({ 'a' }, 'x', 2) end }) do
+        local ok, msg = pcall(f)
+        assert.is_false(ok)
+        assert.truthy(tostring(msg):find('text_bpe_spec.lua:', 1, true), msg)
+      end
     end)
 
     it('ids out of range are named', function()
       assert_error_matching(function() tok:decode({ 5, 300 }) end, 'id 300 at position 2', 'out of range [0, 300)')
       assert_error_matching(function() tok:decode({ -1 }) end, 'out of range')
-      assert_error_matching(function() tok:decode({ 1.5 }) end, 'not a whole number')
+      assert_error_matching(function() tok:decode({ 1.5 }) end, 'the id at position 1 is 1.5', 'not a whole number')
+      assert_error_matching(function() tok:decode({ 4, 0 / 0 }) end, 'the id at position 2 is nan')
+      -- a batch of rows is refused by its shape, not as "id 1 is table: 0x…"
+      assert_error_matching(function() tok:decode(require('penumbra').tensor({ { 4, 5 } }, { dtype = 'i64' })) end, '1-D tensor',
+        'shape [1,2]')
       assert_error_matching(function() tok:piece(300) end, 'bpe_piece', 'id 300', 'out of range')
     end)
 

@@ -163,7 +163,7 @@ optim.AdamW = adam('AdamW', true, 1e-2)
 function optim.clip_grad_norm(params, max_norm)
   params = param_list(params)
   -- a negative bound would flip every gradient's sign, a NaN one would never clip
-  options.check_value('clip_grad_norm', 'max_norm', max_norm, { 'number', above = 0 }, 3)
+  options.check_value('clip_grad_norm', 'max_norm', max_norm, { 'number', above = 0 }, 2)
   if optim.grad_hook then optim.grad_hook('read', params) end
   local total = 0
   local grads = {}

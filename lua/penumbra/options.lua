@@ -59,9 +59,10 @@ local function check_value(op, key, v, rule, level)
   end
 end
 
--- one value against one rule (the same rules as check); errors name op and key
+-- one value against one rule (the same rules as check); errors name op and key. level as
+-- check's (and error's): 2, the default, blames the caller of the function that asks
 function M.check_value(op, key, v, rule, level)
-  check_value(op, key, v, rule, (level or 1) + 1)
+  check_value(op, key, v, rule, (level or 2) + 2)
 end
 
 function M.check(op, o, spec, level)

@@ -164,8 +164,8 @@ local function encode_batch(self, lines, level)
   return p, offsets, n
 end
 
-function Tok:encode_lines(lines)
-  local p, offsets, n = encode_batch(self, lines, 2)
+local function encode_lines(self, lines, level)
+  local p, offsets, n = encode_batch(self, lines, level + 1)
   local out = {}
   for i = 0, n - 1 do
     local a, b = tonumber(offsets[i]), tonumber(offsets[i + 1])
@@ -177,22 +177,30 @@ function Tok:encode_lines(lines)
   return out
 end
 
+function Tok:encode_lines(lines) return encode_lines(self, lines, 2) end
+
 -- one line: a batch of one (the C side has one encoder)
 function Tok:encode(line)
   check_line('encode', line, 'the line', 2)
-  return self:encode_lines({ line })[1]
+  return encode_lines(self, { line }, 2)[1]
 end
 
 function Tok:decode(ids)
   local h = handle(self, 2)
-  if B.is_tensor(ids) then ids = ids:totable() end
+  if B.is_tensor(ids) then
+    if ids:dim() ~= 1 then
+      error(string.format('bpe decode: ids must be a list or a 1-D tensor, got a tensor of shape [%s] (decode one row '
+        .. 'at a time)', table.concat(ids:shape(), ',')), 2)
+    end
+    ids = ids:totable()
+  end
   if type(ids) ~= 'table' then error('bpe decode: ids must be a list of ids or a 1-D tensor, got ' .. type(ids), 2) end
   local n = #ids
   local a = i32_arr(math.max(n, 1))
   for i = 1, n do
     local v = ids[i]
     if type(v) ~= 'number' or v % 1 ~= 0 or v ~= v then
-      error(string.format('bpe decode: id %d is %s, not a whole number', i, tostring(v)), 2)
+      error(string.format('bpe decode: the id at position %d is %s, not a whole number', i, tostring(v)), 2)
     end
     if v < 0 or v >= self.vocab_size then
       error(string.format('bpe decode: id %d at position %d is out of range [0, %d) of %s', v, i, self.vocab_size,
@@ -268,7 +276,7 @@ function Tok:check_data(lines, what, max_rate)
   what = what or (type(lines) == 'string' and lines) or 'the data'
   lines = lines_of('check_data', lines, 2)
   max_rate = max_rate or 0.05
-  options.check_value('bpe check_data', 'max_rate', max_rate, { 'number', min = 0, max = 1 }, 2)
+  options.check_value('bpe check_data', 'max_rate', max_rate, { 'number', min = 0, max = 1 })
   local unk, total = unk_count(self, lines, 2)
   local rate = total > 0 and unk / total or 0
   if rate > max_rate then
