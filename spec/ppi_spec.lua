@@ -284,6 +284,22 @@ describe('metrics.f1', function()
     assert_error_matching(function() pn.metrics.f1_counts(y, y, { tp = 1 }) end, 'earlier f1_counts')
     assert_error_matching(function() pn.metrics.f1({}) end, 'metrics.f1', 'tp, fp, fn')
   end)
+
+  it('accuracy: argmax against class ids by hand; a NaN logit makes it NaN (argmax would pick it)', function()
+    local logits = pn.tensor({ { 1, 3, 2 }, { 5, -1, 0 }, { 0, 0, 7 }, { 2, 1, 0 } })
+    local y = pn.tensor({ 1, 0, 0, 1 }, { dtype = 'i64' })
+    assert.are.equal(2, pn.metrics.correct(logits, y))
+    assert.are.equal(0.5, pn.metrics.accuracy(logits, y))
+    -- NaN in row 2, where argmax would pick column 1 and so match y
+    local bad = pn.tensor({ { 1, 3, 2 }, { 0 / 0, -1, 0 }, { 0, 0, 7 }, { 2, 1, 0 } })
+    assert.are.equal(1, pn.tensor({ { 0 / 0, -1, 0 } }):argmax(-1):item() + 1) -- the NaN's column
+    local a = pn.metrics.accuracy(bad, y)
+    assert.is_true(a ~= a)
+    assert_error_matching(function() pn.metrics.accuracy(logits, pn.tensor({ 1, 0, 0, 1 })) end,
+      'metrics.accuracy', 'class ids', 'f32')
+    assert_error_matching(function() pn.metrics.correct(logits, pn.tensor({ 1, 0 }, { dtype = 'i64' })) end,
+      '(4, 3)', '(2)')
+  end)
 end)
 
 describe('InductiveGAT', function()

@@ -8,6 +8,10 @@
 --   local micro, per_label = pn.metrics.f1(c)         micro-F1 = 2·Σtp / (2·Σtp + Σfp + Σfn),
 --        and the per-label F1 list (NaN for a label with no positives and no predictions)
 -- A micro-F1 with nothing true and nothing predicted is NaN, never a silent number.
+--   pn.metrics.correct(logits, y)    single-label: how many rows of logits (N, C) have their
+--        argmax at y (N) (class ids, 0-based, integer dtype); NaN when any logit is NaN (argmax
+--        would pick the NaN's column, as PyTorch's does, and a diverged model would score)
+--   pn.metrics.accuracy(logits, y)   correct / N (NaN for N = 0)
 local pn = require 'penumbra.tensor'
 local is_tensor = require('penumbra_ffi').is_tensor
 
@@ -26,6 +30,28 @@ local function bad_label(y)
 end
 
 local COUNTS = { 'tp', 'fp', 'fn' }
+
+function M.correct(logits, y)
+  if not is_tensor(logits) or not is_tensor(y) then
+    error(string.format('metrics.correct: logits and y must be tensors, got %s and %s', type(logits), type(y)), 2)
+  end
+  local ls, ys = logits:shape(), y:shape()
+  if #ls ~= 2 or #ys ~= 1 or ls[1] ~= ys[1] then
+    error(string.format('metrics.correct: logits (%s) must be (N, C) and y (%s) (N)', table.concat(ls, ', '),
+      table.concat(ys, ', ')), 2)
+  end
+  if y:dtype() ~= 'i64' and y:dtype() ~= 'i32' then
+    error('metrics.correct: y must hold class ids (i64 or i32), got ' .. y:dtype(), 2)
+  end
+  if logits:ne(logits):sum():item() > 0 then return 0 / 0 end
+  return logits:argmax(-1):eq(y):to('f64'):sum():item()
+end
+
+function M.accuracy(logits, y)
+  local ok, r = pcall(M.correct, logits, y)
+  if not ok then error((r:gsub('^metrics%.correct', 'metrics.accuracy')), 2) end
+  return r / y:shape()[1]
+end
 
 function M.f1_counts(logits, y, c)
   if not is_tensor(logits) or not is_tensor(y) then

@@ -10,9 +10,7 @@
 local pn = require 'penumbra'
 
 local function accuracy(logits, y, idx)
-  local pred = logits:index_select(1, idx):argmax(-1)
-  local truth = y:index_select(1, idx)
-  return pred:eq(truth):to('f64'):mean():item()
+  return pn.metrics.accuracy(logits:index_select(1, idx), y:index_select(1, idx))
 end
 
 local R = {}

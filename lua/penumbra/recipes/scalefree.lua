@@ -56,7 +56,7 @@ local function evaluate_on(model, batches)
     local logits = model(b.x, b.graph, b.pairs)
     local P = b.y:numel()
     loss = loss + pn.cross_entropy(logits, b.y):item() * P
-    correct = correct + logits:argmax(-1):eq(b.y):to('f64'):sum():item()
+    correct = correct + pn.metrics.correct(logits, b.y)
     total = total + P
   end
   return { loss = loss / total, acc = correct / total }
@@ -124,7 +124,7 @@ local function experiment(o)
       local loss = pn.cross_entropy(logits, b.y)
       loss:backward()
       s.opt:step()
-      local acc = pn.no_grad(function() return logits:argmax(-1):eq(b.y):to('f64'):mean():item() end)
+      local acc = pn.no_grad(pn.metrics.accuracy, logits:detach(), b.y)
       -- nodes: the global batch's node total. Under -n N a rank holds #b.sizes of its b.batch_size
       -- graphs and reports its nodes per graph × b.batch_size; ddp's weighted mean over the
       -- ranks (weights = graphs) sums those back to exactly the total. In one process: b.num_nodes.
