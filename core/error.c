@@ -1,7 +1,9 @@
 /* error.c — thread-local error message (pn_last_error) and shape formatting. */
 #include "internal.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char err_buf[1024];
 static _Thread_local pn_status err_code;
@@ -9,8 +11,21 @@ static _Thread_local pn_status err_code;
 const char *pn_last_error(void) { return err_buf; }
 void pn_clear_error(void) { err_buf[0] = 0; err_code = PN_OK; }
 
+/* glibc prints a NaN with its sign bit set as "-nan" (0/0 on x86 has it), which reads as a
+ * different value; the sign of a NaN means nothing, so every message says "nan". Only a
+ * standalone "-nan" is changed (not one inside a word, such as a path "x-nan.h5"). */
+static void unsign_nan(char *s) {
+    for (char *p = s; (p = strstr(p, "-nan")) != NULL;) {
+        int starts = p == s || !isalnum((unsigned char)p[-1]);
+        int ends = !isalnum((unsigned char)p[4]) && p[4] != '_';
+        if (starts && ends) memmove(p, p + 1, strlen(p + 1) + 1);
+        else p += 4;
+    }
+}
+
 static void set_error(pn_status code, const char *fmt, va_list ap) {
     vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    unsign_nan(err_buf);
     err_code = code;
 }
 

@@ -278,8 +278,7 @@ pn_tensor *pn_full(int nd, const int64_t *shape, double value, int dtype, int de
 pn_tensor *pn_arange(double start, double end, double step, int dtype, int device) {
     if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
         return pn_error_null(PN_ERR_ARG, "arange: start %g, end %g, step %g must be finite with step != 0",
-                             isnan(start) ? fabs(start) : start, isnan(end) ? fabs(end) : end,
-                             isnan(step) ? fabs(step) : step); /* "nan", not glibc's "-nan" */
+                             start, end, step);
     double span = (end - start) / step;
     int64_t n = span > 0 ? (int64_t)ceil(span - 1e-12) : 0;
     pn_tensor *t = pn_empty(1, &n, dtype, device);

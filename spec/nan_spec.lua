@@ -132,3 +132,26 @@ describe('NaN in, NaN out', function()
     assert.equal('...', nan_rows(o))
   end)
 end)
+
+describe('NaN in error messages', function()
+  -- 0/0 on x86 has its sign bit set, which glibc prints as "-nan": a reader takes that for a
+  -- different value. Every C message says "nan"; "-nan" inside a word (a path) stays.
+  it('says nan, never -nan', function()
+    local x = pn.tensor({ 1, 2 })
+    for name, f in pairs({
+      dropout = function() pn.dropout(x, 0 / 0, true) end,
+      norm = function() x:norm(0 / 0) end,
+      arange = function() pn.arange(0, 0 / 0, 1) end,
+      cast = function() pn.tensor({ 0 / 0 }):to('i64') end,
+    }) do
+      local ok, msg = pcall(f)
+      assert.is_false(ok, name)
+      msg = tostring(msg)
+      assert.truthy(msg:find('nan', 1, true), name .. ': ' .. msg)
+      assert.falsy(msg:find('-nan', 1, true), name .. ': ' .. msg)
+    end
+    local ok, msg = pcall(pn.io.load, '/nonexistent-dir/run-nan.h5', 'x')
+    assert.is_false(ok)
+    assert.truthy(tostring(msg):find('run-nan.h5', 1, true), msg)
+  end)
+end)

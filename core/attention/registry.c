@@ -202,7 +202,7 @@ pn_status pn_attn_setup_resolve(const char *op, const pn_attn_opts *o, int64_t D
                                 *f, H > 1 ? " (some head)" : "");
             if (!isfinite(*f))
                 return pn_error(PN_ERR_ARG, "%s: %s for score '%s' is not finite (%g)", op, param_names[p],
-                                desc->name, isnan(*f) ? fabs(*f) : *f); /* "nan", not glibc's "-nan" */
+                                desc->name, *f);
         }
         if (st->plan.prepare) st->plan.prepare(sp);
     }

@@ -330,7 +330,7 @@ static pn_status check_int_cast(pn_tensor *x, int dtype) {
     if (bad < 0) return PN_OK;
     return pn_error(PN_ERR_ARG, "to_dtype: x %s %s holds %.17g at %s, which %s cannot hold (a cast truncates toward "
                     "zero; NaN, infinities and values out of the range of %s have no integer)", pn_shape_str(x),
-                    pn_dtype_name(x->dt), isnan(v) ? fabs(v) : v /* "nan", not glibc's "-nan" */, pn_pos_str(x->nd, x->sizes, bad), pn_dtype_name(dtype),
+                    pn_dtype_name(x->dt), v, pn_pos_str(x->nd, x->sizes, bad), pn_dtype_name(dtype),
                     pn_dtype_name(dtype));
 }
 
