@@ -107,6 +107,9 @@ describe('index_select and index_add', function()
     assert_error_matching(function() x:index_select(1, i64({ { 0 } })) end, 'index_select', '1-D')
     assert_error_matching(function() x:index_select(3, i64({ 0 })) end, 'index_select', 'dim')
     assert_error_matching(function() x:index_add(1, i64({ 0, 1 }), pn.zeros(3, 4)) end, 'index_add', '[3,4]')
+    -- a Lua list of indices: a fraction or a NaN is named by the op that was called
+    assert_error_matching(function() x:index_select(1, { 0, 1.5 }) end, 'index_select: idx element 2 is 1.5')
+    assert_error_matching(function() x:gather(1, { { 0 / 0 } }) end, 'gather: idx element', 'nan')
   end)
 end)
 

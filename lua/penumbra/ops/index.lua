@@ -23,7 +23,13 @@ return function(pn, M, B)
   -- tensor or Lua list of 0-based indices -> index tensor (a list lands on x's device)
   local function index(op, idx, what, x)
     if is_tensor(idx) then return idx end
-    if type(idx) == 'table' then return pn.tensor(idx, { dtype = 'i64', device = x:device() }) end
+    if type(idx) == 'table' then
+      local ok, t = pcall(pn.tensor, idx, { dtype = 'i64', device = x:device() })
+      if not ok then -- "tensor: element 2 is 1.5, which i64 cannot hold …" names the op that was called
+        error(op .. ': ' .. what .. ' ' .. tostring(t):gsub('^.-tensor: ', '', 1), 3)
+      end
+      return t
+    end
     error(op .. ': ' .. what .. ' must be an index tensor (i32/i64) or a list of 0-based indices, got ' .. type(idx), 3)
   end
 
