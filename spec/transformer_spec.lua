@@ -232,6 +232,15 @@ describe('nn.Transformer', function()
       assert.truthy(tostring(e):find(search .. ': src [1,2] has dtype f32, expected i32 or i64 token ids', 1, true), tostring(e))
     end
     assert.are.same(m:greedy(ids({ { 4, 5 } })), m:greedy(ids({ { 4, 5 } }):to('i32')))
+    -- NaN weights: an error, not an empty (beam) or arbitrary (greedy) translation that BLEU would score
+    local broken = tiny()
+    for _, p in ipairs(broken:parameters()) do pn.no_grad(function() p:fill_(0 / 0) end) end
+    for _, search in ipairs({ 'translate', 'greedy' }) do
+      ok, e = pcall(function() return broken[search](broken, ids({ { 4, 5 }, { 6, 7 } })) end)
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find(search .. ': the model gives NaN log-probabilities for sentence 1 at target ' ..
+        'position 1', 1, true), tostring(e))
+    end
     ok, e = pcall(function() return m(ids({ { 4, 5 } }), ids({ { BOS } }), pn.ones({ 1, 1, 1, 3 }, { dtype = 'u8' })) end)
     assert.is_false(ok)
     assert.truthy(tostring(e):find('src_mask'))

@@ -14,6 +14,8 @@
 -- beam of them finishes a hypothesis, the others (up to beam) stay live; a sentence is done
 -- when it has beam finished hypotheses. Finished sentences leave the batch (their rows are
 -- dropped from the decoding state), so long sentences do not keep short ones computing.
+-- A NaN log-probability (NaN weights or inputs) is an error naming the sentence and the step:
+-- no search can rank NaN, and an empty or arbitrary translation would be scored as real.
 return function(nn, pn)
   local ffi = require 'ffi'
   local options = require 'penumbra.options'
@@ -22,6 +24,11 @@ return function(nn, pn)
                  max_len_b = { 'integer', min = 0 }, src_mask = 'tensor' }
 
   local NEG = -math.huge
+
+  local function nan_error(who, i, t)
+    error(string.format('%s: the model gives NaN log-probabilities for sentence %d at target position %d (its weights '
+      .. 'or inputs hold NaN); no translation is made', who, i, t), 0)
+  end
 
   local function src_lengths(src, pad)
     local s = src:shape()
@@ -45,7 +52,7 @@ return function(nn, pn)
     return lp, ffi.cast('float *', lp:data_ptr())
   end
 
-  local function greedy(self, st, B, maxlen)
+  local function greedy(self, st, B, maxlen, _, _, who)
     local c = self.o
     local out, scores = {}, {}
     local rows = {}               -- row r → sentence
@@ -63,10 +70,11 @@ return function(nn, pn)
           for w = 0, V - 1 do
             if w ~= c.pad and w ~= c.bos then
               local v = p[base + w]
-              if v > best or (v ~= v and best == NEG) then best, bw = v, w end
+              if v > best then best, bw = v, w elseif v ~= v then nan_error(who, i, #out[i] + 1) end
             end
           end
         end
+        if best ~= best then nan_error(who, i, #out[i] + 1) end
         scores[i] = scores[i] + best
         if bw == c.eos then
           -- finished
@@ -90,7 +98,7 @@ return function(nn, pn)
   -- the memory is only compacted when sentences finish. Rows without a hypothesis (all but the
   -- first at the start, fairseq's way; and a sentence left with fewer than K candidates) are
   -- fillers: never scanned, their state a copy of a live row's.
-  local function beam_search(self, st, B, maxlen, K, lenpen)
+  local function beam_search(self, st, B, maxlen, K, lenpen, who)
     local c = self.o
     local V = c.vocab
     -- live rows, K per sentence: { sent, tokens, score } or a filler { sent, filler = true }
@@ -122,7 +130,7 @@ return function(nn, pn)
             for w = w0, w1 do
               if w ~= c.pad and w ~= c.bos then
                 local v = s0 + p[base + w]
-                if v ~= v then v = NEG end
+                if v ~= v then nan_error(who, i, t + 1) end
                 if n < cap or v > cs[n] then
                   local j = n < cap and n + 1 or n
                   while j > 1 and cs[j - 1] < v do
@@ -208,7 +216,7 @@ return function(nn, pn)
     local ok, out, scores = pcall(function()
       return pn.no_grad(function()
         local st = self:begin_decode(self:encode(src, mask), mask, search == beam_search and K or 1)
-        return search(self, st, B, maxlen, K, lenpen)
+        return search(self, st, B, maxlen, K, lenpen, who)
       end)
     end)
     self:train(was_training)
