@@ -249,6 +249,19 @@ describe('./bench compare', function()
     assert.truthy(text:find('| experiment | test acc (mean ± std, 1 seeds) |', 1, true), text)
   end)
 
+  it('refuses a missing or unreadable script before running any (no table saved)', function()
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local script = home .. '/spec/fixtures/toy_script.lua'
+    local tmp_home = os.tmpname()
+    os.remove(tmp_home)
+    local ok, err = compare_main({ script, tmp_home .. '/nonexistent.lua', 'seeds=1', 'epochs=2' })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('compare: cannot open ' .. tmp_home .. '/nonexistent.lua', 1, true), tostring(err))
+    ok, err = compare_main({ home .. '/spec', 'seeds=1' })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find('compare: cannot read ' .. home .. '/spec', 1, true), tostring(err))
+  end)
+
   it('runs scripts over seeds and tabulates mean ± std', function()
     local home = os.getenv('PENUMBRA_HOME') or '.'
     local rows

@@ -232,6 +232,8 @@ function M.main(argv)
     if k then kv[k] = v else scripts[#scripts + 1] = a end
   end
   if #scripts == 0 then error('compare: no experiment scripts given (e.g. ./bench compare experiments/cora_*.lua seeds=10)', 0) end
+  -- every script readable before the first run: a typo in the last one should not wait for hours of runs
+  for _, script in ipairs(scripts) do pn.io.read_text(script, 'compare') end
   local seeds = tonumber(kv.seeds or 3)
   if not seeds or seeds < 1 or seeds % 1 ~= 0 then
     error("compare: seeds must be a whole number >= 1, got '" .. tostring(kv.seeds) .. "'", 0)
