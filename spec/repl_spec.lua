@@ -154,6 +154,15 @@ describe('repl: a run file', function()
     assert.truthy(text:find("recipe module 'spec.fixtures.no_such_recipe' cannot be loaded", 1, true), text)
   end)
 
+  it('a file that is not a run: the reason, without a position inside repl.lua', function()
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local p = io.popen(string.format("cd '%s' && ./bench repl README.md < /dev/null 2>&1", home))
+    local out = p:read('*a')
+    p:close()
+    assert.truthy(out:find('could not open the run: runs: README.md is not a readable HDF5 file', 1, true), out)
+    assert.falsy(out:find('.lua:', 1, true), out)
+  end)
+
   it('writes no colour escape codes into a pipe unless asked for', function()
     local termplot = require 'penumbra.termplot'
     -- the specs' stdout is busted's pipe or file, not a terminal

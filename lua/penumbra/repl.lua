@@ -514,7 +514,8 @@ function R.main(argv)
   if path then
     local ok, run, notes = pcall(R.load_run, path)
     if not ok then
-      io.write('could not open the run: ' .. tostring(run) .. '\n')
+      -- the message alone, as ./bench show prints it (the position would be inside this file)
+      io.write('could not open the run: ' .. tostring(run):gsub('^[^%s:]+%.lua:%d+: ', '') .. '\n')
     else
       env.run = run
       io.write(table.concat(notes, '\n') .. '\n')
