@@ -10,7 +10,9 @@
 -- Keys: scores (dot,umbral,penumbral: experiments/nmt_multi30k_<score>.lua), dims (16,32,64,128:
 -- qk_dim, the q/k width per head; the values keep their own width, 64 = d_model/heads for the
 -- base preset), seeds (3: seeds 0..N-1), resume=<table.h5> (keep that table's finished runs, run
--- the rest: same keys required), plot=false (no figure); any other key=value goes to every run
+-- the rest: same keys required), reuse=true (take finished runs of the same settings and seed
+-- from runs/, e.g. ones run one at a time, instead of running them), plot=false (no figure); any
+-- other key=value goes to every run
 -- (preset=small epochs=1 …; quiet=false shows each run's own progress).
 --
 -- Writes runs/ablation/nmt_ablation_dims-<UTC stamp>.md and .h5 (rows score × width: test BLEU

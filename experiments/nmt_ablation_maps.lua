@@ -12,7 +12,7 @@
 --
 -- Keys: scores (penumbral,umbral,hyperbolic: which rows), maps (exp0,xi,psi,pseudopolar: which
 -- columns; e.g. maps=exp0 when the ξ/ψ runs exist already), seeds (3), resume=<table.h5>,
--- plot=false; any other key=value goes to every run (preset=small epochs=1 …).
+-- reuse=true (finished runs of the same settings and seed are taken, not run again), plot=false; any other key=value goes to every run (preset=small epochs=1 …).
 --
 -- Writes runs/ablation/nmt_ablation_maps-<UTC stamp>.md and .h5: the Table 2 layout (rows =
 -- score, columns = map, cells test BLEU mean ± std) followed by one line per row (test BLEU,

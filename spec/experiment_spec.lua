@@ -249,6 +249,52 @@ describe('./bench compare', function()
     assert.truthy(text:find('| experiment | test acc (mean ± std, 1 seeds) |', 1, true), text)
   end)
 
+  it('reuse=true takes finished runs with the same settings and seed instead of running them', function()
+    local home = os.getenv('PENUMBRA_HOME') or '.'
+    local script = home .. '/spec/fixtures/toy_script.lua'
+    local function count(dir)
+      local p = io.popen('ls "' .. dir .. '"/*.h5 2>/dev/null | wc -l')
+      local n = tonumber(p:read('*a'))
+      p:close()
+      return n
+    end
+    local dir = runs .. '/toy+epochs=3+lr=0.25'
+    local ok, rows = compare_main({ script, 'seeds=2', 'epochs=3', 'lr=0.25' })
+    assert.is_true(ok, tostring(rows))
+    local first = rows[1].results
+    assert.equal(2, count(dir))
+    -- seeds 0 and 1 are taken, seed 2 runs
+    local rows2
+    ok, rows2 = compare_main({ script, 'seeds=3', 'epochs=3', 'lr=0.25', 'reuse=true' })
+    assert.is_true(ok, tostring(rows2))
+    local r = rows2[1].results
+    assert.equal(first[1].path, r[1].path)
+    assert.equal(first[2].path, r[2].path)
+    assert.is_true(r[1].reused and r[2].reused)
+    assert.is_nil(r[3].reused)
+    assert.same({ rows[1].test[1], rows[1].test[2] }, { rows2[1].test[1], rows2[1].test[2] })
+    assert.equal('toy epochs=3 lr=0.25', rows2[1].name)
+    assert.equal(3, count(dir))
+    -- without reuse= every seed runs again
+    ok = compare_main({ script, 'seeds=1', 'epochs=3', 'lr=0.25' })
+    assert.is_true(ok)
+    assert.equal(4, count(dir))
+    -- a run whose settings differ (here a default changed since: patience) is not taken
+    local src = io.open(home .. '/spec/fixtures/toy_experiment.lua'):read('*a')
+    local changed = os.tmpname() .. '.lua'
+    local f = io.open(changed, 'w')
+    f:write('return (function()\n', (src:gsub('patience = 100', 'patience = 99')), '\nend)()(rawget(_G, "args"))')
+    f:close()
+    ok, rows2 = compare_main({ changed, 'seeds=1', 'epochs=3', 'lr=0.25', 'reuse=true' })
+    os.remove(changed)
+    assert.is_true(ok, tostring(rows2))
+    assert.is_nil(rows2[1].results[1].reused)
+    assert.equal(5, count(dir))
+    ok, rows2 = compare_main({ script, 'seeds=1', 'reuse=maybe' })
+    assert.is_false(ok)
+    assert.truthy(tostring(rows2):find("compare: reuse must be true or false, got 'maybe'", 1, true), tostring(rows2))
+  end)
+
   it('refuses a missing or unreadable script before running any (no table saved)', function()
     local home = os.getenv('PENUMBRA_HOME') or '.'
     local script = home .. '/spec/fixtures/toy_script.lua'

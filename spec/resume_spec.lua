@@ -307,6 +307,22 @@ require('penumbra.compare').sweep { name = 'resume_sweep', args = { seeds = '2',
     local third = sweep({ seeds = '2', plot = 'false', resume = killed_table })
     assert.equal(1, pn.io.attrs(killed_run, '/').resumed)
     assert.same(whole.rows[1].test, third.rows[1].test)
+    -- reuse=true: a new table of the finished runs above (the newest of each seed), nothing run
+    local function run_files()
+      local p2 = io.popen("find '" .. runs .. "' -name '*.h5' -not -path '*/ablation/*' | wc -l")
+      local n = tonumber(p2:read('*a'))
+      p2:close()
+      return n
+    end
+    local before = run_files()
+    local fourth = sweep({ seeds = '2', plot = 'false', reuse = 'true' })
+    assert.equal(before, run_files())
+    assert.is_true(fourth.rows[1].results[1].reused and fourth.rows[1].results[2].reused)
+    for seed = 0, 1 do
+      local a = pn.io.attrs(fourth.rows[1].results[seed + 1].path, '/')
+      assert.same({ 'finished', seed }, { a.status, a.seed })
+    end
+    assert.same(whole.rows[1].test, fourth.rows[1].test)
     os.remove(script)
   end)
 end)

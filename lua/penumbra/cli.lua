@@ -5,10 +5,12 @@ usage: ./bench <command | script.lua> [args]
 
   ./bench script.lua [key=value ...]   run a Lua script (experiments/*.lua); key=value
                                        pairs reach it as the global table `args`
-  ./bench compare a.lua b.lua … seeds=N [metric=m] [key=value …]
+  ./bench compare a.lua b.lua … seeds=N [metric=m] [reuse=true] [key=value …]
                                        run experiments over seeds, print and save a
                                        table (runs/compare/<stamp>.md and .h5) of test_m
-                                       (default acc, or what the runs monitor: bleu)
+                                       (default acc, or what the runs monitor: bleu);
+                                       reuse=true takes finished runs with the same
+                                       settings and seed instead of running them
   ./bench plot <kind> <run files…> [--out f.png|.svg|.pdf] [options]
                                        pictures through gnuplot: curves (metrics over
                                        epochs), radius (learned radii histogram), heatmap

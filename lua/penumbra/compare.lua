@@ -5,7 +5,9 @@
 -- attention) — and saves it as Markdown and HDF5 under runs/compare/. The metric is what the
 -- runs report as test_<metric> and val_<metric>: acc (the default) or, for the NMT runs, bleu
 -- (`./bench compare experiments/nmt_multi30k_{dot,umbral}.lua metric=bleu`); without metric=, a
--- first run with no test_acc sets it to the metric that run monitors (bleu for NMT).
+-- first run with no test_acc sets it to the metric that run monitors (bleu for NMT). reuse=true
+-- takes a finished run with the same settings and seed from the runs folder instead of running
+-- it (experiment.lua: every config key but threads and quiet must agree; the newest wins).
 --
 -- The pieces, also for drivers that run a grid of settings (experiments/nmt_ablation_*.lua):
 --   compare.run_row(row, seeds, overrides, opts)  one script over seeds into row.test, row.val, …
@@ -27,6 +29,13 @@ local function digits_of(metric) return M.DIGITS[metric] or 4 end
 -- a metric's name in table headers
 M.TITLES = { bleu = 'BLEU', chrf = 'chrF' }
 local function title_of(metric) return M.TITLES[metric] or metric end
+
+-- reuse=true|false on a compare or sweep command line (see run_row's opts.reuse)
+local function reuse_of(who, v)
+  if v == nil or v == 'false' or v == '0' then return false end
+  if v == 'true' or v == '1' then return true end
+  error(who .. ": reuse must be true or false, got '" .. tostring(v) .. "'", 0)
+end
 
 local function run_one(script, overrides)
   local prev = rawget(_G, 'args')
@@ -57,7 +66,8 @@ end
 -- monitors, best_val_<m> with a test_<m>, and opts.metric is set to it); who ('compare': progress and errors start with it); counter ({k=, n=}:
 -- '[k/n]' before each run); done ({[seed] = result}: results kept from an earlier table, not run
 -- again); failures (a list that gets 'name seed s: why'); after(row) (called after each seed);
--- stop_on_interrupt (Ctrl-C ends the row with an error instead of going on to the next seed).
+-- stop_on_interrupt (Ctrl-C ends the row with an error instead of going on to the next seed);
+-- reuse (a finished run with the same settings and seed is taken instead of run: experiment.lua).
 -- A config error (a bad key or value: the same for every seed) and a finished run without
 -- test_<metric> end it at once with an error.
 function M.run_row(row, seeds, overrides, opts)
@@ -129,13 +139,14 @@ function M.run_row(row, seeds, overrides, opts)
         row.stopped[seed] = path
         if opts.after then opts.after(row) end
       end
+      exp.reuse = opts.reuse
       local r, err = run_one(row.script, o)
-      exp.on_open = nil
+      exp.on_open, exp.reuse = nil, nil
       if row.stopped then row.stopped[seed] = nil end
       if r and r.status == 'finished' then
         add(r, seed)
-        io.stderr:write(string.format(' %s %.' .. d .. 'f (%d %ss, %.1fs)\n', what, row.test[#row.test],
-          r.epochs or r.steps, row.unit, r.seconds))
+        io.stderr:write(string.format(' %s %.' .. d .. 'f (%d %ss, %.1fs)%s\n', what, row.test[#row.test],
+          r.epochs or r.steps, row.unit, r.seconds or 0 / 0, r.reused and (': reused ' .. r.path) or ''))
       else
         row.failed = row.failed + 1
         local why = tostring(err or (r and r.status)):gsub('\n.*', '')
@@ -242,8 +253,8 @@ function M.main(argv)
   local metric = kv.metric or 'acc'
   if not metric:match('^[%w_]+$') then error("compare: metric must be a name such as acc or bleu, got '" .. metric .. "'", 0) end
   -- without metric=, acc unless the first run has none (then the metric it monitors, e.g. bleu)
-  local ropts = { metric = metric, metric_auto = kv.metric == nil, failures = {} }
-  kv.metric = nil
+  local ropts = { metric = metric, metric_auto = kv.metric == nil, failures = {}, reuse = reuse_of('compare', kv.reuse) }
+  kv.metric, kv.reuse = nil, nil
   local failures = ropts.failures
   local rows = {}
   local unit = 'epoch'
@@ -378,7 +389,9 @@ end
 -- every run (a sweep that dies leaves the table so far), and a figure <…>.png.
 --   def.name     the table's name (and the progress lines')
 --   def.args     the command line (the global `args`): seeds=N (def.seeds, 3), resume=<table.h5>
---                (keep that table's finished runs, run only the rest), plot=false (no figure),
+--                (keep that table's finished runs, run only the rest), reuse=true (take any
+--                finished run with a row's settings and seed from its run folder, made by hand or
+--                by another table, instead of running it), plot=false (no figure),
 --                the driver's own keys (def.keys) and key=value pairs passed to every run
 --   def.keys     the driver's own keys and their defaults ({scores = 'dot,umbral'})
 --   def.pass     defaults passed to every run unless the command line sets them ({quiet='true'})
@@ -411,7 +424,8 @@ function M.sweep(def)
     error(name .. ": seeds must be a whole number >= 1, got '" .. tostring(args.seeds) .. "'", 0)
   end
   local resume, draw = args.resume, args.plot ~= 'false' and args.plot ~= '0'
-  args.seeds, args.resume, args.plot = nil, nil, nil
+  local reuse = reuse_of(name, args.reuse)
+  args.seeds, args.resume, args.plot, args.reuse = nil, nil, nil, nil
   local keys = {}
   for k, v in pairs(def.keys or {}) do
     keys[k] = args[k] or v
@@ -539,7 +553,7 @@ function M.sweep(def)
     for kk, v in pairs(r.overrides or {}) do o[kk] = tostring(v) end
     local ok, e = pcall(M.run_row, r, seeds, o, { metric = metric, who = name, counter = counter, done = done[r.name],
       stopped = stopped[r.name],
-      failures = failures, stop_on_interrupt = true, after = function() save('running') end })
+      failures = failures, stop_on_interrupt = true, reuse = reuse, after = function() save('running') end })
     if not ok then
       local any = false
       -- (a table is written when it holds something to keep: a finished run, or one to resume)

@@ -463,6 +463,45 @@ end
 local SIGNALS = { [1] = 'SIGHUP', [2] = 'Ctrl-C', [15] = 'SIGTERM' }
 local function signal_name(n) return SIGNALS[n] or ('signal ' .. tostring(n)) end
 
+-- M.reuse (set by a sweep or ./bench compare given reuse=true): a finished run of this variant
+-- with the same seed and the same settings — every config key but threads and quiet — is taken
+-- as it is, its summary the result, instead of training again. So runs made one by one (split
+-- over sessions, resumed by hand) count in the table that gathers them. The code that made the
+-- run is not compared (its git_commit is in the file): reuse is the caller's statement that it
+-- still stands. The newest match wins; a failed, interrupted or running run is never taken.
+local function same_setting(a, b)
+  if type(a) == 'table' and type(b) == 'table' then return json.encode(a) == json.encode(b) end
+  return a == b
+end
+
+local function reusable_run(def, cfg, seed)
+  local dir = (os.getenv('PENUMBRA_RUNS') or 'runs') .. '/' .. M.variant_dir(M.variant_name(def.name, def.config, cfg))
+  local d = io.open(dir, 'r')
+  if not d then return nil end
+  d:close()
+  local found
+  for _, row in ipairs(require('penumbra.runs').list(dir)) do
+    if row.kind == 'run' and row.status == 'finished' and row.seed == seed then
+      local ok, attrs = pcall(pio.attrs, row.path, '/')
+      local okj, stored = pcall(json.decode, ok and attrs.config or '')
+      if ok and okj and type(stored) == 'table' and attrs.experiment == def.name then
+        local same = true
+        for _, t in ipairs({ cfg, stored }) do
+          for k in pairs(t) do
+            if not M.RESUME_MAY_DIFFER[k] and not same_setting(cfg[k], stored[k]) then same = false end
+          end
+        end
+        if same then found = row.path end -- rows are sorted by start time: the newest last
+      end
+    end
+  end
+  if not found then return nil end
+  local result = pio.attrs(found, 'summary')
+  result.status, result.path, result.reused = 'finished', found, true
+  result.variant = M.variant_name(def.name, def.config, cfg)
+  return result
+end
+
 -- The run file runs/<variant>/<UTC stamp>-s<seed>.h5 (a new name if taken) with its metadata.
 local function open_run(def, cfg, seed, unit)
   local variant = M.variant_name(def.name, def.config, cfg)
@@ -632,6 +671,13 @@ function M.run(def, overrides)
   local C = require('penumbra_ffi').C
   C.pn_interrupt_install()
   local seed = cfg.seed or 0
+  if M.reuse and not resumed and not require('penumbra.dist').is_distributed() then
+    local kept = reusable_run(def, cfg, seed)
+    if kept then
+      C.pn_interrupt_clear()
+      return kept
+    end
+  end
   pn.manual_seed(seed)
   math.randomseed(seed)
   local quiet = cfg.quiet or internal._quiet
