@@ -54,6 +54,27 @@ describe('experiment runner', function()
     assert.truthy(ok == 0 or ok == true)
   end)
 
+  it('threads= holds for the run, is what the run file records, and is restored after it', function()
+    local before = pn.num_threads()
+    local seen
+    local def = {
+      name = 'threads_toy', config = { epochs = 1, threads = 0 },
+      setup = function() return {} end,
+      train = function() seen = pn.num_threads() return { loss = 1 } end,
+      evaluate = function() return { acc = 1 } end,
+    }
+    local want = before == 1 and 2 or 1 -- not the count it has
+    local r = pn.experiment.run(def, { _quiet = true, threads = tostring(want) })
+    assert.equal('finished', r.status)
+    assert.equal(want, seen)
+    assert.equal(want, attrs(r.path).threads) -- the recipes set it in setup, after the file said the default
+    assert.equal(before, pn.num_threads())
+    -- threads = 0: the library's default, untouched
+    r = pn.experiment.run(def, { _quiet = true })
+    assert.equal(before, seen)
+    assert.equal(before, attrs(r.path).threads)
+  end)
+
   it('marks the run failed when setup raises, with the message stored', function()
     local ok, e = pcall(toy, { _quiet = true, fail_setup = 'true' })
     assert.is_false(ok)

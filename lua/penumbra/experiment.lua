@@ -678,6 +678,10 @@ function M.run(def, overrides)
       return kept
     end
   end
+  -- threads=N (0: the library's default) holds for this run only, and is set before the run file
+  -- records the count (a recipe that set it in its setup left the file saying the default)
+  local threads_before = pn.num_threads()
+  if (cfg.threads or 0) > 0 then pn.set_num_threads(cfg.threads) end
   pn.manual_seed(seed)
   math.randomseed(seed)
   local quiet = cfg.quiet or internal._quiet
@@ -856,6 +860,7 @@ function M.run(def, overrides)
   end
   if lead and status == 'finished' then os.remove(state_path) end
   C.pn_interrupt_clear()
+  pn.set_num_threads(threads_before)
   local elapsed = now() - t0
   result.seconds = elapsed
   result['seconds_per_' .. unit] = steps_run > 0 and elapsed / steps_run or 0

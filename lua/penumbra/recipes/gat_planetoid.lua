@@ -70,7 +70,6 @@ local function experiment(o)
                score = { 'string', one_of = pn.attention_variants() } },
     monitor = 'val_acc', mode = 'max', also = { val_loss = 'min' }, -- GAT: patience on acc or loss
     setup = function(cfg, run)
-      if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = R.data(cfg)
       -- which file the run trained on, and its checksum: the run can be matched to its data later
       run:set('dataset_file', d.path)

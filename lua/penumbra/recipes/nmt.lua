@@ -241,7 +241,6 @@ local function experiment(o)
   }
 
   function def.setup(cfg, run)
-    if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
     local d = pn.data.load(cfg.dataset)
     local tok = R.tokenizer(cfg, d)
     run:set('tokenizer', tok.path)

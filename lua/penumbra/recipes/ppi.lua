@@ -112,7 +112,6 @@ local function experiment(o)
     -- ./bench -n N: each rank takes its share of every batch's graphs (d:batches('train', …))
     shard = 'graphs',
     setup = function(cfg, run)
-      if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = R.data(cfg)
       local source = d.synthetic and 'synthetic' or 'real'
       io.stderr:write('ppi: training on the ' .. source:upper() .. ' set — ' .. d:describe() .. '\n')

@@ -90,7 +90,6 @@ local function experiment(o)
     -- ./bench -n N: each rank makes and trains on its share of every batch's graphs (d:batch)
     shard = 'graphs',
     setup = function(cfg, run)
-      if cfg.threads > 0 then pn.set_num_threads(cfg.threads) end
       local d = R.data(cfg)
       local model = R.model(cfg, d)
       -- dtype=f64 (checks where f32 rounding drifts: ddp_spec): the model and the evaluation
