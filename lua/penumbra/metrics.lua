@@ -31,26 +31,34 @@ end
 
 local COUNTS = { 'tp', 'fp', 'fn' }
 
-function M.correct(logits, y)
+-- logits (N, C) and class ids y (N), checked for op (the public function that was called)
+local function class_args(op, logits, y)
   if not is_tensor(logits) or not is_tensor(y) then
-    error(string.format('metrics.correct: logits and y must be tensors, got %s and %s', type(logits), type(y)), 2)
+    error(string.format('%s: logits and y must be tensors, got %s and %s', op, type(logits), type(y)), 3)
   end
   local ls, ys = logits:shape(), y:shape()
   if #ls ~= 2 or #ys ~= 1 or ls[1] ~= ys[1] then
-    error(string.format('metrics.correct: logits (%s) must be (N, C) and y (%s) (N)', table.concat(ls, ', '),
-      table.concat(ys, ', ')), 2)
+    error(string.format('%s: logits (%s) must be (N, C) and y (%s) (N)', op, table.concat(ls, ', '),
+      table.concat(ys, ', ')), 3)
   end
   if y:dtype() ~= 'i64' and y:dtype() ~= 'i32' then
-    error('metrics.correct: y must hold class ids (i64 or i32), got ' .. y:dtype(), 2)
+    error(op .. ': y must hold class ids (i64 or i32), got ' .. y:dtype(), 3)
   end
+end
+
+local function count_correct(logits, y)
   if logits:ne(logits):sum():item() > 0 then return 0 / 0 end
   return logits:argmax(-1):eq(y):to('f64'):sum():item()
 end
 
+function M.correct(logits, y)
+  class_args('metrics.correct', logits, y)
+  return count_correct(logits, y)
+end
+
 function M.accuracy(logits, y)
-  local ok, r = pcall(M.correct, logits, y)
-  if not ok then error((r:gsub('^metrics%.correct', 'metrics.accuracy')), 2) end
-  return r / y:shape()[1]
+  class_args('metrics.accuracy', logits, y)
+  return count_correct(logits, y) / y:shape()[1]
 end
 
 function M.f1_counts(logits, y, c)
