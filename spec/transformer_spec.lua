@@ -229,7 +229,8 @@ describe('nn.Transformer', function()
     for _, search in ipairs({ 'translate', 'greedy' }) do
       ok, e = pcall(function() return m[search](m, pn.tensor({ { 4, 6.5 } })) end)
       assert.is_false(ok)
-      assert.truthy(tostring(e):find(search .. ': src [1,2] has dtype f32, expected i32 or i64 token ids', 1, true), tostring(e))
+      assert.truthy(tostring(e):find(search .. ': src must be a (B, N) i32 or i64 tensor of token ids, got f32 [1,2]', 1,
+        true), tostring(e))
     end
     assert.are.same(m:greedy(ids({ { 4, 5 } })), m:greedy(ids({ { 4, 5 } }):to('i32')))
     -- NaN weights: an error, not an empty (beam) or arbitrary (greedy) translation that BLEU would score
@@ -244,6 +245,43 @@ describe('nn.Transformer', function()
     ok, e = pcall(function() return m(ids({ { 4, 5 } }), ids({ { BOS } }), pn.ones({ 1, 1, 1, 3 }, { dtype = 'u8' })) end)
     assert.is_false(ok)
     assert.truthy(tostring(e):find('src_mask'))
+    -- every entry point checks its inputs and blames the caller's line, not one inside the model
+    -- (the embedding's and the attention's own messages named lines of transformer.lua)
+    local here = 'spec/transformer_spec.lua:%d+: '
+    local bad = {
+      { function() local r = m(ids({ { 4, 12 } }), ids({ { BOS } })) return r end,
+        'Transformer: src [1,2] holds id 12 at [1,2], outside the vocabulary 0..11' },
+      { function() local r = m(ids({ { 4, 5 } }), ids({ { BOS, -1 } })) return r end,
+        'Transformer: tgt_in [1,2] holds id -1 at [1,2], outside the vocabulary 0..11' },
+      { function() local r = m(ids({ { 4, 5 } }), ids({ { BOS }, { BOS } })) return r end,
+        'Transformer: src [1,2] and tgt_in [2,1] hold different numbers of sentences' },
+      { function() local r = m:translate(ids({ { 4, 13 } })) return r end,
+        'translate: src [1,2] holds id 13 at [1,2], outside the vocabulary 0..11' },
+      { function() local r = m:greedy(ids({ { 4, 5 } }), { src_mask = pn.ones({ 1, 1, 1, 3 }) }) return r end,
+        'greedy: src_mask [1,1,1,3] must be (B, 1, 1, S) = (1, 1, 1, 2) for the source' },
+      { function() local r = m:translate(ids({ { 4, 5 } }), { beam = 0 }) return r end,
+        'translate: beam must be >= 1, got 0' },
+      { function() local r = m:encode(ids({ { 4, 5 } }), pn.ones({ 2, 1, 1, 2 })) return r end,
+        'Transformer:encode: src_mask [2,1,1,2] must be (B, 1, 1, S) = (1, 1, 1, 2) for the source' },
+      { function() local r = m:decode(ids({ { BOS } }), pn.ones({ 1, 2, 7 })) return r end,
+        'Transformer:decode: memory must be the encoder output (B, S, 16), got [1,2,7]' },
+      { function() local r = m:attention_maps(ids({ { 4, 5 } }), ids({ { BOS }, { BOS } })) return r end,
+        'Transformer:attention_maps: src [1,2] and tgt_in [2,1] hold different numbers of sentences' },
+      { function() local r = pn.nn.Transformer({ vocab = 10, score = 'cone' }) return r end,
+        "Transformer: unknown score 'cone' (valid: dot, laplacian, umbral, penumbral, hyperbolic, gat)" },
+      { function() local r = pn.nn.MultiheadAttention(8, 2, { score = 'cone' }) return r end,
+        "MultiheadAttention: unknown score 'cone' (valid: dot," },
+      { function() local r = pn.nn.GATConv(4, 4, { score = 'cone' }) return r end,
+        "GATConv: unknown score 'cone' (valid: dot," },
+      { function() local r = pn.nn.RecursiveTransformer({ in_dim = 2, out_dim = 2, score = 'cone' }) return r end,
+        "RecursiveTransformer: unknown score 'cone' (valid: dot," },
+    }
+    for i, case in ipairs(bad) do
+      ok, e = pcall(case[1])
+      assert.is_false(ok, i)
+      e = tostring(e)
+      assert.truthy(e:find(here .. case[2]:gsub('%p', '%%%0')), e)
+    end
     -- precision: one of its values; tensor cores exist on CUDA only, so on the CPU the attention says so
     ok, e = pcall(pn.nn.Transformer, { vocab = 10, d_model = 8, heads = 2, precision = 'tf32' })
     assert.is_false(ok)

@@ -22,17 +22,14 @@ return function(nn, pn)
   function MHA:init(d, heads, o)
     nn.size_arg('MultiheadAttention', 'd_model', d)
     nn.size_arg('MultiheadAttention', 'heads', heads)
-    local score = type(o) == 'table' and o.score or 'dot'
-    if type(score) ~= 'string' then error('MultiheadAttention: score must be a string, got ' .. type(score), 3) end
-    o = options.check('MultiheadAttention', o,
-      options.score_params(options.with(MHA_OPTS), pn.attention_variant(score)), 3)
+    local score, desc = score_params.score('MultiheadAttention', o, 'dot', 3, pn)
+    o = options.check('MultiheadAttention', o, options.score_params(options.with(MHA_OPTS), desc), 3)
     if d % heads ~= 0 then error('MultiheadAttention: d_model ' .. d .. ' is not divisible by heads ' .. heads, 2) end
     self.d, self.heads = d, heads
     self.dv = math.floor(d / heads)
     self.dk = o.qk_dim or self.dv
     self.o = o
-    self.score = o.score or 'dot'
-    self.desc = pn.attention_variant(self.score)
+    self.score, self.desc = score, desc
     self.map = o.map or self.desc.map
     local bias = o.bias ~= false
     self:add('q_proj', nn.Linear(d, heads * self.dk, { bias = bias }))

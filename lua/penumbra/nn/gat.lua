@@ -30,9 +30,7 @@ return function(nn, pn)
                      shared_qk = 'boolean', sparse_input = 'boolean' }
   -- the layer's options plus the chosen score's parameters (and learn_ flags), checked once
   local function layer_opts(who, o, spec)
-    local score = type(o) == 'table' and o.score or 'gat'
-    if type(score) ~= 'string' then error(who .. ': score must be a string, got ' .. type(score), 4) end
-    local desc = pn.attention_variant(score)
+    local _, desc = score_params.score(who, o, 'gat', 4, pn)
     return options.check(who, o, options.score_params(options.with(spec), desc), 4)
   end
 

@@ -31,9 +31,7 @@ return function(nn, pn)
   nn.RecursiveTransformer = RT
 
   function RT:init(o)
-    local score = type(o) == 'table' and o.score or 'dot'
-    if type(score) ~= 'string' then error('RecursiveTransformer: score must be a string, got ' .. type(score), 3) end
-    local desc = pn.attention_variant(score)
+    local score, desc = score_params.score('RecursiveTransformer', o, 'dot', 3, pn)
     o = options.check('RecursiveTransformer', o, options.score_params(options.with(RT_OPTS), desc), 3)
     if not o.in_dim or not o.out_dim then error('RecursiveTransformer: in_dim and out_dim are required', 3) end
     if desc.graph_only and o.dense then

@@ -4,6 +4,20 @@
 -- them, learn_<param> = true makes it a per-head parameter of the module.
 local M = {}
 
+-- The score a layer's options name (o.score, else `default`) and its registry description. A
+-- value that is not a string, or a name the registry lacks, is an error of `who` listing the
+-- scores; `level` is error()'s level as the calling site counts it.
+function M.score(who, o, default, level, pn)
+  local score = type(o) == 'table' and o.score or default
+  if type(score) ~= 'string' then error(who .. ': score must be a string, got ' .. type(score), level + 1) end
+  local ok, desc = pcall(pn.attention_variant, score)
+  if not ok then
+    error(string.format("%s: unknown score '%s' (valid: %s)", who, score, table.concat(pn.attention_variants(), ', ')),
+      level + 1)
+  end
+  return score, desc
+end
+
 -- Registers a per-head parameter (heads) on module m for each learn_<param> = true in o, in the
 -- description's order, initialised to o.<param> or the default (1/√D for a default_rule of
 -- 1/sqrt(D), D the per-head query width). A learn_ key for a parameter the score does not

@@ -41,6 +41,7 @@
 -- its recurrent state (pn.cosine_state / pn.power_state) and reorders it in place.
 return function(nn, pn)
   local options = require 'penumbra.options'
+  local score_params = require 'penumbra.nn.score_params'
   local count = { 'integer', min = 1 }
   local rate = { 'number', min = 0, below = 1 }
   local TF_OPTS = { vocab = count, d_model = count, heads = count, ff = count, enc_layers = { 'integer', min = 0 },
@@ -152,9 +153,7 @@ return function(nn, pn)
   nn.Transformer = TF
 
   function TF:init(o)
-    local score = type(o) == 'table' and o.score or 'dot'
-    if type(score) ~= 'string' then error('Transformer: score must be a string, got ' .. type(score), 3) end
-    local desc = pn.attention_variant(score)
+    local score, desc = score_params.score('Transformer', o, 'dot', 3, pn)
     if desc.graph_only then error("Transformer: score '" .. score .. "' works on graphs only", 3) end
     o = options.check('Transformer', o, options.score_params(options.with(TF_OPTS), desc), 3)
     if not o.vocab then error('Transformer: vocab (the shared vocabulary size) is required', 3) end
@@ -203,9 +202,9 @@ return function(nn, pn)
   -- tokens (B, N) at positions first … first+N−1 → scaled embeddings + positions, dropped out
   function TF:embed_tokens(tokens, first)
     local n = tokens:shape()[2]
-    if first + n > self.o.max_positions then
+    if first + n > self.o.max_positions then -- the entry points check their inputs; here: decode_step
       error(string.format('Transformer: a sequence of %d positions is longer than max_positions %d', first + n,
-        self.o.max_positions), 3)
+        self.o.max_positions), 0)
     end
     local e = self.embed(tokens)
     -- the position table follows the embeddings after model:to('f64') or model:to('cuda')
@@ -215,20 +214,52 @@ return function(nn, pn)
     return pn.dropout(x, self.o.dropout, self.training)
   end
 
-  local function check_tokens(what, t, dims)
-    if not pn.is_tensor(t) then error('Transformer: ' .. what .. ' must be a tensor, got ' .. type(t), 4) end
-    if t:dim() ~= dims or (t:dtype() ~= 'i64' and t:dtype() ~= 'i32') then
-      error(string.format('Transformer: %s must be a (B, N) i64 tensor of token ids, got %s %s', what, t:dtype(),
-        shape_str(t)), 4)
+  -- The inputs' checks, one per kind, for the public entry points (forward, encode, decode,
+  -- translate): `level` is error()'s as the entry point counts it (2: its caller), so a message
+  -- names the user's line, not one inside the model. Token ids are checked against the
+  -- vocabulary here because the embedding's own message would name a line of this file.
+  function TF:check_tokens(who, what, t, level)
+    if not pn.is_tensor(t) then error(who .. ': ' .. what .. ' must be a tensor, got ' .. type(t), level + 1) end
+    if t:dim() ~= 2 or (t:dtype() ~= 'i64' and t:dtype() ~= 'i32') then
+      error(string.format('%s: %s must be a (B, N) i32 or i64 tensor of token ids, got %s %s', who, what, t:dtype(),
+        shape_str(t)), level + 1)
+    end
+    if t:shape()[2] > self.o.max_positions then
+      error(string.format('%s: %s %s is longer than max_positions %d', who, what, shape_str(t), self.o.max_positions),
+        level + 1)
+    end
+    if t:numel() == 0 then return end
+    local V = self.o.vocab
+    local lo, hi = t:min():item(), t:max():item()
+    if lo >= 0 and hi < V then return end
+    local bad = lo < 0 and lo or hi
+    local n = t:shape()[2]
+    local flat = t:to('i64'):to('cpu'):contiguous():view(t:numel())
+    local at = flat:eq(bad):to('u8'):argmax():item() -- 0-based, row-major
+    error(string.format('%s: %s %s holds id %d at [%d,%d], outside the vocabulary 0..%d', who, what, shape_str(t), bad,
+      math.floor(at / n) + 1, at % n + 1, V - 1), level + 1)
+  end
+
+  -- a key-padding mask over the source: (B or 1, 1, 1, S) for `batch` sentences of S positions
+  local function check_mask(who, mask, batch, S, level)
+    if mask == nil then return end
+    if not pn.is_tensor(mask) then error(who .. ': src_mask must be a tensor, got ' .. type(mask), level + 1) end
+    local s = mask:shape()
+    if #s ~= 4 or (s[1] ~= batch and s[1] ~= 1) or s[2] ~= 1 or s[3] ~= 1 or s[4] ~= S then
+      error(string.format('%s: src_mask %s must be (B, 1, 1, S) = (%d, 1, 1, %d) for the source', who, shape_str(mask),
+        batch, S), level + 1)
+    end
+  end
+  TF.check_mask = check_mask -- translate's too
+
+  local function same_batch(who, an, a, bn, b, level)
+    if a:shape()[1] ~= b:shape()[1] then
+      error(string.format('%s: %s %s and %s %s hold different numbers of sentences', who, an, shape_str(a), bn,
+        shape_str(b)), level + 1)
     end
   end
 
-  function TF:encode(src, src_mask)
-    check_tokens('src', src, 2)
-    if src_mask and (src_mask:dim() ~= 4 or src_mask:shape()[4] ~= src:shape()[2]) then
-      error(string.format('Transformer: src_mask %s must be (B, 1, 1, S) for src %s', shape_str(src_mask),
-        shape_str(src)), 2)
-    end
+  local function encode(self, src, src_mask)
     local x = self:embed_tokens(src, 0)
     for _, l in ipairs(self.enc) do x = l(x, src_mask) end
     if self.enc_norm then x = self.enc_norm(x) end
@@ -241,8 +272,7 @@ return function(nn, pn)
     return y:matmul(self.embed.weight:transpose(1, 2))
   end
 
-  function TF:decode(tgt_in, memory, src_mask)
-    check_tokens('tgt_in', tgt_in, 2)
+  local function decode(self, tgt_in, memory, src_mask)
     local y = self:embed_tokens(tgt_in, 0)
     for _, l in ipairs(self.dec) do
       local k, v = l.cross_attn:keys_values(memory)
@@ -251,14 +281,45 @@ return function(nn, pn)
     return self:logits(y)
   end
 
+  -- src (B, S) ids, src_mask (B, 1, 1, S) → the encoder's memory (B, S, d)
+  function TF:encode(src, src_mask)
+    self:check_tokens('Transformer:encode', 'src', src, 2)
+    check_mask('Transformer:encode', src_mask, src:shape()[1], src:shape()[2], 2)
+    return encode(self, src, src_mask)
+  end
+
+  -- tgt_in (B, T) ids, memory (B, S, d) from encode → logits (B, T, vocab)
+  function TF:decode(tgt_in, memory, src_mask)
+    local who = 'Transformer:decode'
+    self:check_tokens(who, 'tgt_in', tgt_in, 2)
+    local ms = pn.is_tensor(memory) and memory:shape()
+    if not ms or #ms ~= 3 or ms[3] ~= self.d then
+      error(string.format('%s: memory must be the encoder output (B, S, %d), got %s', who, self.d,
+        ms and shape_str(memory) or type(memory)), 2)
+    end
+    same_batch(who, 'tgt_in', tgt_in, 'memory', memory, 2)
+    check_mask(who, src_mask, ms[1], ms[2], 2)
+    return decode(self, tgt_in, memory, src_mask)
+  end
+
+  -- src (B, S), tgt_in (B, T) ids, src_mask (B, 1, 1, S) → logits (B, T, vocab) (teacher forcing)
   function TF:forward(src, tgt_in, src_mask)
-    return self:decode(tgt_in, self:encode(src, src_mask), src_mask)
+    self:check_tokens('Transformer', 'src', src, 2)
+    self:check_tokens('Transformer', 'tgt_in', tgt_in, 2)
+    same_batch('Transformer', 'src', src, 'tgt_in', tgt_in, 2)
+    check_mask('Transformer', src_mask, src:shape()[1], src:shape()[2], 2)
+    return decode(self, tgt_in, encode(self, src, src_mask), src_mask)
   end
 
   -- The weights (B, H, ·, S) of the last encoder layer's self-attention and of the last decoder
   -- layer's cross-attention when the model reads src and tgt_in (teacher forcing), without
   -- dropout or autograd: the heatmaps of a run file
   function TF:attention_maps(src, tgt_in, src_mask)
+    local who = 'Transformer:attention_maps'
+    self:check_tokens(who, 'src', src, 2)
+    self:check_tokens(who, 'tgt_in', tgt_in, 2)
+    same_batch(who, 'src', src, 'tgt_in', tgt_in, 2)
+    check_mask(who, src_mask, src:shape()[1], src:shape()[2], 2)
     return pn.no_grad(function()
       local was = self.training
       self:eval()
@@ -267,8 +328,8 @@ return function(nn, pn)
       if last_enc then last_enc.seen = se end
       last_dec.seen = sd
       local ok, mem = pcall(function()
-        local m = self:encode(src, src_mask)
-        self:decode(tgt_in, m, src_mask)
+        local m = encode(self, src, src_mask)
+        decode(self, tgt_in, m, src_mask)
         return m
       end)
       if last_enc then last_enc.seen = nil end

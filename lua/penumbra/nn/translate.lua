@@ -192,19 +192,14 @@ return function(nn, pn)
   end
 
   local function run(self, who, src, o, search)
-    o = options.check(who, o, OPTS, 3)
-    if not pn.is_tensor(src) or src:dim() ~= 2 then
-      error(who .. ': src must be a (B, S) tensor of token ids, got ' ..
-        (pn.is_tensor(src) and ('[' .. table.concat(src:shape(), ',') .. ']') or type(src)), 3)
-    end
+    -- run is tail-called by translate / greedy: level 2 is their caller
+    o = options.check(who, o, OPTS, 2)
+    self:check_tokens(who, 'src', src, 2)
     local c = self.o
     local K, lenpen = o.beam or 5, o.lenpen or 1
     local a, b = o.max_len_a or 1.5, o.max_len_b or 10
     local B = src:shape()[1]
-    if src:dtype() ~= 'i64' and src:dtype() ~= 'i32' then -- as embedding: ids are never rounded
-      error(who .. ': src [' .. table.concat(src:shape(), ',') .. '] has dtype ' .. src:dtype() ..
-        ', expected i32 or i64 token ids', 3)
-    end
+    self.check_mask(who, o.src_mask, B, src:shape()[2], 2)
     src = src:to('i64')
     local mask = o.src_mask or src:ne(c.pad):to('u8'):view(B, 1, 1, src:shape()[2])
     local maxlen = {}
