@@ -58,6 +58,37 @@ local function pressure()
   end
 end
 
+-- The library's own source files, as LUA_PATH names them ('@<root>/bindings/…' and
+-- '@<root>/lua/penumbra/…'): an error raised for the user's input names the first line outside
+-- them (B.raise)
+local LIB = {}
+do
+  local root = debug.getinfo(1, 'S').source:match('^@(.*)/bindings/[^/]*$')
+  if root then LIB = { '@' .. root .. '/bindings/', '@' .. root .. '/lua/penumbra/' } end
+end
+local function in_library(src)
+  for _, p in ipairs(LIB) do
+    if src:sub(1, #p) == p then return true end
+  end
+  return false
+end
+
+-- error(msg) at the caller's line: the first frame outside the library, however many library
+-- functions lie between (an op under a metamethod, a module's forward, a recipe) — a fixed
+-- level cannot know, the more so as LuaJIT's tail calls leave no frame (`return wrap(C.op(…))`
+-- put the error one level past the user's line). No position when every frame is the library's.
+function B.raise(msg)
+  if #LIB == 0 then error(msg, 4) end -- loaded from elsewhere: the op's caller, as before
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, 'S')
+    if not info then error(msg, 0) end
+    if info.what ~= 'C' and not in_library(info.source) then error(msg, level) end
+    level = level + 1
+  end
+end
+local raise = B.raise
+
 local release = C.pn_release
 local NULL = nil
 -- Tensors live in Lua as `pn_tensor &` (a reference), not `pn_tensor *`: LuaJIT applies
@@ -65,7 +96,7 @@ local NULL = nil
 -- arithmetic on references goes to the metatype's __add/__sub.
 local tensor_ref = ffi.typeof('pn_tensor &')
 function B.wrap(p)
-  if p == NULL then error(last_error(), 3) end
+  if p == NULL then raise(last_error()) end
   pressure()
   return ffi.gc(ffi.cast(tensor_ref, p), release)
 end
@@ -77,28 +108,28 @@ function B.wrap_or_nil(p)
 end
 
 function B.check(status)
-  if status ~= 0 then error(last_error(), 3) end
+  if status ~= 0 then raise(last_error()) end
   return true
 end
 
 function B.dim(d, op)
   local who = op and (op .. ': ') or ''
   if type(d) ~= 'number' or d ~= math.floor(d) then
-    error(who .. 'expected an integer dim, got ' .. tostring(d), 3)
+    raise(who .. 'expected an integer dim, got ' .. tostring(d))
   end
   if d > 0 then return d - 1 end
   if d < 0 then return d end
-  error(who .. 'dim 0 is invalid: dims are numbered from 1 (negative counts from the end)', 3)
+  raise(who .. 'dim 0 is invalid: dims are numbered from 1 (negative counts from the end)')
 end
 
 -- A 1-based position (narrow/select starts, get indices) → 0-based; negative counts from the
 -- end and is passed on as it is; 0, fractions and non-numbers are errors naming op and what.
 function B.position(op, what, v)
   if type(v) ~= 'number' or v ~= math.floor(v) or v ~= v then
-    error(op .. ': ' .. what .. ' must be a whole number, got ' .. tostring(v), 3)
+    raise(op .. ': ' .. what .. ' must be a whole number, got ' .. tostring(v))
   end
   if v == 0 then
-    error(op .. ': ' .. what .. ' 0 is invalid: positions are numbered from 1 (negative counts from the end)', 3)
+    raise(op .. ': ' .. what .. ' 0 is invalid: positions are numbered from 1 (negative counts from the end)')
   end
   return v > 0 and v - 1 or v
 end
@@ -112,7 +143,7 @@ function B.int64s(t, what)
   for i = 1, n do
     local v = t[i]
     if type(v) ~= 'number' or v ~= math.floor(v) or v ~= v or v >= 2 ^ 63 or v < -2 ^ 63 then
-      error(string.format('expected whole numbers in %s; element %d is %s', what or 'the list', i, tostring(v)), 3)
+      raise(string.format('expected whole numbers in %s; element %d is %s', what or 'the list', i, tostring(v)))
     end
     a[i - 1] = v
   end
@@ -127,14 +158,14 @@ B.device_names = { [0] = 'cpu', 'cuda' }
 function B.dtype(name)
   if name == nil then return C.PN_F32 end
   local d = B.dtypes[name]
-  if not d then error("unknown dtype '" .. tostring(name) .. "' (f32, f64, i32, i64, u8)", 3) end
+  if not d then raise("unknown dtype '" .. tostring(name) .. "' (f32, f64, i32, i64, u8)") end
   return d
 end
 
 function B.device(name)
   if name == nil then return C.PN_CPU end
   local d = B.devices[name]
-  if not d then error("unknown device '" .. tostring(name) .. "' (cpu, cuda)", 3) end
+  if not d then raise("unknown device '" .. tostring(name) .. "' (cpu, cuda)") end
   return d
 end
 

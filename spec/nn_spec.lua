@@ -146,4 +146,33 @@ describe('optimisers', function()
     local ok, e = pcall(optim.Scheduler, opt, 'nope')
     assert.truthy(tostring(e):find('unknown schedule'))
   end)
+
+  -- A message names the line of the script that called into the library, however deep the
+  -- failing check sits (an op under a module, a module inside a module, an op reached through a
+  -- tail call, which leaves no frame): not a line of penumbra's own files, and not no line.
+  it('errors name the caller\'s line, not one inside the library', function()
+    local here = debug.getinfo(1, 'S').short_src:gsub('%p', '%%%0')
+    local ln = nn.LayerNorm(4)
+    local cases = {
+      { function() local y = pn.ones({ 2, 5 }):matmul(pn.ones({ 4, 3 })) return y end, 'matmul: a %[2,5%] and b %[4,3%]' },
+      { function() local y = pn.ones({ 2, 5 }) + pn.ones({ 4, 3 }) return y end, 'add: shapes %[2,5%] and %[4,3%]' },
+      { function() local y = pn.layer_norm(pn.ones({ 2, 5 }), ln.weight, ln.bias) return y end, 'layer_norm: weight %[4%]' },
+      { function() local y = ln(pn.ones({ 2, 5 })) return y end, 'layer_norm: weight %[4%]' },
+      { function() local y = nn.Embedding(10, 4)(pn.tensor({ 1, 12 }, { dtype = 'i64' })) return y end,
+        'embedding: idx value 12' },
+      { function() local y = nn.Sequential(nn.Linear(4, 3), nn.Linear(4, 2))(pn.ones({ 1, 4 })) return y end,
+        'Linear%(4 → 2%): x %[1,3%]' },
+      { function() local y = nn.MultiheadAttention(8, 2)(pn.ones({ 1, 3, 7 })) return y end,
+        'MultiheadAttention: x_q %[1,3,7%]' },
+      { function() local y = nn.GATConv(4, 4, { heads = 2 })(pn.ones({ 3, 4 })) return y end,
+        'graph_attention: g must be a graph table' },
+      { function() local y = pn.ones({ 2, 3 }):sum(0) return y end, 'sum: dim 0 is invalid' },
+    }
+    for i, c in ipairs(cases) do
+      local ok, e = pcall(c[1])
+      assert.is_false(ok, i)
+      e = tostring(e)
+      assert.truthy(e:find('^' .. here .. ':%d+: ' .. c[2]), e)
+    end
+  end)
 end)

@@ -18,8 +18,14 @@ local M = {}
 
 local OPS = { sum = C.PN_SUM, mean = C.PN_MEAN, max = C.PN_MAX, min = C.PN_MIN }
 
+-- A collective's failure (a rank gone, a timeout, a stop signal, ranks that disagree) is the
+-- job's, not the calling line's: its message goes without a position (ddp.lua reads it as is)
+local function collective(status)
+  if status ~= 0 then error(B.ffi.string(C.pn_last_error()), 0) end
+end
+
 local function init()
-  B.check(C.pn_dist_init())
+  collective(C.pn_dist_init())
 end
 
 local function tensor_arg(fn, t)
@@ -48,7 +54,7 @@ function M.built() return C.pn_dist_built() ~= 0 end
 function M.nccl_built() return C.pn_dist_nccl_built() ~= 0 end
 
 function M.barrier()
-  B.check(C.pn_dist_barrier())
+  collective(C.pn_dist_barrier())
 end
 
 -- t (in place) becomes the elementwise op over every rank's t: 'sum' (default), 'mean' (f32/f64),
@@ -60,7 +66,7 @@ function M.all_reduce(t, op)
   if code == nil then
     error("dist.all_reduce: unknown op '" .. tostring(op) .. "' (sum, mean, max, min)", 2)
   end
-  B.check(C.pn_dist_all_reduce(t, code))
+  collective(C.pn_dist_all_reduce(t, code))
   return t
 end
 
@@ -71,7 +77,7 @@ function M.broadcast(t, root)
   if type(root) ~= 'number' or root ~= math.floor(root) or root < -2 ^ 31 or root >= 2 ^ 31 then
     error('dist.broadcast: root must be a whole number (a rank, counted from 0), got ' .. tostring(root), 2)
   end
-  B.check(C.pn_dist_broadcast(t, root))
+  collective(C.pn_dist_broadcast(t, root))
   return t
 end
 

@@ -15,6 +15,7 @@ return function(nn, pn)
   local score_params = require 'penumbra.nn.score_params'
 
   local options = require 'penumbra.options'
+  local raise = require('penumbra_ffi').raise
   local MHA_OPTS = { qk_dim = { 'integer', min = 1 }, score = 'string', map = 'string', bias = 'boolean',
                      normalize = 'string', causal = 'boolean', model = 'string', squared = 'boolean', alibi = 'boolean',
                      precision = { 'string', one_of = { 'native', 'bf16', 'f16' } } }
@@ -60,11 +61,11 @@ return function(nn, pn)
   -- what an incremental decoder caches (keys of earlier positions never change).
   -- x (B, N, d_model) or an error naming the layer, the argument and the shapes
   local function check_x(self, what, x, like)
-    if not pn.is_tensor(x) then error('MultiheadAttention: ' .. what .. ' must be a tensor, got ' .. type(x), 4) end
+    if not pn.is_tensor(x) then raise('MultiheadAttention: ' .. what .. ' must be a tensor, got ' .. type(x)) end
     local s = x:shape()
     if #s ~= 3 or s[3] ~= self.d or (like and s[1] ~= like:size(1)) then
-      error(string.format('MultiheadAttention: %s [%s] must be (B, N, d_model = %d)%s', what, table.concat(s, ','),
-        self.d, like and (' with the batch of x_q [' .. table.concat(like:shape(), ',') .. ']') or ''), 4)
+      raise(string.format('MultiheadAttention: %s [%s] must be (B, N, d_model = %d)%s', what, table.concat(s, ','),
+        self.d, like and (' with the batch of x_q [' .. table.concat(like:shape(), ',') .. ']') or ''))
     end
   end
   local EXTRA = { mask = 'tensor', bias = 'tensor' }

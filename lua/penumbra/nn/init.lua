@@ -1,6 +1,7 @@
 -- penumbra.nn — modules. The base class is in nn/module.lua; layers here; attention
 -- layers in nn/attention.lua and nn/gat.lua.
 local pn = require 'penumbra.tensor'
+local raise = require('penumbra_ffi').raise -- input errors at the user's line (nn modules nest)
 local base = require 'penumbra.nn.module'
 
 local nn = { Module = base.Module, class = base.class }
@@ -78,8 +79,8 @@ function nn.Linear:init(i, o, opts)
 end
 function nn.Linear:forward(x)
   if not pn.is_tensor(x) or x:dim() == 0 or x:size(-1) ~= self.in_features then
-    error(string.format('Linear(%d → %d): x %s must have %d features in its last dim', self.in_features,
-      self.out_features, pn.is_tensor(x) and ('[' .. table.concat(x:shape(), ',') .. ']') or type(x), self.in_features), 2)
+    raise(string.format('Linear(%d → %d): x %s must have %d features in its last dim', self.in_features,
+      self.out_features, pn.is_tensor(x) and ('[' .. table.concat(x:shape(), ',') .. ']') or type(x), self.in_features))
   end
   local wt = self.weight:transpose(1, 2)
   local y = (self.sparse_input and x:dim() == 2) and pn.matmul_sparse_lhs(x, wt) or x:matmul(wt)

@@ -27,6 +27,7 @@
 -- queries with the keys up to t (causal) or all keys of the same sequence.
 return function(nn, pn)
   local options = require 'penumbra.options'
+  local raise = require('penumbra_ffi').raise
 
   -- ---- shared helpers ---------------------------------------------------------------------
   local function shape_str(t) return '[' .. table.concat(t:shape(), ',') .. ']' end
@@ -48,21 +49,21 @@ return function(nn, pn)
   -- x_q, x_kv (B, N, d); the only extras a linear kernel can honour are named in `allowed`
   local function check_inputs(self, xq, xkv, extra, allowed)
     local name = self.__name
-    if not pn.is_tensor(xq) then error(name .. ': x_q must be a tensor, got ' .. type(xq), 3) end
-    if not pn.is_tensor(xkv) then error(name .. ': x_kv must be a tensor, got ' .. type(xkv), 3) end
+    if not pn.is_tensor(xq) then raise(name .. ': x_q must be a tensor, got ' .. type(xq)) end
+    if not pn.is_tensor(xkv) then raise(name .. ': x_kv must be a tensor, got ' .. type(xkv)) end
     if xq:dim() ~= 3 or xq:size(3) ~= self.d then
-      error(string.format('%s: x_q %s must be (B, N, d_model = %d)', name, shape_str(xq), self.d), 3)
+      raise(string.format('%s: x_q %s must be (B, N, d_model = %d)', name, shape_str(xq), self.d))
     end
     if xkv:dim() ~= 3 or xkv:size(1) ~= xq:size(1) or xkv:size(2) ~= xq:size(2) or xkv:size(3) ~= self.d then
-      error(string.format('%s: x_kv %s must have the shape of x_q %s (linear attention pairs query and key rows)',
-        name, shape_str(xkv), shape_str(xq)), 3)
+      raise(string.format('%s: x_kv %s must have the shape of x_q %s (linear attention pairs query and key rows)',
+        name, shape_str(xkv), shape_str(xq)))
     end
     for key in pairs(extra) do
       if not allowed[key] then
         local ok = {}
         for a in pairs(allowed) do ok[#ok + 1] = a end
-        error(string.format('%s: extra.%s is not supported by linear attention (supported: %s)', name, tostring(key),
-          #ok > 0 and table.concat(ok, ', ') or 'none; masking is causal only'), 3)
+        raise(string.format('%s: extra.%s is not supported by linear attention (supported: %s)', name, tostring(key),
+          #ok > 0 and table.concat(ok, ', ') or 'none; masking is causal only'))
       end
     end
   end

@@ -42,6 +42,7 @@
 return function(nn, pn)
   local options = require 'penumbra.options'
   local score_params = require 'penumbra.nn.score_params'
+  local raise = require('penumbra_ffi').raise
   local count = { 'integer', min = 1 }
   local rate = { 'number', min = 0, below = 1 }
   local TF_OPTS = { vocab = count, d_model = count, heads = count, ff = count, enc_layers = { 'integer', min = 0 },
@@ -215,18 +216,17 @@ return function(nn, pn)
   end
 
   -- The inputs' checks, one per kind, for the public entry points (forward, encode, decode,
-  -- translate): `level` is error()'s as the entry point counts it (2: its caller), so a message
-  -- names the user's line, not one inside the model. Token ids are checked against the
-  -- vocabulary here because the embedding's own message would name a line of this file.
-  function TF:check_tokens(who, what, t, level)
-    if not pn.is_tensor(t) then error(who .. ': ' .. what .. ' must be a tensor, got ' .. type(t), level + 1) end
+  -- attention_maps, translate): raise names the user's line, not one inside the model. Token
+  -- ids are checked against the vocabulary here because the embedding's own message names
+  -- neither the model nor the argument.
+  function TF:check_tokens(who, what, t)
+    if not pn.is_tensor(t) then raise(who .. ': ' .. what .. ' must be a tensor, got ' .. type(t)) end
     if t:dim() ~= 2 or (t:dtype() ~= 'i64' and t:dtype() ~= 'i32') then
-      error(string.format('%s: %s must be a (B, N) i32 or i64 tensor of token ids, got %s %s', who, what, t:dtype(),
-        shape_str(t)), level + 1)
+      raise(string.format('%s: %s must be a (B, N) i32 or i64 tensor of token ids, got %s %s', who, what, t:dtype(),
+        shape_str(t)))
     end
     if t:shape()[2] > self.o.max_positions then
-      error(string.format('%s: %s %s is longer than max_positions %d', who, what, shape_str(t), self.o.max_positions),
-        level + 1)
+      raise(string.format('%s: %s %s is longer than max_positions %d', who, what, shape_str(t), self.o.max_positions))
     end
     if t:numel() == 0 then return end
     local V = self.o.vocab
@@ -236,26 +236,26 @@ return function(nn, pn)
     local n = t:shape()[2]
     local flat = t:to('i64'):to('cpu'):contiguous():view(t:numel())
     local at = flat:eq(bad):to('u8'):argmax():item() -- 0-based, row-major
-    error(string.format('%s: %s %s holds id %d at [%d,%d], outside the vocabulary 0..%d', who, what, shape_str(t), bad,
-      math.floor(at / n) + 1, at % n + 1, V - 1), level + 1)
+    raise(string.format('%s: %s %s holds id %d at [%d,%d], outside the vocabulary 0..%d', who, what, shape_str(t), bad,
+      math.floor(at / n) + 1, at % n + 1, V - 1))
   end
 
   -- a key-padding mask over the source: (B or 1, 1, 1, S) for `batch` sentences of S positions
-  local function check_mask(who, mask, batch, S, level)
+  function TF.check_mask(who, mask, batch, S)
     if mask == nil then return end
-    if not pn.is_tensor(mask) then error(who .. ': src_mask must be a tensor, got ' .. type(mask), level + 1) end
+    if not pn.is_tensor(mask) then raise(who .. ': src_mask must be a tensor, got ' .. type(mask)) end
     local s = mask:shape()
     if #s ~= 4 or (s[1] ~= batch and s[1] ~= 1) or s[2] ~= 1 or s[3] ~= 1 or s[4] ~= S then
-      error(string.format('%s: src_mask %s must be (B, 1, 1, S) = (%d, 1, 1, %d) for the source', who, shape_str(mask),
-        batch, S), level + 1)
+      raise(string.format('%s: src_mask %s must be (B, 1, 1, S) = (%d, 1, 1, %d) for the source', who, shape_str(mask),
+        batch, S))
     end
   end
-  TF.check_mask = check_mask -- translate's too
+  local check_mask = TF.check_mask
 
-  local function same_batch(who, an, a, bn, b, level)
+  local function same_batch(who, an, a, bn, b)
     if a:shape()[1] ~= b:shape()[1] then
-      error(string.format('%s: %s %s and %s %s hold different numbers of sentences', who, an, shape_str(a), bn,
-        shape_str(b)), level + 1)
+      raise(string.format('%s: %s %s and %s %s hold different numbers of sentences', who, an, shape_str(a), bn,
+        shape_str(b)))
     end
   end
 
@@ -283,31 +283,31 @@ return function(nn, pn)
 
   -- src (B, S) ids, src_mask (B, 1, 1, S) → the encoder's memory (B, S, d)
   function TF:encode(src, src_mask)
-    self:check_tokens('Transformer:encode', 'src', src, 2)
-    check_mask('Transformer:encode', src_mask, src:shape()[1], src:shape()[2], 2)
+    self:check_tokens('Transformer:encode', 'src', src)
+    check_mask('Transformer:encode', src_mask, src:shape()[1], src:shape()[2])
     return encode(self, src, src_mask)
   end
 
   -- tgt_in (B, T) ids, memory (B, S, d) from encode → logits (B, T, vocab)
   function TF:decode(tgt_in, memory, src_mask)
     local who = 'Transformer:decode'
-    self:check_tokens(who, 'tgt_in', tgt_in, 2)
+    self:check_tokens(who, 'tgt_in', tgt_in)
     local ms = pn.is_tensor(memory) and memory:shape()
     if not ms or #ms ~= 3 or ms[3] ~= self.d then
-      error(string.format('%s: memory must be the encoder output (B, S, %d), got %s', who, self.d,
-        ms and shape_str(memory) or type(memory)), 2)
+      raise(string.format('%s: memory must be the encoder output (B, S, %d), got %s', who, self.d,
+        ms and shape_str(memory) or type(memory)))
     end
-    same_batch(who, 'tgt_in', tgt_in, 'memory', memory, 2)
-    check_mask(who, src_mask, ms[1], ms[2], 2)
+    same_batch(who, 'tgt_in', tgt_in, 'memory', memory)
+    check_mask(who, src_mask, ms[1], ms[2])
     return decode(self, tgt_in, memory, src_mask)
   end
 
   -- src (B, S), tgt_in (B, T) ids, src_mask (B, 1, 1, S) → logits (B, T, vocab) (teacher forcing)
   function TF:forward(src, tgt_in, src_mask)
-    self:check_tokens('Transformer', 'src', src, 2)
-    self:check_tokens('Transformer', 'tgt_in', tgt_in, 2)
-    same_batch('Transformer', 'src', src, 'tgt_in', tgt_in, 2)
-    check_mask('Transformer', src_mask, src:shape()[1], src:shape()[2], 2)
+    self:check_tokens('Transformer', 'src', src)
+    self:check_tokens('Transformer', 'tgt_in', tgt_in)
+    same_batch('Transformer', 'src', src, 'tgt_in', tgt_in)
+    check_mask('Transformer', src_mask, src:shape()[1], src:shape()[2])
     return decode(self, tgt_in, encode(self, src, src_mask), src_mask)
   end
 
@@ -316,10 +316,10 @@ return function(nn, pn)
   -- dropout or autograd: the heatmaps of a run file
   function TF:attention_maps(src, tgt_in, src_mask)
     local who = 'Transformer:attention_maps'
-    self:check_tokens(who, 'src', src, 2)
-    self:check_tokens(who, 'tgt_in', tgt_in, 2)
-    same_batch(who, 'src', src, 'tgt_in', tgt_in, 2)
-    check_mask(who, src_mask, src:shape()[1], src:shape()[2], 2)
+    self:check_tokens(who, 'src', src)
+    self:check_tokens(who, 'tgt_in', tgt_in)
+    same_batch(who, 'src', src, 'tgt_in', tgt_in)
+    check_mask(who, src_mask, src:shape()[1], src:shape()[2])
     return pn.no_grad(function()
       local was = self.training
       self:eval()

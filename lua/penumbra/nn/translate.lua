@@ -194,12 +194,12 @@ return function(nn, pn)
   local function run(self, who, src, o, search)
     -- run is tail-called by translate / greedy: level 2 is their caller
     o = options.check(who, o, OPTS, 2)
-    self:check_tokens(who, 'src', src, 2)
+    self:check_tokens(who, 'src', src)
     local c = self.o
     local K, lenpen = o.beam or 5, o.lenpen or 1
     local a, b = o.max_len_a or 1.5, o.max_len_b or 10
     local B = src:shape()[1]
-    self.check_mask(who, o.src_mask, B, src:shape()[2], 2)
+    self.check_mask(who, o.src_mask, B, src:shape()[2])
     src = src:to('i64')
     local mask = o.src_mask or src:ne(c.pad):to('u8'):view(B, 1, 1, src:shape()[2])
     local maxlen = {}
