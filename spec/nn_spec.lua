@@ -145,6 +145,14 @@ describe('optimisers', function()
     assert.near(1, c(0), 1e-12); assert.near(0.5, c(5), 1e-12); assert.near(0, c(10), 1e-12)
     local ok, e = pcall(optim.Scheduler, opt, 'nope')
     assert.truthy(tostring(e):find('unknown schedule'))
+    -- a missing optimiser or a missing total is named, at the caller's line
+    ok, e = pcall(function() local s = optim.Scheduler(nil, 'inverse_sqrt', { warmup = 10 }) return s end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('nn_spec%.lua:%d+: Scheduler: opt must be an optimiser'), tostring(e))
+    ok, e = pcall(function() local s = optim.Scheduler(opt, 'cosine', { warmup = 10 }) return s end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('nn_spec%.lua:%d+: Scheduler cosine: total %(the number of steps%) is required'),
+      tostring(e))
   end)
 
   -- A message names the line of the script that called into the library, however deep the

@@ -196,7 +196,7 @@ optim.schedules = {
   end,
   cosine = function(o)
     local w, total, floor = o.warmup or 0, o.total, o.min or 0
-    if not total then error('cosine schedule: total steps required', 2) end
+    if not total then error('Scheduler cosine: total (the number of steps) is required', 0) end
     return function(t)
       if t <= w then return w > 0 and t / w or 1 end
       local prog = math.min(1, (t - w) / math.max(1, total - w))
@@ -220,8 +220,12 @@ function optim.Scheduler(opt, kind, o)
     table.sort(names)
     error("Scheduler: unknown schedule '" .. tostring(kind) .. "' (" .. table.concat(names, ', ') .. ')', 2)
   end
+  if type(opt) ~= 'table' or type(opt.lr) ~= 'number' then
+    error('Scheduler: opt must be an optimiser (SGD, Adam, AdamW: a table with a number lr), got ' .. type(opt), 2)
+  end
   if SCHEDULE_OPTS[kind] then options.check('Scheduler ' .. kind, o, SCHEDULE_OPTS[kind], 2) end
-  local fn = f(o or {})
+  local ok, fn = pcall(f, o or {})
+  if not ok then error(fn, 2) end
   local s = { opt = opt, base = opt.lr, t = 0, fn = fn }
   function s.step(self_)
     self_.t = self_.t + 1
