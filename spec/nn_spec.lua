@@ -103,6 +103,16 @@ describe('optimisers', function()
     local nes = optim.SGD({ q }, { lr = 0.1, momentum = 0.5, nesterov = true })
     set_grad(q, { 2.0 }); nes:step()   -- buf = 2; d = 2 + 0.5·2 = 3
     assert.near(0.7, q:item(), 1e-12)
+    -- nesterov without momentum would be plain SGD in disguise (PyTorch refuses it too); an
+    -- integer tensor cannot be trained; a device or dtype that does not exist is named
+    assert.has_error(function() optim.SGD({ q }, { lr = 0.1, nesterov = true }) end,
+      'SGD: nesterov needs momentum > 0 and dampening 0, got momentum 0, dampening 0')
+    assert.has_error(function() optim.SGD({ q }, { lr = 0.1, nesterov = true, momentum = 0.9, dampening = 0.1 }) end,
+      'SGD: nesterov needs momentum > 0 and dampening 0, got momentum 0.9, dampening 0.1')
+    assert.has_error(function() optim.Adam({ q, pn.ones({ 2 }, { dtype = 'i64' }) }) end,
+      'optimiser: parameter 2 [2] has dtype i64; only f32 and f64 tensors are trained')
+    assert.has_error(function() nn.Linear(2, 2):to('gpu') end,
+      "to: unknown dtype or device 'gpu' (f32, f64, i32, i64, u8; cpu, cuda)")
   end)
 
   it('Adam and AdamW match hand-computed steps', function()

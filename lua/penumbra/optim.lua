@@ -19,6 +19,10 @@ local function param_list(params)
   local r = {}
   for i, p in ipairs(params) do
     if not pn.is_tensor(p) then error('optimiser: parameter ' .. i .. ' is not a tensor', 3) end
+    if not p:is_floating_point() then
+      error(string.format('optimiser: parameter %d [%s] has dtype %s; only f32 and f64 tensors are trained', i,
+        table.concat(p:shape(), ','), p:dtype()), 3)
+    end
     r[i] = p
   end
   if #r == 0 then error('optimiser: empty parameter list', 3) end
@@ -96,6 +100,10 @@ end
 function optim.SGD(params, o)
   o = options.check('SGD', o, SGD_OPTS, 2)
   if not o.lr then error('SGD: lr is required', 2) end
+  if o.nesterov and not ((o.momentum or 0) > 0 and (o.dampening or 0) == 0) then
+    error(string.format('SGD: nesterov needs momentum > 0 and dampening 0, got momentum %s, dampening %s',
+      tostring(o.momentum or 0), tostring(o.dampening or 0)), 2)
+  end
   local self = setmetatable({ params = param_list(params), lr = o.lr, momentum = o.momentum or 0,
     dampening = o.dampening or 0, weight_decay = o.weight_decay or 0, nesterov = o.nesterov or false,
     bufs = {}, steps = 0, name = 'SGD' }, Optimizer)

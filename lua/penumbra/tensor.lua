@@ -314,7 +314,7 @@ function M.to(t, what)
   end
   if B.dtypes[what] then return wrap(C.pn_to_dtype(t, B.dtypes[what])) end
   if B.devices[what] then return wrap(C.pn_to_device(t, B.devices[what])) end
-  error("to: unknown dtype or device '" .. tostring(what) .. "'", 2)
+  B.raise("to: unknown dtype or device '" .. tostring(what) .. "' (f32, f64, i32, i64, u8; cpu, cuda)")
 end
 function M.float(t) return M.to(t, 'f32') end
 function M.double(t) return M.to(t, 'f64') end
