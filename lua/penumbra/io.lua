@@ -21,16 +21,7 @@
 local B = require 'penumbra_ffi'
 local pn = require 'penumbra.tensor'
 local ffi, C = B.ffi, B.C
-
--- Like B.wrap/B.check, but the error points at the caller of the method (level 3),
--- not at this file.
-local function check(status)
-  if status ~= 0 then error(B.last_error(), 3) end
-end
-local function wrap(p)
-  if p == nil then error(B.last_error(), 3) end
-  return B.wrap(p)
-end
+local check, wrap = B.check, B.wrap -- errors at the user's line (B.raise)
 
 local M = {}
 
@@ -178,7 +169,7 @@ end
 -- ---- whole-file helpers ------------------------------------------------------------------
 -- Runs fn(f) on an open file and closes it whatever happens; errors keep their message.
 local function strip_position(msg)
-  return (tostring(msg):gsub('^[^\n]-penumbra/io%.lua:%d+: ', ''))
+  return (tostring(msg):gsub('^[^%s:]+%.lua:%d+: ', ''))
 end
 
 -- Runs fn(f) on an open file and closes it whatever happens. Errors are re-raised at the

@@ -107,7 +107,7 @@ return function(pn, M, B)
   State.__index = State
 
   local function new_state(kind, p)
-    if p == nil then error(B.last_error(), 3) end
+    if p == nil then B.raise(B.last_error()) end
     return setmetatable({ kind = kind, _p = ffi.gc(p, C.pn_lin_state_free) }, State)
   end
 
