@@ -185,6 +185,13 @@ describe('optimisers', function()
       { function() local y = nn.GATConv(4, 4, { heads = 2 })(pn.ones({ 3, 4 })) return y end,
         'graph_attention: g must be a graph table' },
       { function() local y = pn.ones({ 2, 3 }):sum(0) return y end, 'sum: dim 0 is invalid' },
+      -- options checks reached through a helper that tail-called options.check
+      { function() local y = pn.ones({ 2 }, { dtyp = 'f64' }) return y end, "ones: unknown option 'dtyp'" },
+      { function() local y = pn.zeros_like(nil) return y end, 'zeros_like: x must be a tensor, got nil' },
+      { function() local y = pn.ones_like(pn.ones({ 2 }), { dtyp = 'f64' }) return y end, "ones_like: unknown option 'dtyp'" },
+      { function() local y = pn.maps.xi(pn.ones({ 2, 3 }), { hh = 1 }) return y end, "maps.xi: unknown option 'hh'" },
+      { function() local y = pn.graph({ { 0, 1 } }, 2, { self_loop = false }) return y end, "graph: unknown option 'self_loop'" },
+      { function() local y = nn.GATConv(4, 4, { hedas = 2 }) return y end, "GATConv: unknown option 'hedas'" },
     }
     for i, c in ipairs(cases) do
       local ok, e = pcall(c[1])

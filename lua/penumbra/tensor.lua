@@ -85,7 +85,8 @@ end
 -- error listing the valid keys instead of a silent f32 default, and values are type-checked.
 local options = require 'penumbra.options'
 local function check_opts(op, o, spec, level)
-  return options.check(op, o, spec, (level or 1) + 1)
+  local r = options.check(op, o, spec, (level or 1) + 1) -- not a tail call: the level counts this frame
+  return r
 end
 pn._check_opts = check_opts
 
@@ -148,11 +149,12 @@ local function like(op, kind, x, value, o)
                requires_grad = o.requires_grad }
   return make(op, kind, shape, value, co)
 end
+-- (not tail calls: like's error level counts the caller's frame, which a tail call drops)
 for kind in pairs(FILL) do
-  pn[kind .. '_like'] = function(x, o) return like(kind .. '_like', kind, x, nil, o) end
+  pn[kind .. '_like'] = function(x, o) local t = like(kind .. '_like', kind, x, nil, o) return t end
 end
-function pn.ones_like(x, o) return like('ones_like', 'full', x, 1, o) end
-function pn.full_like(x, value, o) return like('full_like', 'full', x, full_value('full_like', value), o) end
+function pn.ones_like(x, o) local t = like('ones_like', 'full', x, 1, o) return t end
+function pn.full_like(x, value, o) local t = like('full_like', 'full', x, full_value('full_like', value), o) return t end
 
 -- pn.arange(n) | pn.arange(start, end [, step] [, opts])
 function pn.arange(a, b, c, o)

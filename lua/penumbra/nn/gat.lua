@@ -31,7 +31,8 @@ return function(nn, pn)
   -- the layer's options plus the chosen score's parameters (and learn_ flags), checked once
   local function layer_opts(who, o, spec)
     local _, desc = score_params.score(who, o, 'gat', 4, pn)
-    return options.check(who, o, options.score_params(options.with(spec), desc), 4)
+    local r = options.check(who, o, options.score_params(options.with(spec), desc), 4) -- not a tail call: 4 counts this frame
+    return r
   end
 
   local GATConv = class('GATConv')

@@ -38,7 +38,8 @@ return function(pn, M, B)
   -- the options of op against spec: an unknown key (a typo such as {self_loop=false}) is an
   -- error listing the valid ones, never silently the default; errors blame the caller of op
   local function opts_of(op, o, spec)
-    return options.check(op, o, spec, 3)
+    local r = options.check(op, o, spec, 3) -- not a tail call: level 3 counts this frame
+    return r
   end
   -- psi and pseudopolar have no options: a table passed to them is a mistake (xi's h?)
   local function no_opts(op, o)
@@ -105,7 +106,8 @@ return function(pn, M, B)
   -- opts may also be a number: the curvature
   local function klein_opts(op, o, model_key)
     if type(o) == 'number' then return { c = o } end
-    return options.check(op, o, { c = 'any', [model_key] = 'any' }, 3) -- values: curvature() and model()
+    local r = options.check(op, o, { c = 'any', [model_key] = 'any' }, 3) -- values: curvature() and model()
+    return r -- (not a tail call: level 3 counts this frame)
   end
   function hyper.to_klein(x, o)
     o = klein_opts('hyper.to_klein', o, 'from')
