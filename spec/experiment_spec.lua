@@ -28,6 +28,14 @@ describe('experiment runner', function()
     assert.truthy(tostring(e):find('lr must be a number'))
     ok, e = pcall(pn.experiment.config, { flag = true }, { flag = 'maybe' })
     assert.truthy(tostring(e):find('flag must be true or false'))
+    -- tonumber reads 'nan' and 'inf' as numbers: a config number is finite, limit or not
+    for _, bad in ipairs({ 'nan', 'inf', '-inf', '1e999' }) do
+      for _, default in ipairs({ 0.1, 10 }) do
+        ok, e = pcall(pn.experiment.config, { x = default }, { x = bad })
+        assert.is_false(ok, bad)
+        assert.truthy(tostring(e):find("experiment: x must be a finite number, got '" .. bad .. "'", 1, true), tostring(e))
+      end
+    end
   end)
 
   it('writes a complete, readable run file after a normal run', function()

@@ -96,6 +96,10 @@ function M.config(defaults, overrides, limits)
     if type(d) == 'number' then
       local n = tonumber(v)
       if n == nil then error("experiment: " .. k .. " must be a number, got '" .. tostring(v) .. "'", 0) end
+      -- tonumber takes 'nan' and 'inf': no config number means either (keys without a limit too)
+      if n ~= n or n == math.huge or n == -math.huge then
+        error("experiment: " .. k .. " must be a finite number, got '" .. tostring(v) .. "'", 0)
+      end
       if d % 1 == 0 and n % 1 ~= 0 and k ~= 'lr' and tv == 'string' and not tostring(v):find('[%.eE]') then
         error("experiment: " .. k .. " must be an integer, got '" .. tostring(v) .. "'", 0)
       end
