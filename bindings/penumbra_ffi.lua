@@ -77,14 +77,22 @@ end
 -- functions lie between (an op under a metamethod, a module's forward, a recipe) — a fixed
 -- level cannot know, the more so as LuaJIT's tail calls leave no frame (`return wrap(C.op(…))`
 -- put the error one level past the user's line). No position when every frame is the library's.
-function B.raise(msg)
-  if #LIB == 0 then error(msg, 4) end -- loaded from elsewhere: the op's caller, as before
-  local level = 2
+-- With `level` (as error()'s, counted from the function that calls raise), that frame is blamed
+-- when it is a line outside the library, as a plain error(msg, level) would; a level that lands
+-- inside the library or on no line falls back to the search (0: no position, as error's).
+function B.raise(msg, level)
+  if level == 0 then error(msg, 0) end
+  if #LIB == 0 then error(msg, (level or 3) + 1) end -- loaded from elsewhere: the fixed level
+  if level then
+    local info = debug.getinfo(level + 1, 'S')
+    if info and info.what ~= 'C' and not in_library(info.source) then error(msg, level + 1) end
+  end
+  local l = 2
   while true do
-    local info = debug.getinfo(level, 'S')
+    local info = debug.getinfo(l, 'S')
     if not info then error(msg, 0) end
-    if info.what ~= 'C' and not in_library(info.source) then error(msg, level) end
-    level = level + 1
+    if info.what ~= 'C' and not in_library(info.source) then error(msg, l) end
+    l = l + 1
   end
 end
 local raise = B.raise

@@ -12,7 +12,7 @@ local M = {}
 local HINT = {} -- spec[HINT]: a sentence added to the unknown-key error (e.g. which score is in use)
 M.HINT = HINT
 
-local is_tensor = require('penumbra_ffi').is_tensor
+local is_tensor, raise = require('penumbra_ffi').is_tensor, require('penumbra_ffi').raise
 
 local function keys_of(spec)
   local l = {}
@@ -27,8 +27,11 @@ local function num(v)
   return tostring(v)
 end
 
+-- level as error()'s from the function that called fail; a level that lands inside penumbra
+-- (a layer passing the user's options on to an op, a helper that was tail-called) blames the
+-- user's line instead (B.raise)
 local function fail(op, level, fmt, ...)
-  error(op .. ': ' .. string.format(fmt, ...), level + 1)
+  raise(op .. ': ' .. string.format(fmt, ...), level + 1)
 end
 
 local function check_value(op, key, v, rule, level)
