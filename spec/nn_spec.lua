@@ -111,6 +111,9 @@ describe('optimisers', function()
       'SGD: nesterov needs momentum > 0 and dampening 0, got momentum 0.9, dampening 0.1')
     assert.has_error(function() optim.Adam({ q, pn.ones({ 2 }, { dtype = 'i64' }) }) end,
       'optimiser: parameter 2 [2] has dtype i64; only f32 and f64 tensors are trained')
+    -- flags are booleans: a truthy 0 or 'false' would keep dropout on at evaluation
+    assert.has_error(function() pn.dropout(pn.ones({ 2 }), 0.5, 'no') end, 'dropout: train must be true or false, got no')
+    assert.has_error(function() nn.Linear(2, 2):train(0) end, 'train: mode must be true or false, got 0')
     assert.has_error(function() nn.Linear(2, 2):to('gpu') end,
       "to: unknown dtype or device 'gpu' (f32, f64, i32, i64, u8; cpu, cuda)")
   end)

@@ -92,6 +92,7 @@ end
 
 function Module:train(mode)
   if mode == nil then mode = true end
+  if type(mode) ~= 'boolean' then error('train: mode must be true or false, got ' .. tostring(mode), 2) end
   self.training = mode
   for _, c in ipairs(self:children()) do c:train(mode) end
   return self

@@ -37,6 +37,8 @@ return function(pn, M, B)
     if p == nil then p = 0.5 end
     if type(p) ~= 'number' then error('dropout: p must be a number, got ' .. type(p), 2) end
     if train == nil then train = true end
+    -- a boolean, as every flag of the API ('false' or 0 would be truthy: dropout at eval time)
+    if type(train) ~= 'boolean' then error('dropout: train must be true or false, got ' .. tostring(train), 2) end
     return wrap(C.pn_dropout(x, p, train and 1 or 0))
   end
   pn.dropout = M.dropout
