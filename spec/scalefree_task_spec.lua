@@ -316,6 +316,29 @@ describe('pn.nn.RecursiveTransformer', function()
     end)
   end
 
+  it('names its own inputs when they are wrong (not the layer or the index op inside)', function()
+    local m = pn.nn.RecursiveTransformer{ in_dim = 5, out_dim = 2 }
+    local md = pn.nn.RecursiveTransformer{ in_dim = 5, out_dim = 2, dense = true }
+    local x, g, pq = tiny_batch('f32')
+    local cases = {
+      { function() return m(pn.ones({ 9, 4 }), g, pq) end, 'RecursiveTransformer: x must be (N, in_dim = 5), got [9,4]' },
+      { function() return m(x, nil, pq) end, 'RecursiveTransformer: g must be a graph of the N nodes (pn.graph), got nil' },
+      { function() return m(x:narrow(1, 1, 8), g, pq) end, 'RecursiveTransformer: g has 9 nodes, x has 8 rows' },
+      { function() return md(x, { sizes = { 5, 3 } }, pq) end, 'RecursiveTransformer: g.sizes add up to 8 nodes, x has 9 rows' },
+      { function() return m(x, g, pn.ones({ 3, 2 })) end,
+        'RecursiveTransformer: pairs must be a (P, 2) i64 tensor of 0-based node ids, got f32 [3,2]' },
+      { function() return m(x, g, pn.tensor({ { 0, 9 } }, { dtype = 'i64' })) end,
+        'RecursiveTransformer: pairs holds node id 9, outside 0..8 (x has 9 rows)' },
+    }
+    for i, c in ipairs(cases) do
+      local ok, e = pcall(c[1])
+      assert.is_false(ok, i)
+      assert.truthy(tostring(e):find(c[2], 1, true), tostring(e))
+    end
+    assert.are.same({ 3, 2 }, m(x, g, pq):shape())
+    assert.are.same({ 3, 2 }, md(x, g, pq):shape())
+  end)
+
   it('the tied gradient is the sum of the gradients of three untied copies', function()
     pn.manual_seed(5)
     local m = pn.nn.RecursiveTransformer{ in_dim = 5, out_dim = 2, score = 'umbral' }

@@ -21,6 +21,7 @@
 -- model.last_k: the mapped keys of the last recursion (N, heads, head_dim), for radii plots.
 return function(nn, pn)
   local options = require 'penumbra.options'
+  local raise = require('penumbra_ffi').raise
   local score_params = require 'penumbra.nn.score_params'
   local count = { 'integer', min = 1 }
   local RT_OPTS = { in_dim = count, out_dim = count, d_model = count, heads = count, head_dim = count, ff = count,
@@ -111,7 +112,47 @@ return function(nn, pn)
     return self.norm2(h + self.ff2(self.ff1(h):relu()))
   end
 
+  local function shape_str(t) return '[' .. table.concat(t:shape(), ',') .. ']' end
+
+  -- the inputs, named as forward's documentation names them (the layers inside would name
+  -- their own arguments, index_select its idx)
+  local function check_inputs(self, x, g, pairs)
+    local who = 'RecursiveTransformer'
+    if not pn.is_tensor(x) or x:dim() ~= 2 or x:size(2) ~= self.o.in_dim then
+      raise(string.format('%s: x must be (N, in_dim = %d), got %s', who, self.o.in_dim,
+        pn.is_tensor(x) and shape_str(x) or type(x)))
+    end
+    local N = x:size(1)
+    if type(g) ~= 'table' then raise(who .. ': g must be a graph of the N nodes (pn.graph), got ' .. type(g)) end
+    if not self.o.dense and g.num_nodes and g.num_nodes ~= N then
+      raise(string.format('%s: g has %s nodes, x has %d rows', who, tostring(g.num_nodes), N))
+    end
+    if self.o.dense and g.sizes then
+      local sum = 0
+      for i, n in ipairs(g.sizes) do
+        if type(n) ~= 'number' or n < 1 or n % 1 ~= 0 then
+          raise(string.format('%s: g.sizes[%d] must be a whole number >= 1, got %s', who, i, tostring(n)))
+        end
+        sum = sum + n
+      end
+      if sum ~= N then raise(string.format('%s: g.sizes add up to %d nodes, x has %d rows', who, sum, N)) end
+    end
+    if not pn.is_tensor(pairs) or pairs:dim() ~= 2 or pairs:size(2) ~= 2
+        or (pairs:dtype() ~= 'i64' and pairs:dtype() ~= 'i32') then
+      raise(string.format('%s: pairs must be a (P, 2) i64 tensor of 0-based node ids, got %s', who,
+        pn.is_tensor(pairs) and (pairs:dtype() .. ' ' .. shape_str(pairs)) or type(pairs)))
+    end
+    if pairs:numel() > 0 then
+      local lo, hi = pairs:min():item(), pairs:max():item()
+      if lo < 0 or hi >= N then
+        raise(string.format('%s: pairs holds node id %d, outside 0..%d (x has %d rows)', who, lo < 0 and lo or hi,
+          N - 1, N))
+      end
+    end
+  end
+
   function RT:forward(x, g, pairs)
+    check_inputs(self, x, g, pairs)
     local h = self.encoder(x):relu()
     for _ = 1, self.depth do h = self:block(h, g) end -- the same weights every time
     local ha = h:index_select(1, pairs:select(2, 1):contiguous())
