@@ -186,7 +186,11 @@ describe('optimisers', function()
       { function() local y = nn.MultiheadAttention(8, 2)(pn.ones({ 1, 3, 7 })) return y end,
         'MultiheadAttention: x_q %[1,3,7%]' },
       { function() local y = nn.GATConv(4, 4, { heads = 2 })(pn.ones({ 3, 4 })) return y end,
-        'graph_attention: g must be a graph table' },
+        'GATConv: g must be a graph of the 3 nodes of x %(pn.graph%), got nil' },
+      { function() local y = nn.GATConv(4, 4, { heads = 2 })(pn.ones({ 3, 5 }), pn.graph({ { 0, 1 } }, 3)) return y end,
+        'GATConv%(4 → 2×4%): x must be %(N, 4%), got %[3,5%]' },
+      { function() local y = nn.GATConv(4, 4, { heads = 2 })(pn.ones({ 3, 4 }), pn.graph({ { 0, 1 } }, 2)) return y end,
+        'GATConv: g must be a graph of the 3 nodes of x %(pn.graph%), got 2 nodes' },
       { function() local y = pn.ones({ 2, 3 }):sum(0) return y end, 'sum: dim 0 is invalid' },
       -- options checks reached through a helper that tail-called options.check
       { function() local y = pn.ones({ 2 }, { dtyp = 'f64' }) return y end, "ones: unknown option 'dtyp'" },

@@ -19,6 +19,7 @@ return function(nn, pn)
   local class = nn.class
 
   local score_params = require 'penumbra.nn.score_params'
+  local raise = require('penumbra_ffi').raise
   local options = require 'penumbra.options'
   local unit = { 'number', min = 0, below = 1 }
   local count = { 'integer', min = 1 }
@@ -93,6 +94,15 @@ return function(nn, pn)
 
   -- the last forward's mapped q and k are kept (last_q, last_k) for inspection
   function GATConv:forward(x, g)
+    -- x and g by their own names (the projection inside would name itself, the attention its q)
+    if not pn.is_tensor(x) or x:dim() ~= 2 or x:size(2) ~= self.fin then
+      raise(string.format('GATConv(%d → %d×%d): x must be (N, %d), got %s', self.fin, self.heads, self.fout, self.fin,
+        pn.is_tensor(x) and ('[' .. table.concat(x:shape(), ',') .. ']') or type(x)))
+    end
+    if type(g) ~= 'table' or (g.num_nodes and g.num_nodes ~= x:size(1)) then
+      raise(string.format('GATConv: g must be a graph of the %d nodes of x (pn.graph), got %s', x:size(1),
+        type(g) == 'table' and (tostring(g.num_nodes) .. ' nodes') or type(g)))
+    end
     local N, H = x:shape()[1], self.heads
     local h = pn.dropout(x, self.dropout, self.training)
     local opts = self:score_options()
