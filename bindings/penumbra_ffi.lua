@@ -137,7 +137,7 @@ function B.position(op, what, v)
     raise(op .. ': ' .. what .. ' must be a whole number, got ' .. tostring(v))
   end
   if v == 0 then
-    raise(op .. ': ' .. what .. ' 0 is invalid: positions are numbered from 1 (negative counts from the end)')
+    raise(op .. ': ' .. what .. ' is 0: positions are numbered from 1 (negative counts from the end)')
   end
   return v > 0 and v - 1 or v
 end

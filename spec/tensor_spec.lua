@@ -78,6 +78,10 @@ describe('tensor creation', function()
 
   it('rejects bad arguments with messages naming the op', function()
     assert_error_matching(function() pn.zeros(-1, 2) end, 'zeros: negative size')
+    -- each creation op by its own name (randn's buffer is made by empty in C)
+    for _, op in ipairs({ 'ones', 'empty', 'randn', 'rand' }) do
+      assert_error_matching(function() pn[op]({ 2, -3 }) end, op .. ': negative size %-3 at dim 2 in shape %[2,%-3%]')
+    end
     assert_error_matching(function() pn.zeros({ 2 }, { dtype = 'f16' }) end, "unknown dtype 'f16'")
     assert_error_matching(function() pn.tensor({ { 1, 2 }, { 3 } }) end, 'ragged')
     assert_error_matching(function() pn.arange(0, 1, 0) end, 'arange')

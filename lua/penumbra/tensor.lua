@@ -39,6 +39,9 @@ local function check_shape(op, shape)
     if s >= 2 ^ 63 then
       error(op .. ': size ' .. string.format('%.0f', s) .. ' at position ' .. i .. ' is too large', 3)
     end
+    if s < 0 then -- here, not in C: randn's buffer would be named 'empty' there
+      error(string.format('%s: negative size %.0f at dim %d in shape [%s]', op, s, i, table.concat(shape, ',')), 3)
+    end
   end
 end
 
