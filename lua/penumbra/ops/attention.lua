@@ -34,6 +34,7 @@
 --   graph only: a_l, a_r ((H, D) tensors for gat), dropout (on the weights), train
 -- A fully masked row gives output 0 and zero gradients.
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, ffi = B.C, B.wrap, B.ffi
   local bit = require 'bit'
   local is_tensor = pn.is_tensor
@@ -77,9 +78,9 @@ return function(pn, M, B)
   -- params = {{name, default | default_rule, positive, about}, …; <name> = the same entry}}
   function pn.attention_variants(opts)
     opts = opts or {}
-    if type(opts) ~= 'table' then error('attention_variants: options must be a table, got ' .. type(opts), 2) end
+    if type(opts) ~= 'table' then raise('attention_variants: options must be a table, got ' .. type(opts), 2) end
     for k in pairs(opts) do
-      if k ~= 'all' then error("attention_variants: unknown option '" .. tostring(k) .. "' (valid: all)", 2) end
+      if k ~= 'all' then raise("attention_variants: unknown option '" .. tostring(k) .. "' (valid: all)", 2) end
     end
     local list = {}
     for i = 0, C.pn_attention_variant_count() - 1 do
@@ -96,7 +97,7 @@ return function(pn, M, B)
   function pn.attention_variant(name)
     local i = C.pn_attention_variant_find(tostring(name))
     if i < 0 then
-      error("attention_variant: unknown score '" .. tostring(name) .. "' (valid: " ..
+      raise("attention_variant: unknown score '" .. tostring(name) .. "' (valid: " ..
             table.concat(variant_names(true), ', ') .. ')', 2)
     end
     return describe(i)
@@ -105,7 +106,7 @@ return function(pn, M, B)
   -- true when the score needs a graph (gat)
   function pn.attention_variant_graph_only(name)
     local i = C.pn_attention_variant_find(name)
-    if i < 0 then error("attention_variant_graph_only: unknown score '" .. tostring(name) .. "'", 2) end
+    if i < 0 then raise("attention_variant_graph_only: unknown score '" .. tostring(name) .. "'", 2) end
     return C.pn_attention_variant_graph_only(i) ~= 0
   end
 
@@ -129,47 +130,47 @@ return function(pn, M, B)
   local function lookup(op, what, tbl, v, default)
     if v == nil then return default end
     local c = tbl[v]
-    if c == nil then error(op .. ": unknown " .. what .. " '" .. tostring(v) .. "' (valid: " .. names(tbl) .. ')', 4) end
+    if c == nil then raise(op .. ": unknown " .. what .. " '" .. tostring(v) .. "' (valid: " .. names(tbl) .. ')', 4) end
     return c
   end
 
   local function opt_tensor(op, key, v)
     if v == nil then return nil end
-    if not is_tensor(v) then error(op .. ': ' .. key .. ' must be a tensor, got ' .. type(v), 4) end
+    if not is_tensor(v) then raise(op .. ': ' .. key .. ' must be a tensor, got ' .. type(v), 4) end
     return v
   end
 
   -- Lua options -> pn_attn_opts (keeps the tensors it points to alive in `keep`)
   local function make_opts(op, opts, keep, graph)
     opts = opts or {}
-    if type(opts) ~= 'table' then error(op .. ': options must be a table, got ' .. type(opts), 3) end
+    if type(opts) ~= 'table' then raise(op .. ': options must be a table, got ' .. type(opts), 3) end
     for k in pairs(opts) do
-      if not KNOWN[k] then error(op .. ": unknown option '" .. tostring(k) .. "' (valid: " .. names(KNOWN) .. ')', 3) end
+      if not KNOWN[k] then raise(op .. ": unknown option '" .. tostring(k) .. "' (valid: " .. names(KNOWN) .. ')', 3) end
     end
     local o = ffi.new('pn_attn_opts')
     C.pn_attn_opts_init(o)
     local score = opts.score or 'dot'
     local si = C.pn_attention_variant_find(tostring(score))
     if si < 0 then
-      error(op .. ": unknown score '" .. tostring(score) .. "' (valid: " .. table.concat(variant_names(false), ', ') .. ')', 3)
+      raise(op .. ": unknown score '" .. tostring(score) .. "' (valid: " .. table.concat(variant_names(false), ', ') .. ')', 3)
     end
     o.score = si
     o.normalize = lookup(op, 'normalize', NORMALIZE, opts.normalize, C.PN_NORM_SOFTMAX)
     o.model = lookup(op, 'model', MODELS, opts.model, C.PN_MODEL_HYPERBOLOID)
     o.aggregate = lookup(op, 'aggregate', AGGREGATE, opts.aggregate, C.PN_AGG_SUM)
     if graph and opts.precision ~= nil then
-      error(op .. ': precision applies to dense attention on CUDA only (graph attention computes in the tensors\' dtype)', 3)
+      raise(op .. ': precision applies to dense attention on CUDA only (graph attention computes in the tensors\' dtype)', 3)
     end
     o.precision = lookup(op, 'precision', PRECISION, opts.precision, C.PN_PREC_NATIVE)
     -- flags are booleans: {causal = 'false'} or {causal = 0} would otherwise switch masking on
     for _, key in ipairs({ 'causal', 'squared', 'alibi', 'train' }) do
       local v = opts[key]
       if v ~= nil and type(v) ~= 'boolean' then
-        error(string.format("%s: %s must be true or false, got %s (a %s)", op, key, tostring(v), type(v)), 3)
+        raise(string.format("%s: %s must be true or false, got %s (a %s)", op, key, tostring(v), type(v)), 3)
       end
     end
     if not graph and (opts.dropout ~= nil or opts.train ~= nil) then
-      error(op .. ': dropout and train apply to graph attention only (the dense forms have no attention dropout)', 3)
+      raise(op .. ': dropout and train apply to graph attention only (the dense forms have no attention dropout)', 3)
     end
     o.causal = opts.causal and 1 or 0
     o.squared = opts.squared and 1 or 0
@@ -182,11 +183,11 @@ return function(pn, M, B)
       elseif type(v) == 'number' then
         -- NaN is the C side's "not given": a NaN or infinite value must not fall back to the default
         if v ~= v or v == math.huge or v == -math.huge then
-          error(op .. ': ' .. name .. ' must be a finite number, got ' .. tostring(v), 3)
+          raise(op .. ': ' .. name .. ' must be a finite number, got ' .. tostring(v), 3)
         end
         o.param[id] = v
       elseif v ~= nil then
-        error(op .. ': ' .. name .. ' must be a number or a tensor, got ' .. type(v), 3)
+        raise(op .. ': ' .. name .. ' must be a number or a tensor, got ' .. type(v), 3)
       end
     end
     o.mask = opt_tensor(op, 'mask', opts.mask)
@@ -198,7 +199,7 @@ return function(pn, M, B)
     if opts.dropout ~= nil then
       local p = opts.dropout
       if type(p) ~= 'number' or not (p >= 0 and p < 1) then
-        error(op .. ': dropout must be a number in [0, 1), got ' .. tostring(p), 3)
+        raise(op .. ': dropout must be a number in [0, 1), got ' .. tostring(p), 3)
       end
       o.dropout = p
     end
@@ -208,7 +209,7 @@ return function(pn, M, B)
 
   local function tensors(op, list)
     for _, p in ipairs(list) do
-      if not is_tensor(p[2]) then error(op .. ': ' .. p[1] .. ' must be a tensor, got ' .. type(p[2]), 3) end
+      if not is_tensor(p[2]) then raise(op .. ': ' .. p[1] .. ' must be a tensor, got ' .. type(p[2]), 3) end
     end
   end
 

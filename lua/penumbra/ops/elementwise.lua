@@ -4,6 +4,7 @@
 --   t:add(o) pn.add(a, b)  a + b  2 - t  t / 3  -t  t ^ 2
 --   t:lt(o) → u8   cond:where(a, b)  pn.where(cond, a, b)
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap = B.C, B.wrap
   local is_tensor, as_tensor = pn.is_tensor, pn._as_tensor
   local inf = math.huge
@@ -22,7 +23,7 @@ return function(pn, M, B)
   for name, spec in pairs(UNARY) do
     local op, default = spec[1], spec[2] or 0
     local function f(x, a)
-      if not is_tensor(x) then error(name .. ': expected a tensor, got ' .. type(x), 2) end
+      if not is_tensor(x) then raise(name .. ': expected a tensor, got ' .. type(x), 2) end
       if a == nil then a = default end
       return wrap(C.pn_unary(op, x, a, 0))
     end
@@ -32,7 +33,7 @@ return function(pn, M, B)
 
   -- clamp(min, max): nil leaves that side unbounded
   function M.clamp(x, lo, hi)
-    if not is_tensor(x) then error('clamp: expected a tensor, got ' .. type(x), 2) end
+    if not is_tensor(x) then raise('clamp: expected a tensor, got ' .. type(x), 2) end
     return wrap(C.pn_unary(C.PN_CLAMP, x, lo or -inf, hi or inf))
   end
   pn.clamp = M.clamp
@@ -54,7 +55,7 @@ return function(pn, M, B)
         a = as_tensor(a)
         return a, as_tensor(b, a)
       end
-      error(name .. ': expected tensors or numbers, got ' .. type(a) .. ' and ' .. type(b), 3)
+      raise(name .. ': expected tensors or numbers, got ' .. type(a) .. ' and ' .. type(b), 3)
     end
     float_dt = float_dt or C.PN_F32
     if not ta then
@@ -104,7 +105,7 @@ return function(pn, M, B)
 
   -- ---- where --------------------------------------------------------------------------------
   function pn.where(cond, a, b)
-    if not is_tensor(cond) then error('where: cond must be a u8 tensor, got ' .. type(cond), 2) end
+    if not is_tensor(cond) then raise('where: cond must be a u8 tensor, got ' .. type(cond), 2) end
     a, b = operands('where', a, b)
     return wrap(C.pn_where(cond, a, b))
   end

@@ -26,6 +26,7 @@
 -- g is a pn.graph(…) CSR table (self-loops do not change distances or components).
 -- Graph algorithms are host algorithms: CPU tensors in and out.
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, check, ffi = B.C, B.wrap, B.check, B.ffi
   local options = require 'penumbra.options'
   local is_tensor = pn.is_tensor
@@ -43,11 +44,11 @@ return function(pn, M, B)
     if type(x) == 'number' then x = { x } end
     if type(x) == 'table' and not is_tensor(x) then
       for i, v in ipairs(x) do
-        if type(v) ~= 'number' or v % 1 ~= 0 then error(op .. ': ' .. what .. ' ' .. i .. ' must be a whole node id, got ' .. tostring(v), 3) end
+        if type(v) ~= 'number' or v % 1 ~= 0 then raise(op .. ': ' .. what .. ' ' .. i .. ' must be a whole node id, got ' .. tostring(v), 3) end
       end
       return #x > 0 and pn.tensor(x, { dtype = 'i64' }) or pn.zeros({ 0 }, { dtype = 'i64' })
     end
-    if not is_tensor(x) then error(op .. ': ' .. what .. ' must be node ids (a number, a list or an i64 tensor), got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(op .. ': ' .. what .. ' must be node ids (a number, a list or an i64 tensor), got ' .. type(x), 3) end
     return x:to('i64'):contiguous()
   end
   local function max_of(op, o)
@@ -63,29 +64,29 @@ return function(pn, M, B)
   }
   local function alpha_of(op, o)
     if o.exponent and o.alpha and math.abs(2 * o.alpha + 1 - o.exponent) > 1e-12 then
-      error(op .. ': exponent = ' .. o.exponent .. ' and alpha = ' .. o.alpha .. ' disagree (exponent = 2·alpha + 1); give one', 3)
+      raise(op .. ': exponent = ' .. o.exponent .. ' and alpha = ' .. o.alpha .. ' disagree (exponent = 2·alpha + 1); give one', 3)
     end
     return o.alpha or (o.exponent and (o.exponent - 1) / 2) or 1 -- exponent 3 by default
   end
 
   function graph.hyperbolic(o)
     local op = 'graph.hyperbolic'
-    if type(o) ~= 'table' then error(op .. ': give the options table {n=, degree=, …}', 2) end
+    if type(o) ~= 'table' then raise(op .. ': give the options table {n=, degree=, …}', 2) end
     o = options.check(op, o, HYP, 2)
-    if not o.n then error(op .. ': n (the number of nodes, >= 2) is required', 2) end
+    if not o.n then raise(op .. ': n (the number of nodes, >= 2) is required', 2) end
     local alpha, R, thr = alpha_of(op, o), o.R, o.threshold
     if o.preset == 'han' then
       if o.alpha or o.exponent or o.R or o.threshold or o.degree then
-        error(op .. ": preset 'han' sets alpha, R and threshold itself; leave out alpha, exponent, R, threshold, degree", 2)
+        raise(op .. ": preset 'han' sets alpha, R and threshold itself; leave out alpha, exponent, R, threshold, degree", 2)
       end
       alpha = 0.95
       R = math.log(o.n / (2 * math.pi) + 1 + math.sqrt((o.n / (2 * math.pi) + 1) ^ 2 - 1)) -- acosh
       thr = 0.35 * R
     elseif not R and not o.degree then
-      error(op .. ': give degree (the target average degree) or R (the disk radius)', 2)
+      raise(op .. ': give degree (the target average degree) or R (the disk radius)', 2)
     end
     if o.degree and o.degree >= o.n - 1 then
-      error(op .. ': degree = ' .. o.degree .. ' must be < n - 1 = ' .. (o.n - 1), 2)
+      raise(op .. ': degree = ' .. o.degree .. ' must be < n - 1 = ' .. (o.n - 1), 2)
     end
     local opts = ffi.new('pn_hypgen_opts')
     opts.n, opts.degree, opts.alpha, opts.T = o.n, o.degree or 0, alpha, o.T or 0
@@ -101,7 +102,7 @@ return function(pn, M, B)
     local op = 'graph.expected_degree'
     o = options.check(op, o, { n = HYP.n, alpha = HYP.alpha, exponent = HYP.exponent, R = HYP.R,
                                 threshold = HYP.threshold, T = HYP.T }, 2)
-    if not o.n or not o.R then error(op .. ': n and R are required', 2) end
+    if not o.n or not o.R then raise(op .. ': n and R are required', 2) end
     return C.pn_graph_hyperbolic_degree(o.n, alpha_of(op, o), o.R, o.threshold or 0 / 0, o.T or 0)
   end
 
@@ -121,7 +122,7 @@ return function(pn, M, B)
     if type(pairs) == 'table' and not is_tensor(pairs) then
       pairs = #pairs > 0 and pn.tensor(pairs, { dtype = 'i64' }) or pn.zeros({ 0, 2 }, { dtype = 'i64' })
     end
-    if not is_tensor(pairs) then error(op .. ': pairs must be (P, 2) node ids, got ' .. type(pairs), 2) end
+    if not is_tensor(pairs) then raise(op .. ': pairs must be (P, 2) node ids, got ' .. type(pairs), 2) end
     local out = out_ptr()
     check(C.pn_graph_pair_dist(off, src, pairs:to('i64'):contiguous(), max, out))
     return wrap(out[0])
@@ -138,10 +139,10 @@ return function(pn, M, B)
   function graph.slice(h, theta)
     local op = 'graph.slice'
     if type(h) ~= 'table' or not is_tensor(h.edges) or not is_tensor(h.phi) then
-      error(op .. ': h must be a graph from pn.graph.hyperbolic (edges, r, phi), got ' .. type(h), 2)
+      raise(op .. ': h must be a graph from pn.graph.hyperbolic (edges, r, phi), got ' .. type(h), 2)
     end
     if type(theta) ~= 'number' or not (theta > 0 and theta <= 2 * math.pi) then
-      error(op .. ': theta = ' .. tostring(theta) .. ' must be an angle in (0, 2π] (radians)', 2)
+      raise(op .. ': theta = ' .. tostring(theta) .. ' must be an angle in (0, 2π] (radians)', 2)
     end
     local keep = h.phi:le(theta):to('u8'):contiguous()
     local e, ids = out_ptr(), out_ptr()
@@ -159,9 +160,9 @@ return function(pn, M, B)
   function graph.canonical(edges, n)
     local op = 'graph.canonical'
     if not is_tensor(edges) or edges:dim() ~= 2 or edges:shape()[2] ~= 2 then
-      error(op .. ': edges must be an (E, 2) tensor of node ids', 2)
+      raise(op .. ': edges must be an (E, 2) tensor of node ids', 2)
     end
-    if type(n) ~= 'number' or n % 1 ~= 0 or n < 0 then error(op .. ': n must be a whole number >= 0', 2) end
+    if type(n) ~= 'number' or n % 1 ~= 0 or n < 0 then raise(op .. ': n must be a whole number >= 0', 2) end
     local e = out_ptr()
     check(C.pn_graph_canonical(edges:to('i64'):contiguous(), n, e))
     return wrap(e[0])
@@ -169,8 +170,8 @@ return function(pn, M, B)
 
   function graph.degrees(edges, n)
     local op = 'graph.degrees'
-    if not is_tensor(edges) then error(op .. ': edges must be an (E, 2) tensor', 2) end
-    if type(n) ~= 'number' or n % 1 ~= 0 or n < 0 then error(op .. ': n must be a whole number >= 0', 2) end
+    if not is_tensor(edges) then raise(op .. ': edges must be an (E, 2) tensor', 2) end
+    if type(n) ~= 'number' or n % 1 ~= 0 or n < 0 then raise(op .. ': n must be a whole number >= 0', 2) end
     local d = pn.zeros({ n }, { dtype = 'i64' })
     if edges:shape()[1] == 0 then return d end
     return d:index_add(1, edges:select(2, 1):to('i64'):contiguous(), pn.ones({ edges:shape()[1] }, { dtype = 'i64' }))

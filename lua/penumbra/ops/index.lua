@@ -17,6 +17,7 @@
 -- counted from 0, like indices). Empty segments are allowed (segment_sum gives zeros); a
 -- segment whose entries are all -inf gets softmax weights 0, not NaN.
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, dim = B.C, B.wrap, B.dim
   local is_tensor = pn.is_tensor
 
@@ -26,15 +27,15 @@ return function(pn, M, B)
     if type(idx) == 'table' then
       local ok, t = pcall(pn.tensor, idx, { dtype = 'i64', device = x:device() })
       if not ok then -- "tensor: element 2 is 1.5, which i64 cannot hold …" names the op that was called
-        error(op .. ': ' .. what .. ' ' .. tostring(t):gsub('^.-tensor: ', '', 1), 3)
+        raise(op .. ': ' .. what .. ' ' .. tostring(t):gsub('^.-tensor: ', '', 1), 3)
       end
       return t
     end
-    error(op .. ': ' .. what .. ' must be an index tensor (i32/i64) or a list of 0-based indices, got ' .. type(idx), 3)
+    raise(op .. ': ' .. what .. ' must be an index tensor (i32/i64) or a list of 0-based indices, got ' .. type(idx), 3)
   end
 
   local function tensor(op, x, what)
-    if not is_tensor(x) then error(op .. ': ' .. what .. ' must be a tensor, got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(op .. ': ' .. what .. ' must be a tensor, got ' .. type(x), 3) end
     return x
   end
 

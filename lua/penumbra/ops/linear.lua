@@ -10,6 +10,7 @@
 -- q, k (B, H, N, D) and v (B, H, N, Dv); (B, N, D) and (N, D) are accepted too (one head,
 -- one batch) and the output drops the same dims. m: (H) tensor or a number (every head).
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, check, ffi = B.C, B.wrap, B.check, B.ffi
   local is_tensor = pn.is_tensor
   local options = require 'penumbra.options'
@@ -24,7 +25,7 @@ return function(pn, M, B)
   local POWER_STATE = options.with(STATE, { p = 'any', scale = 'number' })
 
   local function need_tensor(op, name, x)
-    if not is_tensor(x) then error(op .. ': ' .. name .. ' must be a tensor, got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(op .. ': ' .. name .. ' must be a tensor, got ' .. type(x), 3) end
   end
 
   -- q, k, v of 2, 3 or 4 dims -> 4-D views, the number of leading dims added, and a
@@ -33,7 +34,7 @@ return function(pn, M, B)
     need_tensor(op, 'q', q); need_tensor(op, 'k', k); need_tensor(op, 'v', v)
     local nd = q:dim()
     if k:dim() ~= nd or v:dim() ~= nd or nd < 2 or nd > 4 then
-      error(string.format('%s: q [%s], k [%s] and v [%s] must all be (B, H, N, D), (B, N, D) or (N, D)', op,
+      raise(string.format('%s: q [%s], k [%s] and v [%s] must all be (B, H, N, D), (B, N, D) or (N, D)', op,
         table.concat(q:shape(), ','), table.concat(k:shape(), ','), table.concat(v:shape(), ',')), 3)
     end
     if nd == 4 then return q, k, v, 0 end
@@ -55,7 +56,7 @@ return function(pn, M, B)
   function pn.cosine_attention(q, k, v, m, opts)
     opts = options.check('cosine_attention', opts, COSINE, 2)
     local q4, k4, v4, added = to4('cosine_attention', q, k, v)
-    if m == nil then error('cosine_attention: m (one stabiliser per head, or a number) is required', 2) end
+    if m == nil then raise('cosine_attention: m (one stabiliser per head, or a number) is required', 2) end
     m = heads_param(m, q4:size(2), q4)
     need_tensor('cosine_attention', 'm', m)
     local mask = opts.key_mask
@@ -79,15 +80,15 @@ return function(pn, M, B)
     local causal = opts.causal
     if causal == nil then causal = true end
     local p, chunk, scale = opts.p or 2, opts.chunk or 0, opts.scale or NAN
-    if type(p) ~= 'number' or p % 1 ~= 0 then error('power_attention: p must be an integer, got ' .. tostring(p), 2) end
-    if type(chunk) ~= 'number' or chunk % 1 ~= 0 then error('power_attention: chunk must be an integer, got ' .. tostring(chunk), 2) end
+    if type(p) ~= 'number' or p % 1 ~= 0 then raise('power_attention: p must be an integer, got ' .. tostring(p), 2) end
+    if type(chunk) ~= 'number' or chunk % 1 ~= 0 then raise('power_attention: chunk must be an integer, got ' .. tostring(chunk), 2) end
     return from4(wrap(C.pn_power_attention(q4, k4, v4, p, causal and 1 or 0, lg, chunk, scale)), added)
   end
 
   function pn.sympow_embed(x, p)
     need_tensor('sympow_embed', 'x', x)
     p = p or 2
-    if type(p) ~= 'number' or p % 1 ~= 0 then error('sympow_embed: p must be an integer, got ' .. tostring(p), 2) end
+    if type(p) ~= 'number' or p % 1 ~= 0 then raise('sympow_embed: p must be an integer, got ' .. tostring(p), 2) end
     return wrap(C.pn_sympow_embed(x, p))
   end
   M.sympow_embed = pn.sympow_embed
@@ -134,10 +135,10 @@ return function(pn, M, B)
   State.__tostring = function(s) return s.kind .. '(' .. (s._p ~= nil and s:bytes() .. ' bytes' or 'freed') .. ')' end
 
   local function dims(op, o, spec)
-    if type(o) ~= 'table' then error(op .. ': expected an options table {batch=, heads=, dim=, …}', 3) end
+    if type(o) ~= 'table' then raise(op .. ': expected an options table {batch=, heads=, dim=, …}', 3) end
     options.check(op, o, spec, 3)
     for _, key in ipairs({ 'batch', 'heads', 'dim' }) do
-      if type(o[key]) ~= 'number' then error(op .. ': ' .. key .. ' (a number) is required', 3) end
+      if type(o[key]) ~= 'number' then raise(op .. ': ' .. key .. ' (a number) is required', 3) end
     end
     return o.batch, o.heads, o.dim, o.dim_v or o.dim, B.dtype(o.dtype)
   end
@@ -145,7 +146,7 @@ return function(pn, M, B)
   function pn.cosine_state(o)
     local b, h, d, dv, dt = dims('cosine_state', o, COSINE_STATE)
     local m = o.m
-    if m == nil then error('cosine_state: m (one stabiliser per head, or a number) is required', 2) end
+    if m == nil then raise('cosine_state: m (one stabiliser per head, or a number) is required', 2) end
     if type(m) == 'number' then m = pn.full({ h }, m, { dtype = 'f64' }) end
     need_tensor('cosine_state', 'm', m)
     return new_state('cosine_state', C.pn_cosine_state_new(b, h, d, dv, m, dt))

@@ -9,6 +9,7 @@
 -- count neither in the loss nor in the mean. reduction: 'none' (per-row / per-element
 -- losses), 'mean' or 'sum' (0-dim results).
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap = B.C, B.wrap
   local is_tensor, check_opts = pn.is_tensor, pn._check_opts
   local REDUCTION_KEYS = { reduction = { 'string', one_of = { 'none', 'mean', 'sum' } } }
@@ -20,11 +21,11 @@ return function(pn, M, B)
   local function reduction_of(name, o)
     local r = o.reduction or 'mean'
     local code = REDUCTION[r]
-    if not code then error(name .. ": reduction must be 'none', 'mean' or 'sum', got " .. tostring(r), 3) end
+    if not code then raise(name .. ": reduction must be 'none', 'mean' or 'sum', got " .. tostring(r), 3) end
     return code
   end
   local function check_tensor(name, x, what)
-    if not is_tensor(x) then error(name .. ': ' .. what .. ' must be a tensor, got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(name .. ': ' .. what .. ' must be a tensor, got ' .. type(x), 3) end
   end
   -- a Lua list of class ids becomes an i64 tensor on the logits' device
   local function target_of(name, t, logits)

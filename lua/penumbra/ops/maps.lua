@@ -26,12 +26,13 @@
 --         (f32) / 1 − 1e-15 (f64); Klein points are capped at the image of the project radius.
 --   Errors name the point as its row-major index over the (broadcast) leading dims, from 0.
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, check = B.C, B.wrap, B.check
   local ffi = B.ffi
   local is_tensor = pn.is_tensor
 
   local function tensor(op, x, what)
-    if not is_tensor(x) then error(op .. ': ' .. (what or 'x') .. ' must be a tensor, got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(op .. ': ' .. (what or 'x') .. ' must be a tensor, got ' .. type(x), 3) end
     return x
   end
   local options = require 'penumbra.options'
@@ -43,11 +44,11 @@ return function(pn, M, B)
   end
   -- psi and pseudopolar have no options: a table passed to them is a mistake (xi's h?)
   local function no_opts(op, o)
-    if o ~= nil then error(op .. ': takes no options (' .. op .. '(x)), got a ' .. type(o), 3) end
+    if o ~= nil then raise(op .. ': takes no options (' .. op .. '(x)), got a ' .. type(o), 3) end
   end
   local function curvature(op, c)
     if c == nil then return 1 end
-    if type(c) ~= 'number' then error(op .. ': curvature c must be a number, got ' .. type(c), 3) end
+    if type(c) ~= 'number' then raise(op .. ': curvature c must be a number, got ' .. type(c), 3) end
     return c
   end
 
@@ -99,7 +100,7 @@ return function(pn, M, B)
   local function model(op, key, name)
     local m = MODELS[name or 'poincare']
     if m == nil then
-      error(op .. ": " .. key .. "='" .. tostring(name) .. "' is not a model; use 'poincare' or 'hyperboloid'", 3)
+      raise(op .. ": " .. key .. "='" .. tostring(name) .. "' is not a model; use 'poincare' or 'hyperboloid'", 3)
     end
     return m
   end
@@ -130,7 +131,7 @@ return function(pn, M, B)
       local flat = {}
       for i, e in ipairs(edges) do
         if type(e) ~= 'table' or type(e[1]) ~= 'number' or type(e[2]) ~= 'number' then
-          error('graph: edge ' .. i .. ' must be a pair {src, dst} of 0-based node ids', 2)
+          raise('graph: edge ' .. i .. ' must be a pair {src, dst} of 0-based node ids', 2)
         end
         flat[i] = { e[1], e[2] }
       end
@@ -143,7 +144,7 @@ return function(pn, M, B)
       for i = 0, n - 1 do if buf[i] + 1 > num_nodes then num_nodes = buf[i] + 1 end end
     end
     if type(num_nodes) ~= 'number' or num_nodes % 1 ~= 0 then
-      error('graph: num_nodes must be an integer, got ' .. tostring(num_nodes), 2)
+      raise('graph: num_nodes must be an integer, got ' .. tostring(num_nodes), 2)
     end
     local self_loops = o.self_loops == nil or o.self_loops
     local off, src = out_ptr(), out_ptr()

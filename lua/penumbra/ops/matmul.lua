@@ -4,12 +4,13 @@
 --   pn.bmm(a, b) 3-D × 3-D only (B, M, K) @ (B, K, N)
 -- Both operands must have the same float dtype (f32 or f64).
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap = B.C, B.wrap
   local is_tensor = pn.is_tensor
 
   local function tensors(op, a, b)
     if not is_tensor(a) or not is_tensor(b) then
-      error(op .. ': expected two tensors, got ' .. type(a) .. ' and ' .. type(b), 3)
+      raise(op .. ': expected two tensors, got ' .. type(a) .. ' and ' .. type(b), 3)
     end
   end
 
@@ -24,7 +25,7 @@ return function(pn, M, B)
   function M.mm(a, b)
     tensors('mm', a, b)
     if a.nd ~= 2 or b.nd ~= 2 then
-      error('mm: a ' .. shape_str(a) .. ' and b ' .. shape_str(b) .. ' must both be 2-D (use matmul otherwise)', 2)
+      raise('mm: a ' .. shape_str(a) .. ' and b ' .. shape_str(b) .. ' must both be 2-D (use matmul otherwise)', 2)
     end
     return wrap(C.pn_matmul(a, b))
   end
@@ -33,10 +34,10 @@ return function(pn, M, B)
   function pn.bmm(a, b)
     tensors('bmm', a, b)
     if a.nd ~= 3 or b.nd ~= 3 then
-      error('bmm: a ' .. shape_str(a) .. ' and b ' .. shape_str(b) .. ' must both be 3-D (B, M, K) and (B, K, N)', 2)
+      raise('bmm: a ' .. shape_str(a) .. ' and b ' .. shape_str(b) .. ' must both be 3-D (B, M, K) and (B, K, N)', 2)
     end
     if a.sizes[0] ~= b.sizes[0] then
-      error('bmm: a ' .. shape_str(a) .. ' and b ' .. shape_str(b) .. ' have different batch sizes', 2)
+      raise('bmm: a ' .. shape_str(a) .. ' and b ' .. shape_str(b) .. ' have different batch sizes', 2)
     end
     return wrap(C.pn_matmul(a, b))
   end

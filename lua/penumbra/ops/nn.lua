@@ -6,11 +6,12 @@
 --     inverted dropout (kept elements scaled by 1/(1-p)) from the global RNG stream
 --     (pn.manual_seed); p = 0 or train = false returns x itself.
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, dim = B.C, B.wrap, B.dim
   local is_tensor = pn.is_tensor
 
   local function check_tensor(name, x, what)
-    if not is_tensor(x) then error(name .. ': ' .. (what or 'x') .. ' must be a tensor, got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(name .. ': ' .. (what or 'x') .. ' must be a tensor, got ' .. type(x), 3) end
   end
 
   function M.softmax(x, d)
@@ -27,7 +28,7 @@ return function(pn, M, B)
     check_tensor('layer_norm', x)
     if weight ~= nil then check_tensor('layer_norm', weight, 'weight') end
     if bias ~= nil then check_tensor('layer_norm', bias, 'bias') end
-    if eps ~= nil and type(eps) ~= 'number' then error('layer_norm: eps must be a number, got ' .. type(eps), 2) end
+    if eps ~= nil and type(eps) ~= 'number' then raise('layer_norm: eps must be a number, got ' .. type(eps), 2) end
     return wrap(C.pn_layer_norm(x, weight, bias, eps or 1e-5))
   end
   pn.layer_norm = M.layer_norm
@@ -35,10 +36,10 @@ return function(pn, M, B)
   function M.dropout(x, p, train)
     check_tensor('dropout', x)
     if p == nil then p = 0.5 end
-    if type(p) ~= 'number' then error('dropout: p must be a number, got ' .. type(p), 2) end
+    if type(p) ~= 'number' then raise('dropout: p must be a number, got ' .. type(p), 2) end
     if train == nil then train = true end
     -- a boolean, as every flag of the API ('false' or 0 would be truthy: dropout at eval time)
-    if type(train) ~= 'boolean' then error('dropout: train must be true or false, got ' .. tostring(train), 2) end
+    if type(train) ~= 'boolean' then raise('dropout: train must be true or false, got ' .. tostring(train), 2) end
     return wrap(C.pn_dropout(x, p, train and 1 or 0))
   end
   pn.dropout = M.dropout

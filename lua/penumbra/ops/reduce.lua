@@ -8,12 +8,13 @@
 --     (row-major) tensor, as a 0-dim tensor. Ties: the first index; a NaN wins.
 --   t:norm([p=2 [, dims [, keepdim]]])  p: a positive number or math.huge / 'inf'
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, dim = B.C, B.wrap, B.dim
   local ffi = B.ffi
   local is_tensor = pn.is_tensor
 
   local function check_tensor(name, x)
-    if not is_tensor(x) then error(name .. ': expected a tensor, got ' .. type(x), 3) end
+    if not is_tensor(x) then raise(name .. ': expected a tensor, got ' .. type(x), 3) end
   end
 
   local REDUCE = {
@@ -45,7 +46,7 @@ return function(pn, M, B)
     check_tensor('norm', x)
     if p == nil then p = 2 end
     if p == 'inf' then p = math.huge end
-    if type(p) ~= 'number' then error('norm: p must be a number or \'inf\', got ' .. tostring(p), 2) end
+    if type(p) ~= 'number' then raise('norm: p must be a number or \'inf\', got ' .. tostring(p), 2) end
     local n, a = pn._dims(dims, 'norm')
     return wrap(C.pn_norm(x, p, n, a, keepdim and 1 or 0))
   end

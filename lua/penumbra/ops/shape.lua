@@ -4,14 +4,15 @@
 --   t:split(size | {sizes…}, dim=1) → list of narrow views (the last piece may be smaller)
 --   t:chunk(n, dim=1)             → at most n narrow views of ceil(size/n) (torch.chunk)
 return function(pn, M, B)
+  local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, dim = B.C, B.wrap, B.dim
   local is_tensor = pn.is_tensor
 
   local function list_arg(op, list)
     if type(list) ~= 'table' or is_tensor(list) then
-      error(op .. ': expected a list of tensors, got ' .. type(list), 3)
+      raise(op .. ': expected a list of tensors, got ' .. type(list), 3)
     end
-    if #list == 0 then error(op .. ': expected a non-empty list of tensors', 3) end
+    if #list == 0 then raise(op .. ': expected a non-empty list of tensors', 3) end
   end
 
   function pn.cat(list, d)
@@ -31,7 +32,7 @@ return function(pn, M, B)
     local total = M.size(t, d)
     local parts = {}
     if type(sizes) == 'number' then
-      if sizes <= 0 or sizes % 1 ~= 0 then error('split: size must be a positive integer, got ' .. sizes, 2) end
+      if sizes <= 0 or sizes % 1 ~= 0 then raise('split: size must be a positive integer, got ' .. sizes, 2) end
       local start = 1
       repeat
         local len = math.min(sizes, total - start + 1)
@@ -40,16 +41,16 @@ return function(pn, M, B)
       until start > total
       return parts
     end
-    if type(sizes) ~= 'table' then error('split: expected a size or a list of sizes, got ' .. type(sizes), 2) end
+    if type(sizes) ~= 'table' then raise('split: expected a size or a list of sizes, got ' .. type(sizes), 2) end
     local sum = 0
     for i, s in ipairs(sizes) do
       if type(s) ~= 'number' or s < 0 or s % 1 ~= 0 then
-        error('split: size ' .. tostring(s) .. ' at position ' .. i .. ' is not a non-negative integer', 2)
+        raise('split: size ' .. tostring(s) .. ' at position ' .. i .. ' is not a non-negative integer', 2)
       end
       sum = sum + s
     end
     if sum ~= total then
-      error('split: sizes {' .. table.concat(sizes, ',') .. '} sum to ' .. sum .. ' but dim ' .. d ..
+      raise('split: sizes {' .. table.concat(sizes, ',') .. '} sum to ' .. sum .. ' but dim ' .. d ..
             ' of [' .. table.concat(M.shape(t), ',') .. '] has ' .. total, 2)
     end
     local start = 1
@@ -62,7 +63,7 @@ return function(pn, M, B)
 
   function M.chunk(t, n, d)
     if type(n) ~= 'number' or n < 1 or n % 1 ~= 0 then
-      error('chunk: n must be a positive integer, got ' .. tostring(n), 2)
+      raise('chunk: n must be a positive integer, got ' .. tostring(n), 2)
     end
     local total = M.size(t, d or 1)
     return M.split(t, math.max(1, math.ceil(total / n)), d)
