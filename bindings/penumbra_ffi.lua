@@ -97,6 +97,10 @@ function B.raise(msg, level)
 end
 local raise = B.raise
 
+-- msg without a leading "file.lua:123: " position: a message printed or stored as the report
+-- (./bench, a run file's error, a re-raised file error), where a line number says nothing
+function B.unplaced(msg) return (tostring(msg):gsub('^[^%s:]+%.lua:%d+: ', '')) end
+
 local release = C.pn_release
 local NULL = nil
 -- Tensors live in Lua as `pn_tensor &` (a reference), not `pn_tensor *`: LuaJIT applies

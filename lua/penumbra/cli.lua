@@ -43,7 +43,7 @@ environment: PENUMBRA_DATA (dataset dir, searched first; then datasets/ and ../s
 local function report(e)
   if os.getenv('PN_TRACEBACK') then return debug.traceback(tostring(e), 2) end
   -- the message alone: a "file.lua:123: " position says nothing to the user who typed the command
-  return (tostring(e):gsub('^[^%s:]+%.lua:%d+: ', ''))
+  return require('penumbra_ffi').unplaced(e)
 end
 
 local root = os.getenv('PENUMBRA_HOME') or '.'

@@ -136,7 +136,7 @@ local function addr(t) return tonumber(ffi.cast('intptr_t', ffi.cast('void *', t
 -- stop signal it starts "interrupted (SIG…)", so the runner records the status interrupted; any
 -- other failure is prefixed with this rank. signal_name: number → 'SIGTERM' (the runner's)
 local function describe(rank, size, e, signal_name)
-  e = tostring(e):gsub('^[^%s:]+%.lua:%d+: ', '') -- an op's error carries the script's line: not for this message
+  e = B.unplaced(e) -- an op's error carries the script's line: not for this message
   if dist.failure() == 'signal' then
     -- "dist.all_reduce (24 bytes): interrupted (SIGTERM) while waiting for the other ranks — why"
     local op, sig, why = e:match('^(.-): interrupted %((.-)%) while waiting for the other ranks(.*)$')

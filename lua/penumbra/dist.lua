@@ -21,7 +21,7 @@ local OPS = { sum = C.PN_SUM, mean = C.PN_MEAN, max = C.PN_MAX, min = C.PN_MIN }
 -- A collective's failure (a rank gone, a timeout, a stop signal, ranks that disagree) is the
 -- job's, not the calling line's: its message goes without a position (ddp.lua reads it as is)
 local function collective(status)
-  if status ~= 0 then error(B.ffi.string(C.pn_last_error()), 0) end
+  if status ~= 0 then error(B.last_error(), 0) end
 end
 
 local function init()

@@ -850,7 +850,7 @@ function M.run(def, overrides)
     local msg = tostring(e)
     if msg:find('interrupted') then status = 'interrupted' elseif status ~= 'failed' then status = 'failed' end
     -- the message without a "file.lua:123: " position (a user reads it; PN_TRACEBACK=1 shows where)
-    err_msg = err_msg or (msg:gsub("^[^%s:]+%.lua:%d+: ", ""))
+    err_msg = err_msg or require('penumbra_ffi').unplaced(msg)
     return debug.traceback(msg, 2)
   end)
 

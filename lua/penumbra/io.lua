@@ -167,10 +167,7 @@ function File:set_attr(obj, name, value)
 end
 
 -- ---- whole-file helpers ------------------------------------------------------------------
--- Runs fn(f) on an open file and closes it whatever happens; errors keep their message.
-local function strip_position(msg)
-  return (tostring(msg):gsub('^[^%s:]+%.lua:%d+: ', ''))
-end
+local strip_position = B.unplaced
 
 -- Runs fn(f) on an open file and closes it whatever happens. Errors are re-raised at the
 -- caller of save/load/… (level 3), without this file's position.

@@ -515,7 +515,7 @@ function R.main(argv)
     local ok, run, notes = pcall(R.load_run, path)
     if not ok then
       -- the message alone, as ./bench show prints it (the position would be inside this file)
-      io.write('could not open the run: ' .. tostring(run):gsub('^[^%s:]+%.lua:%d+: ', '') .. '\n')
+      io.write('could not open the run: ' .. B.unplaced(run) .. '\n')
     else
       env.run = run
       io.write(table.concat(notes, '\n') .. '\n')

@@ -215,7 +215,7 @@ return function(pn, M, B)
 
   local function graph_table(op, g)
     if type(g) ~= 'table' or not is_tensor(g.offsets) or not is_tensor(g.src) then
-      B.raise(op .. ': g must be a graph table {offsets=, src=, num_nodes=} (see pn.graph), got ' .. type(g))
+      raise(op .. ': g must be a graph table {offsets=, src=, num_nodes=} (see pn.graph), got ' .. type(g))
     end
   end
 

@@ -36,7 +36,7 @@ return function(pn, M, B)
 
   local function csr_of(op, g)
     if type(g) ~= 'table' or not is_tensor(g.offsets) or not is_tensor(g.src) then
-      B.raise(op .. ': g must be a graph table {offsets=, src=, num_nodes=} from pn.graph(edges, n), got ' .. type(g))
+      raise(op .. ': g must be a graph table {offsets=, src=, num_nodes=} from pn.graph(edges, n), got ' .. type(g))
     end
     return g.offsets, g.src
   end
