@@ -74,6 +74,16 @@ static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gem
     }
 }
 
+/* The i-th GEMM of a batch: c's i-th (m, n) block = a's · b's (batch strides sa, sb over bshape) */
+static void batch_gemm(int dt, int bnd, const int64_t *bshape, const int64_t *sa, const int64_t *sb, int64_t i,
+                       int64_t m, int64_t n, int64_t k, const char *pa, pn_gemm_layout la, const char *pb,
+                       pn_gemm_layout lb, char *pc) {
+    const size_t es = pn_elsize(dt);
+    int64_t oa, ob;
+    pn_matmul_batch_offsets(bnd, bshape, sa, sb, i, &oa, &ob);
+    gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es);
+}
+
 /* A contiguous copy made without autograd (the op records its own node). */
 static pn_tensor *plain_copy(pn_tensor *x) {
     pn_tensor *c = pn_empty_like(x);
@@ -112,15 +122,19 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
     }
 
     /* several GEMMs: the batch across threads (each GEMM then serial); fewer GEMMs than
-     * threads: one after another, each split inside gemm1 */
+     * threads: one after another, each split inside gemm1. The second case must not sit in
+     * an inactive region (`omp parallel if (0)`): gemm1's region would then be a nested one,
+     * for which libgomp starts and ends a thread at every call instead of using its pool. */
     double mnk = (double)m * (double)n * (double)k;
     bool par = nbatch >= pn_num_threads() && mnk * (double)nbatch > PN_PAR_MIN;
     PN_BLAS_SERIAL_BEGIN;
-    #pragma omp parallel for if (par) schedule(static)
-    for (int64_t i = 0; i < nbatch; i++) {
-        int64_t oa, ob;
-        pn_matmul_batch_offsets(bnd, bshape, sa, sb, i, &oa, &ob);
-        gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es);
+    if (par) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nbatch; i++)
+            batch_gemm(dt, bnd, bshape, sa, sb, i, m, n, k, pa, la, pb, lb, pc);
+    } else {
+        for (int64_t i = 0; i < nbatch; i++)
+            batch_gemm(dt, bnd, bshape, sa, sb, i, m, n, k, pa, la, pb, lb, pc);
     }
     PN_BLAS_SERIAL_END;
     return PN_OK;
