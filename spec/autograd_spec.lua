@@ -119,6 +119,43 @@ describe('autograd', function()
   end)
 end)
 
+describe('gradient sums at threaded sizes', function()
+  -- accumulate (a tensor used twice) and sum_to (a broadcast bias) split their work across
+  -- threads past 32768 elements: by chunks of rows, and by blocks of 64 columns. Each element's
+  -- additions keep one order, so one and two threads agree to the bit.
+  it('accumulate and sum_to equal a naive sum and do not depend on the thread count', function()
+    local R, C = 211, 300 -- 63300 elements; C not a multiple of the 64-column block
+    pn.manual_seed(3)
+    local a, b, g = pn.randn(R, C), pn.randn(R, C), pn.randn(R, C)
+    local results = {}
+    local threads = pn.num_threads()
+    for _, nt in ipairs({ 1, 2 }) do
+      pn.set_num_threads(nt)
+      local x = pn.zeros({ R, C }, { requires_grad = true })
+      local bias = pn.zeros({ C }, { requires_grad = true })
+      local y = (x * a) + (x * b) + bias -- x's two uses accumulate; bias's gradient sums over rows
+      y:backward(g)
+      results[nt] = { x = x.grad:totable(), bias = bias.grad:totable() }
+    end
+    pn.set_num_threads(threads)
+    local ga, gb, gg = (g * a):totable(), (g * b):totable(), g:totable()
+    local xs, bs = results[1].x, results[1].bias
+    for i = 1, R, 7 do
+      for j = 1, C, 13 do
+        local want = ga[i][j] + gb[i][j]
+        assert.is_true(math.abs(xs[i][j] - want) <= 1e-6 * math.max(1, math.abs(want)), ('x.grad[%d][%d]'):format(i, j))
+      end
+    end
+    for j = 1, C do
+      local want = 0
+      for i = 1, R do want = want + gg[i][j] end
+      assert.is_true(math.abs(bs[j] - want) <= 1e-4, ('bias.grad[%d] %g against %g'):format(j, bs[j], want))
+    end
+    assert.same(results[1].x, results[2].x)
+    assert.same(results[1].bias, results[2].bias)
+  end)
+end)
+
 describe('grad mode and coroutines', function()
   it('a coroutine that yields inside no_grad does not turn gradients off for its resumer', function()
     local co = coroutine.create(function()

@@ -142,15 +142,16 @@ static int64_t nonfinite_rows(const void *x, int dt, int64_t rows, int64_t D, ui
     { /* the common case first: every coordinate finite, one vectorised pass over the whole array */
         double z = 0;
         const int64_t n = rows * D;
+        /* across threads too: the sum is 0 or NaN whatever the order */
         if (dt == PN_F32) {
             const float *p = x;
             float zf = 0;
-            #pragma omp simd reduction(+ : zf)
+            #pragma omp parallel for simd reduction(+ : zf) if (n > PN_PAR_MIN) schedule(static)
             for (int64_t i = 0; i < n; i++) zf += p[i] * 0.0f;
             z = zf;
         } else {
             const double *p = x;
-            #pragma omp simd reduction(+ : z)
+            #pragma omp parallel for simd reduction(+ : z) if (n > PN_PAR_MIN) schedule(static)
             for (int64_t i = 0; i < n; i++) z += p[i] * 0.0;
         }
         if (z == 0) return -1;

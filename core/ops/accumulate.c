@@ -4,48 +4,62 @@
  * them through the device table, so gradients stay on the device that made them. */
 #include "../backend.h"
 
+#define ACC_CHUNK 8192 /* elements per parallel work unit along a long row */
+
 pn_status pn_cpu_accumulate(pn_tensor *acc, const pn_tensor *g) {
     pn_iter it;
     pn_iter_init(&it, acc->nd, acc->sizes, 2, (pn_tensor *const[]){acc, (pn_tensor *)g}, NULL);
     char *o = pn_ptr(acc);
     const char *x = pn_ptr(g);
     const int dt = acc->dt;
+    /* work units: rows cut into chunks, so that two contiguous tensors (one row after the
+     * iterator merges their dims) still spread over the threads */
+    const int64_t nch = (it.inner + ACC_CHUNK - 1) / ACC_CHUNK, units = it.rows * nch;
     #pragma omp parallel for schedule(static) if (it.numel >= PN_PAR_MIN)
-    for (int64_t r = 0; r < it.rows; r++) {
+    for (int64_t u = 0; u < units; u++) {
+        const int64_t r = u / nch, i0 = (u % nch) * ACC_CHUNK;
+        const int64_t len = it.inner - i0 < ACC_CHUNK ? it.inner - i0 : ACC_CHUNK;
         int64_t off[PN_ITER_MAX_OPS];
         pn_iter_row(&it, r, off);
         const int64_t so = it.istride[0], sx = it.istride[1];
+        const int64_t o0 = off[0] + i0 * so, x0 = off[1] + i0 * sx;
         if (dt == PN_F32) {
-            float *po = (float *)o + off[0];
-            const float *px = (const float *)x + off[1];
-            for (int64_t i = 0; i < it.inner; i++) po[i * so] += px[i * sx];
+            float *po = (float *)o + o0;
+            const float *px = (const float *)x + x0;
+            for (int64_t i = 0; i < len; i++) po[i * so] += px[i * sx];
         } else if (dt == PN_F64) {
-            double *po = (double *)o + off[0];
-            const double *px = (const double *)x + off[1];
-            for (int64_t i = 0; i < it.inner; i++) po[i * so] += px[i * sx];
+            double *po = (double *)o + o0;
+            const double *px = (const double *)x + x0;
+            for (int64_t i = 0; i < len; i++) po[i * so] += px[i * sx];
         } else {
-            for (int64_t i = 0; i < it.inner; i++) {
-                int64_t a = off[0] + i * so;
-                pn_st(o, dt, a, pn_ld(o, dt, a) + pn_ld(x, dt, off[1] + i * sx));
+            for (int64_t i = 0; i < len; i++) {
+                int64_t a = o0 + i * so;
+                pn_st(o, dt, a, pn_ld(o, dt, a) + pn_ld(x, dt, x0 + i * sx));
             }
         }
     }
     return PN_OK;
 }
 
-/* Serial: the output is usually small (a bias), and the summation order stays fixed. */
+/* Each output element sums its inputs in one fixed order (the general path is serial: the
+ * output is usually small, a bias). */
 pn_status pn_cpu_sum_to(pn_tensor *out, const pn_tensor *g) {
     memset(pn_ptr(out), 0, (size_t)pn_numel(out) * pn_elsize(out->dt));
     /* the common case (a bias gradient): g contiguous (R, …C) summed over its leading dims into
-     * out (…C) — one pass of unit-stride rows, the same additions in the same order as below */
+     * out (…C) — one pass of unit-stride rows, the same additions in the same order as below;
+     * threads take blocks of columns, so the order does not depend on their number */
     if (g->dt == PN_F32 && pn_is_contiguous(g)) {
         const int64_t C = pn_suffix_numel(out, g);
         if (C > 0) {
-            const int64_t R = pn_numel(g) / C;
+            const int64_t R = pn_numel(g) / C, nb = (C + 63) / 64;
             float *po = (float *)pn_ptr(out);
             const float *px = (const float *)pn_ptr(g);
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t i = 0; i < C; i++) po[i] += px[r * C + i];
+            #pragma omp parallel for schedule(static) if (R * C >= PN_PAR_MIN && nb > 1)
+            for (int64_t b = 0; b < nb; b++) {
+                const int64_t i0 = b * 64, i1 = i0 + 64 < C ? i0 + 64 : C;
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t i = i0; i < i1; i++) po[i] += px[r * C + i];
+            }
             return PN_OK;
         }
     }
