@@ -121,10 +121,10 @@ end)
 
 describe('gradient sums at threaded sizes', function()
   -- accumulate (a tensor used twice) and sum_to (a broadcast bias) split their work across
-  -- threads past 32768 elements: by chunks of rows, and by blocks of 64 columns. Each element's
+  -- threads past 32768 elements: by chunks of rows, and by spans of columns. Each element's
   -- additions keep one order, so one and two threads agree to the bit.
   it('accumulate and sum_to equal a naive sum and do not depend on the thread count', function()
-    local R, C = 211, 300 -- 63300 elements; C not a multiple of the 64-column block
+    local R, C = 211, 300 -- 63300 elements; C not a multiple of 16
     pn.manual_seed(3)
     local a, b, g = pn.randn(R, C), pn.randn(R, C), pn.randn(R, C)
     local results = {}

@@ -4,6 +4,8 @@
  * them through the device table, so gradients stay on the device that made them. */
 #include "../backend.h"
 
+#include <omp.h>
+
 #define ACC_CHUNK 8192 /* elements per parallel work unit along a long row */
 
 pn_status pn_cpu_accumulate(pn_tensor *acc, const pn_tensor *g) {
@@ -47,16 +49,20 @@ pn_status pn_cpu_sum_to(pn_tensor *out, const pn_tensor *g) {
     memset(pn_ptr(out), 0, (size_t)pn_numel(out) * pn_elsize(out->dt));
     /* the common case (a bias gradient): g contiguous (R, …C) summed over its leading dims into
      * out (…C) — one pass of unit-stride rows, the same additions in the same order as below;
-     * threads take blocks of columns, so the order does not depend on their number */
+     * threads take spans of columns, so the order does not depend on their number */
     if (g->dt == PN_F32 && pn_is_contiguous(g)) {
         const int64_t C = pn_suffix_numel(out, g);
         if (C > 0) {
-            const int64_t R = pn_numel(g) / C, nb = (C + 63) / 64;
+            const int64_t R = pn_numel(g) / C;
             float *po = (float *)pn_ptr(out);
             const float *px = (const float *)pn_ptr(g);
-            #pragma omp parallel for schedule(static) if (R * C >= PN_PAR_MIN && nb > 1)
-            for (int64_t b = 0; b < nb; b++) {
-                const int64_t i0 = b * 64, i1 = i0 + 64 < C ? i0 + 64 : C;
+            #pragma omp parallel if (R * C >= PN_PAR_MIN && C >= 32)
+            {
+                /* one pass over the rows per thread, each on its own span of columns (a
+                 * multiple of 16) */
+                const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+                const int64_t span = ((C + nt - 1) / nt + 15) / 16 * 16;
+                const int64_t i0 = t * span < C ? t * span : C, i1 = i0 + span < C ? i0 + span : C;
                 for (int64_t r = 0; r < R; r++)
                     for (int64_t i = i0; i < i1; i++) po[i] += px[r * C + i];
             }
