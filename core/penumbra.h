@@ -67,8 +67,6 @@ void pn_clear_error(void);
 int64_t pn_live_tensors(void);       /* tensor structs alive */
 int64_t pn_live_bytes(void);         /* storage bytes alive (all devices) */
 int64_t pn_live_nodes(void);         /* autograd nodes alive */
-int64_t pn_host_cached_bytes(void);  /* freed host blocks parked for reuse (alloc.c); -1: no cache (ASan builds) */
-void pn_host_empty_cache(void);      /* every parked host block back to the system allocator */
 int pn_num_threads(void);
 void pn_set_num_threads(int n);
 const char *pn_version(void);

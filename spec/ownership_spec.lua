@@ -54,40 +54,4 @@ describe('ownership', function()
     assert.equal(t0, pn.live_tensors())
     assert.equal(b0, pn.live_bytes())
   end)
-
-  -- core/alloc.c parks freed blocks of 1 MiB and more for the next tensor that fits, up to the
-  -- larger of 1 GiB and the peak of live bytes. A fixed 1 GiB refused a block past it: an NMT
-  -- step's logits then went back to the kernel and came back as fresh pages every few steps.
-  it('parks a freed block larger than 1 GiB and hands it to the next tensor that fits', function()
-    if pn.host_cached_bytes() < 0 then pending('no host block cache in this build (ASan)') return end
-    local ffi = require 'ffi'
-    pcall(ffi.cdef, 'struct pn_spec_rusage { long t[4]; long maxrss, ixrss, idrss, isrss, minflt, majflt, rest[8]; };' ..
-      'int getrusage(int who, struct pn_spec_rusage *usage);')
-    local ru = ffi.new('struct pn_spec_rusage')
-    local function faults() ffi.C.getrusage(0, ru) return tonumber(ru.minflt) end
-    settle()
-    pn.host_empty_cache()
-    assert.equal(0, pn.host_cached_bytes())
-    local n = 300 * 1024 * 1024 -- f32: 1.17 GiB
-    local a = pn.zeros(n)
-    a = nil
-    settle()
-    assert.is_true(pn.host_cached_bytes() >= 4 * n, 'parked ' .. pn.host_cached_bytes())
-    local f0 = faults()
-    local b = pn.zeros(n) -- the parked block, pages already in place
-    local f1 = faults()
-    assert.is_true(pn.host_cached_bytes() < 4 * n, 'still parked ' .. pn.host_cached_bytes())
-    assert.is_true(f1 - f0 < 64, (f1 - f0) .. ' page faults filling a reused block')
-    assert.equal(0, b:narrow(1, n - 9, 10):sum():item())
-    -- a block that does not fit beside the parked ones sends the longest-parked away first
-    b = nil
-    settle()
-    local c = pn.empty(n / 2)
-    c = nil
-    settle()
-    local parked = pn.host_cached_bytes()
-    assert.is_true(parked >= 2 * n and parked < 4 * n, 'parked ' .. parked)
-    pn.host_empty_cache()
-    assert.equal(0, pn.host_cached_bytes())
-  end)
 end)

@@ -10,11 +10,6 @@ pn.version = ffi.string(B.C.pn_version())
 function pn.live_tensors() return tonumber(B.C.pn_live_tensors()) end
 function pn.live_bytes() return tonumber(B.C.pn_live_bytes()) end
 function pn.live_nodes() return tonumber(B.C.pn_live_nodes()) end
--- Freed host blocks of 1 MiB and more are parked for the next tensor that fits one (core/alloc.c),
--- up to the larger of 1 GiB and the most bytes ever live at once: host_cached_bytes() says how
--- many bytes are parked (-1 in ASan builds, which do not park), host_empty_cache() hands them back.
-function pn.host_cached_bytes() return tonumber(B.C.pn_host_cached_bytes()) end
-function pn.host_empty_cache() B.C.pn_host_empty_cache() end
 function pn.num_threads() return B.C.pn_num_threads() end
 function pn.set_num_threads(n) B.C.pn_set_num_threads(n) end
 function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end -- = pn.cuda.available()
