@@ -47,13 +47,15 @@ static void blas_gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn
 static int64_t row_off(pn_gemm_layout l, int64_t i) { return l.trans ? i : i * l.ld; }
 static int64_t col_off(pn_gemm_layout l, int64_t j) { return l.trans ? j * l.ld : j; }
 
-/* One GEMM: c (m, n) row-major with ldc = n; c = a · b. Outside a parallel region and big
+/* One GEMM: c (m, n) row-major with ldc = n; c = a · b. Outside any parallel region and big
  * enough, split into one block of rows (or, for a short wide c, of columns) per thread;
  * blocks are multiples of 16 so each thread's packing stays aligned to the kernels. */
 static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_layout la, const char *b,
                   pn_gemm_layout lb, char *c) {
     size_t es = pn_elsize(dt);
-    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* any enclosing region, active or not (omp_in_parallel is false in an inactive one, whose
+     * nested team libgomp would start and end at every call): stay on this thread */
+    int nt = omp_get_level() > 0 ? 1 : omp_get_max_threads();
     double mnk = (double)m * (double)n * (double)k;
     if (nt < 2 || mnk <= SMALL_GEMM || (m < 32 && n < 32)) {
         blas_gemm(dt, m, n, k, a, la, b, lb, c, n);
@@ -122,9 +124,8 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
     }
 
     /* several GEMMs: the batch across threads (each GEMM then serial); fewer GEMMs than
-     * threads: one after another, each split inside gemm1. The second case must not sit in
-     * an inactive region (`omp parallel if (0)`): gemm1's region would then be a nested one,
-     * for which libgomp starts and ends a thread at every call instead of using its pool. */
+     * threads: one after another, each split inside gemm1 — outside any region, since gemm1
+     * stays serial inside one (an inactive `omp parallel if (0)` included). */
     double mnk = (double)m * (double)n * (double)k;
     bool par = nbatch >= pn_num_threads() && mnk * (double)nbatch > PN_PAR_MIN;
     PN_BLAS_SERIAL_BEGIN;

@@ -167,17 +167,15 @@ function File:set_attr(obj, name, value)
 end
 
 -- ---- whole-file helpers ------------------------------------------------------------------
-local strip_position = B.unplaced
-
 -- Runs fn(f) on an open file and closes it whatever happens. Errors are re-raised at the
 -- caller of save/load/… (level 3), without this file's position.
 local function with_file(path, mode, fn)
   local ok, f = pcall(M.open, path, mode)
-  if not ok then error(strip_position(f), 3) end
+  if not ok then error(B.unplaced(f), 3) end
   local a, b
   ok, a, b = pcall(fn, f)
   f:close()
-  if not ok then error(strip_position(a), 3) end
+  if not ok then error(B.unplaced(a), 3) end
   return a, b
 end
 
@@ -241,7 +239,7 @@ function M.write_atomic(path, fn)
   end
   if not ok then
     os.remove(tmp)
-    error(strip_position(e), 2)
+    error(B.unplaced(e), 2)
   end
 end
 
