@@ -32,7 +32,12 @@ if not header then
   error('penumbra: ' .. build .. '/penumbra_ffi.h not found; build first (./bench builds on demand)', 0)
 end
 ffi.cdef(header)
+-- OpenBLAS (which libpenumbra links) picks its kernels as it loads: openblas_core says why we
+-- may ask it for a kernel family first
+local blas_core = require 'openblas_core'
+local core_state = blas_core.before_load()
 local ok, C = pcall(ffi.load, os.getenv('PENUMBRA_LIB') or (build .. '/libpenumbra.so'))
+B.openblas_core = blas_core.after_load(core_state)
 if not ok then error('penumbra: cannot load libpenumbra.so from ' .. build .. ': ' .. tostring(C), 0) end
 B.C = C
 

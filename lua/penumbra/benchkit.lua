@@ -163,8 +163,10 @@ function M.header(title, extra)
   local blas = ffi.load('openblas') -- the library libpenumbra links (already in the process)
   print(string.format('%s   (%s, %s)', title, os.date('!%Y-%m-%d %H:%M UTC'), first_line('uname -n')))
   print(string.format('cpu:%s', first_line("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2")))
-  print(string.format('OPENBLAS_CORETYPE=%s   OpenBLAS core: %s', os.getenv('OPENBLAS_CORETYPE') or '(unset)',
-    ffi.string(blas.openblas_get_corename())))
+  local core = require('penumbra_ffi').openblas_core
+  local asked = core.by == 'penumbra' and (core.requested .. ' (set by penumbra from the CPU flags; unset in the environment)')
+    or core.requested or '(unset)'
+  print(string.format('OPENBLAS_CORETYPE=%s   OpenBLAS core: %s', asked, ffi.string(blas.openblas_get_corename())))
   print(string.format('threads: OpenMP (pn.num_threads) = %d, OpenBLAS = %d, OMP_NUM_THREADS=%s, OPENBLAS_NUM_THREADS=%s',
     pn.num_threads(), blas.openblas_get_num_threads(), os.getenv('OMP_NUM_THREADS') or '(unset)',
     os.getenv('OPENBLAS_NUM_THREADS') or '(unset)'))

@@ -12,7 +12,8 @@ local USAGE = './bench -n N [--oversubscribe] [--host a,b | --hostfile F] script
 -- the environment every rank needs; the second list only when set
 local ENV = { 'LUA_PATH', 'PENUMBRA_HOME', 'PENUMBRA_BUILD', 'PENUMBRA_RANKS', 'OMP_WAIT_POLICY' }
 local ENV_IF_SET = { 'LUA_CPATH', 'PENUMBRA_DATA', 'PENUMBRA_RUNS', 'PENUMBRA_LIB', 'PENUMBRA_TEST_TMP',
-  'PENUMBRA_DIST_CHUNK', 'PENUMBRA_DIST_TIMEOUT', 'PN_TRACEBACK', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS' }
+  'PENUMBRA_DIST_CHUNK', 'PENUMBRA_DIST_TIMEOUT', 'PN_TRACEBACK', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS',
+  'OPENBLAS_CORETYPE' }
 
 local ffi = require 'ffi'
 -- one at a time, so that one declared differently elsewhere fails alone
