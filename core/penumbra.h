@@ -69,6 +69,12 @@ int64_t pn_live_bytes(void);         /* storage bytes alive (all devices) */
 int64_t pn_live_nodes(void);         /* autograd nodes alive */
 int pn_num_threads(void);
 void pn_set_num_threads(int n);
+/* Flush subnormal floats to zero (x86 MXCSR FTZ + DAZ) on the calling thread and every CPU
+ * thread of the pool, or restore IEEE subnormals (core/fpmode.c says why and what it changes).
+ * Returns 1, or 0 where the CPU has no such mode (nothing changes). pn_flush_denormal: the
+ * calling thread's mode (1: flushing). */
+int pn_set_flush_denormal(int on);
+int pn_flush_denormal(void);
 const char *pn_version(void);
 /* The CPU attention kernels' register-blocked f32 GEMM (core/attention/microkernel.h): "avx512",
  * "avx2" or "portable" — the widest this CPU runs unless PENUMBRA_CPU_KERNEL or

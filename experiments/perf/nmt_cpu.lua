@@ -10,6 +10,9 @@
 --        [steps=8] [warmup=<steps>] [threads=2] [dropout=0.2] [max_tokens=4096] [check=1]
 --        [decode=false] [sentences=200] [beam=5] [decode_rounds=3] [decode_tokens=6000]
 --        [ckpt=runs/nmt_multi30k_dot/….ckpt] [ckpt_<score>=…] [qk_dim=] [lr=5e-4] [seed=0]
+--        [flush_denormal=true]  (subnormals flushed to zero on both sides, as the NMT recipe's
+--                                default; false: IEEE subnormals, which cost the cones time on
+--                                Intel CPUs — core/fpmode.c)
 --        [d_model=256 heads=4 ff=1024 enc_layers=3 dec_layers=3 vocab=8000]  (the model; base preset)
 --
 -- A step is what recipes/nmt.lua's def.train does per batch: logits = model(src, tgt_in, src_mask);
@@ -58,6 +61,7 @@ local do_check = args.check ~= '0'
 local decode = args.decode == 'true' or args.decode == '1'
 local sentences, beam = num('sentences', 200), num('beam', 5)
 local decode_rounds, decode_tokens = num('decode_rounds', 3), num('decode_tokens', 6000)
+local flush = args.flush_denormal ~= 'false' and args.flush_denormal ~= '0'
 local M = { vocab = num('vocab', 8000), d_model = num('d_model', 256), heads = num('heads', 4), ff = num('ff', 1024),
             enc_layers = num('enc_layers', 3), dec_layers = num('dec_layers', 3), qk_dim = args.qk_dim and num('qk_dim') }
 local max_len = 256 -- the recipe's: longer training pairs are dropped, longer eval sources truncated
@@ -69,6 +73,7 @@ else
 end
 for _, s in ipairs(scores) do pn.attention_variant(s) end -- an unknown score is an error now
 pn.set_num_threads(threads)
+local flush_ok = pn.set_flush_denormal(flush)
 local here = (arg and arg[0] or 'experiments/perf/nmt_cpu.lua'):match('^(.*)/[^/]*$') or '.'
 local py, pyinfo = bk.python('torch,numpy')
 if not py then error('nmt_cpu: ' .. pyinfo, 0) end
@@ -103,7 +108,8 @@ bk.header('NMT Transformer training step: penumbra vs PyTorch', {
   string.format('batches: Multi30k train, %d of %d (max_tokens %d): %d sentences, %d source + %d target tokens ' ..
     '(%.0f target tokens per step)', steps, #all, max_tokens, sum_rows, sum_src, sum_ntok, sum_ntok / steps),
   string.format('step: forward, label-smoothed CE (0.1), backward, clip 1.0, Adam (0.9, 0.98, wd 1e-4, lr %g); ' ..
-    'dropout %g; %d threads for both', lr, dropout, threads),
+    'dropout %g; %d threads for both; subnormals %s on both', lr, dropout, threads,
+    flush and (flush_ok and 'flushed to zero' or 'kept (this CPU has no flush mode)') or 'kept (IEEE)'),
   string.format('scores (ours): %s; peer: SDPA dot product', table.concat(scores, ', ')),
   string.format('ours: penumbra %s (commit %s), %s', pn.version, commit(), jit and jit.version or _VERSION),
   'peer: ' .. pyinfo .. ' (' .. py .. ')',
@@ -176,9 +182,10 @@ local function main()
   local fifo = dir .. '/reply'
   assert(os.execute('mkfifo ' .. sh_quote(fifo)))
   local cmd = string.format('%s %s --dir %s --reply %s --threads %d --batches %d --vocab %d --d-model %d --heads %d ' ..
-    '--ff %d --enc-layers %d --dec-layers %d --qk-dim %d --dropout %.17g --lr %.17g --max-positions %d --beam %d 2>%s',
+    '--ff %d --enc-layers %d --dec-layers %d --qk-dim %d --dropout %.17g --lr %.17g --max-positions %d --beam %d ' ..
+    '--flush-denormal %d 2>%s',
     sh_quote(py), sh_quote(here .. '/nmt_cpu_torch.py'), sh_quote(dir), sh_quote(fifo), threads, steps, M.vocab, M.d_model,
-    M.heads, M.ff, M.enc_layers, M.dec_layers, M.qk_dim or 0, dropout, lr, max_len + 2, beam,
+    M.heads, M.ff, M.enc_layers, M.dec_layers, M.qk_dim or 0, dropout, lr, max_len + 2, beam, flush and 1 or 0,
     sh_quote(dir .. '/peer.err'))
   -- a write to a peer that died must fail (and be reported), not end this process by SIGPIPE
   local ffi = require 'ffi'

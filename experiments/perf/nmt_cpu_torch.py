@@ -48,6 +48,7 @@ ap.add_argument('--dropout', type=float, default=0.2)
 ap.add_argument('--lr', type=float, default=5e-4)
 ap.add_argument('--max-positions', type=int, default=258)
 ap.add_argument('--beam', type=int, default=5)
+ap.add_argument('--flush-denormal', type=int, default=0)
 a = ap.parse_args()
 reply = open(a.reply, 'w', buffering=1)  # first: the driver waits for this end of the FIFO
 
@@ -72,6 +73,8 @@ except BaseException as e:  # noqa: BLE001 — reported to the driver, which sto
 
 PAD, BOS, EOS = 0, 2, 3
 torch.set_num_threads(a.threads)
+# the same floating-point mode as our side (nmt_cpu.lua flush_denormal=)
+flush_ok = torch.set_flush_denormal(bool(a.flush_denormal))
 torch.manual_seed(0)
 
 
@@ -289,10 +292,10 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4)
     params = list(model.named_parameters())
 
-    say('torch %s, threads %d (interop %d), OMP_WAIT_POLICY=%s, OPENBLAS_CORETYPE=%s, mkldnn %s' % (
+    say('torch %s, threads %d (interop %d), OMP_WAIT_POLICY=%s, OPENBLAS_CORETYPE=%s, mkldnn %s, flush_denormal %s' % (
         torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(),
         os.environ.get('OMP_WAIT_POLICY', '(unset)'), os.environ.get('OPENBLAS_CORETYPE', '(unset)'),
-        torch.backends.mkldnn.is_available()))
+        torch.backends.mkldnn.is_available(), bool(a.flush_denormal) and flush_ok))
 
     def loss_of(b):
         logits = model(b['src'], b['tgt_in'], b['mask'])

@@ -8,7 +8,9 @@
 --     limits = { lr = { 'number', above = 0 }, heads = { 'integer', min = 1 } },  -- optional: the
 --                                                          -- type and range of keys (penumbra.options
 --                                                          -- rules); epochs, steps, eval_every,
---                                                          -- patience, seed, threads have the runner's
+--                                                          -- patience, seed, threads, flush_denormal
+--                                                          -- (true: subnormals flushed for the run,
+--                                                          -- pn.set_flush_denormal) have the runner's
 --                                                          -- (steps = N instead of epochs: step-
 --                                                          -- based; eval_every = k; both optional)
 --     setup = function(cfg, run) return state end,        -- build data, model, optimiser
@@ -76,7 +78,7 @@ local options = require 'penumbra.options'
 M.RUNNER_LIMITS = {
   epochs = { 'integer', min = 1 }, steps = { 'integer', min = 1 }, eval_every = { 'integer', min = 1 },
   patience = { 'integer', min = 1 }, seed = { 'integer', min = 0, max = 2 ^ 53 }, threads = { 'integer', min = 0 },
-  device = { 'string', one_of = { 'cpu', 'cuda' } },
+  device = { 'string', one_of = { 'cpu', 'cuda' } }, flush_denormal = 'boolean',
 }
 
 -- cfg = defaults overridden by overrides (strings from the command line or typed values); then
@@ -686,6 +688,10 @@ function M.run(def, overrides)
   -- records the count (a recipe that set it in its setup left the file saying the default)
   local threads_before = pn.num_threads()
   if (cfg.threads or 0) > 0 then pn.set_num_threads(cfg.threads) end
+  -- flush_denormal = true|false (a recipe that has the key): subnormals flushed on the CPU
+  -- threads for this run only (core/fpmode.c)
+  local flush_before = pn.flush_denormal()
+  if cfg.flush_denormal ~= nil then pn.set_flush_denormal(cfg.flush_denormal) end
   pn.manual_seed(seed)
   math.randomseed(seed)
   local quiet = cfg.quiet or internal._quiet
@@ -865,6 +871,7 @@ function M.run(def, overrides)
   if lead and status == 'finished' then os.remove(state_path) end
   C.pn_interrupt_clear()
   pn.set_num_threads(threads_before)
+  pn.set_flush_denormal(flush_before)
   local elapsed = now() - t0
   result.seconds = elapsed
   result['seconds_per_' .. unit] = steps_run > 0 and elapsed / steps_run or 0

@@ -12,6 +12,15 @@ function pn.live_bytes() return tonumber(B.C.pn_live_bytes()) end
 function pn.live_nodes() return tonumber(B.C.pn_live_nodes()) end
 function pn.num_threads() return B.C.pn_num_threads() end
 function pn.set_num_threads(n) B.C.pn_set_num_threads(n) end
+-- Subnormal floats flushed to zero on penumbra's CPU threads (core/fpmode.c: why, and what it
+-- changes). pn.set_flush_denormal(true | false) → true, or false where the CPU has no such mode;
+-- pn.flush_denormal() → whether this thread flushes. Recipes with a flush_denormal key set it
+-- for their run (the NMT recipe's default is true).
+function pn.set_flush_denormal(on)
+  if type(on) ~= 'boolean' then error('set_flush_denormal: on must be true or false, got ' .. type(on), 2) end
+  return B.C.pn_set_flush_denormal(on and 1 or 0) ~= 0
+end
+function pn.flush_denormal() return B.C.pn_flush_denormal() ~= 0 end
 function pn.cuda_available() return B.C.pn_cuda_available() ~= 0 end -- = pn.cuda.available()
 
 -- The CPU attention kernels' register-blocked GEMM (core/attention/microkernel.h): 'avx512',
