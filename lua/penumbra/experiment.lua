@@ -690,7 +690,7 @@ function M.run(def, overrides)
   if (cfg.threads or 0) > 0 then pn.set_num_threads(cfg.threads) end
   -- flush_denormal = true|false (a recipe that has the key): subnormals flushed on the CPU
   -- threads for this run only (core/fpmode.c)
-  local flush_before = pn.flush_denormal()
+  local flush_before = cfg.flush_denormal ~= nil and pn.flush_denormal()
   if cfg.flush_denormal ~= nil then pn.set_flush_denormal(cfg.flush_denormal) end
   pn.manual_seed(seed)
   math.randomseed(seed)
@@ -871,7 +871,7 @@ function M.run(def, overrides)
   if lead and status == 'finished' then os.remove(state_path) end
   C.pn_interrupt_clear()
   pn.set_num_threads(threads_before)
-  pn.set_flush_denormal(flush_before)
+  if cfg.flush_denormal ~= nil then pn.set_flush_denormal(flush_before) end
   local elapsed = now() - t0
   result.seconds = elapsed
   result['seconds_per_' .. unit] = steps_run > 0 and elapsed / steps_run or 0
