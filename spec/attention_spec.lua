@@ -397,6 +397,39 @@ describe('attention values against the naive reference', function()
     end
   end)
 
+  -- the front end copies strided inputs once and the backward reads those copies: each
+  -- gradient must still land on its own input, for the output and for the weights
+  it('non-contiguous inputs get the same gradients as contiguous ones', function()
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      local opts = merge(case[3], { score = name })
+      local function grads(strided, weights)
+        local q, k, v = make_qkv(case, { 2, 3, 5, 4 }, { 2, 3, 6, 4 }, { 2, 3, 6, 4 }, 'f64', 3)
+        -- leaves in a transposed layout, handed to attention as transposed (strided) views
+        local ql, kl, vl = q, k, v
+        if strided then
+          ql, kl, vl = q:transpose(2, 3):contiguous(), k:transpose(1, 2):contiguous(), v:transpose(3, 4):contiguous()
+        end
+        ql:requires_grad_(); kl:requires_grad_(); vl:requires_grad_()
+        local qa, ka, va = ql, kl, vl
+        if strided then qa, ka, va = ql:transpose(2, 3), kl:transpose(1, 2), vl:transpose(3, 4) end
+        local out = weights and pn.attention_weights(qa, ka, opts) or pn.attention(qa, ka, va, opts)
+        -- a weighting that tells the rows and columns apart
+        local w = pn.arange(out:numel(), { dtype = 'f64' }):view(out:shape()):sin();
+        (out * w):sum():backward()
+        local g = { ql.grad, kl.grad, not weights and vl.grad or nil }
+        if strided then g = { g[1]:transpose(2, 3), g[2]:transpose(1, 2), g[3] and g[3]:transpose(3, 4) } end
+        return g
+      end
+      for _, weights in ipairs({ false, true }) do
+        local a, b = grads(true, weights), grads(false, weights)
+        for i = 1, weights and 2 or 3 do
+          assert_close(vals(a[i]), vals(b[i]), 1e-12, name .. (weights and ' weights' or '') .. ' input ' .. i)
+        end
+      end
+    end
+  end)
+
   it('ALiBi equals its bias −m_h·(i − j) with m_h = 2^(−8h/H)', function()
     local case = cases_of('dot')[1]
     for _, dtype in ipairs({ 'f64', 'f32' }) do

@@ -395,9 +395,10 @@ static void dense_saved_free(void *p) {
 static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin);
 
 /* Records out = op(q, k, v, o) for autograd when an input needs it (v = NULL: the weights,
- * out = w); takes *stat (set to NULL) when it does. */
+ * out = w); takes *stat (set to NULL) when it does. q, k, v are the graph's inputs; save holds
+ * the tensors the backward reads (their contiguous copies, see contig_inputs). */
 static pn_status dense_record(const char *op, pn_tensor *out, pn_tensor **stat, pn_tensor *q, pn_tensor *k,
-                              pn_tensor *v, const pn_attn_opts *o) {
+                              pn_tensor *v, pn_tensor *const save[3], const pn_attn_opts *o) {
     /* autograd inputs: q, k, v, bias, then the parameter tensors given (slots in sv->slot) */
     pn_tensor *ins[4 + PN_NPARAM] = {q, k, v, o->bias};
     int nin = 4, slot[PN_NPARAM];
@@ -412,9 +413,9 @@ static pn_status dense_record(const char *op, pn_tensor *out, pn_tensor **stat, 
     sv->o = *o;
     pn_attn_opts_retain(&sv->o);
     memcpy(sv->slot, slot, sizeof slot);
-    sv->q = pn_detach(q);
-    sv->k = pn_detach(k);
-    sv->v = v ? pn_detach(v) : NULL;
+    sv->q = pn_detach(save[0]);
+    sv->k = pn_detach(save[1]);
+    sv->v = v ? pn_detach(save[2]) : NULL;
     sv->out = pn_detach(out);
     sv->stat = *stat;
     *stat = NULL;
@@ -447,6 +448,20 @@ static pn_status dense_device(const char *op, const pn_tensor *q, const pn_tenso
     return PN_OK;
 }
 
+/* The kernels read q, k, v as contiguous rows. Heads split from a projection are strided
+ * views ((B, N, H, D) transposed), so the front end copies them once: the kernel reads the
+ * copies and the backward keeps them, rather than each pass copying the views again. c[i]
+ * NULL where in[i] is. */
+static pn_status contig_inputs(pn_tensor *const in[3], pn_tensor *c[3]) {
+    for (int i = 0; i < 3; i++) c[i] = NULL;
+    for (int i = 0; i < 3; i++)
+        if (in[i] && !(c[i] = pn_contig(in[i]))) {
+            for (int j = 0; j < i; j++) pn_release(c[j]);
+            return PN_ERR_OOM;
+        }
+    return PN_OK;
+}
+
 pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_opts *o) {
     const char *op = "attention";
     pn_attn_call c;
@@ -459,16 +474,20 @@ pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_
     int64_t oshape[PN_MAX_DIMS];
     memcpy(oshape, q->sizes, sizeof(int64_t) * (size_t)nd);
     oshape[nd - 1] = v->sizes[nd - 1];
+    pn_tensor *ci[3];
+    if (contig_inputs((pn_tensor *const[]){q, k, v}, ci)) return NULL;
     pn_tensor *out = pn_empty(nd, oshape, q->dt, dev);
     int64_t sshape[2] = {BH, Nq};
     pn_tensor *stat = out ? pn_empty(2, sshape, q->dt, dev) : NULL;
-    if (!stat || PN_KCALL(op, kt, attention_dense_fwd, q, k, v, o, out, stat)) goto fail;
-    if (dense_record(op, out, &stat, q, k, v, o)) goto fail;
+    if (!stat || PN_KCALL(op, kt, attention_dense_fwd, ci[0], ci[1], ci[2], o, out, stat)) goto fail;
+    if (dense_record(op, out, &stat, q, k, v, ci, o)) goto fail;
     pn_release(stat);
+    for (int i = 0; i < 3; i++) pn_release(ci[i]);
     return out;
 fail:
     pn_release(out);
     pn_release(stat);
+    for (int i = 0; i < 3; i++) pn_release(ci[i]);
     return NULL;
 }
 
@@ -498,14 +517,17 @@ pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *
     int64_t wshape[PN_MAX_DIMS], sshape[2] = {BH, Nq};
     memcpy(wshape, q->sizes, sizeof(int64_t) * (size_t)nd);
     wshape[nd - 1] = k->sizes[nd - 2];
+    pn_tensor *ci[3];
+    if (contig_inputs((pn_tensor *const[]){q, k, NULL}, ci)) return NULL;
     pn_tensor *w = pn_empty(nd, wshape, q->dt, dev);
     pn_tensor *stat = w ? pn_empty(2, sshape, q->dt, dev) : NULL;
-    if (!stat || PN_KCALL(op, kt, attention_dense_weights, q, k, o, w, stat) ||
-        dense_record(op, w, &stat, q, k, NULL, o)) {
+    if (!stat || PN_KCALL(op, kt, attention_dense_weights, ci[0], ci[1], o, w, stat) ||
+        dense_record(op, w, &stat, q, k, NULL, ci, o)) {
         pn_release(w);
         w = NULL;
     }
     pn_release(stat);
+    for (int i = 0; i < 3; i++) pn_release(ci[i]);
     return w;
 }
 
