@@ -283,6 +283,10 @@ pn_tensor *pn_sum_to_shape(pn_tensor *g, int nd, const int64_t *shape);
 /* ---- linear algebra (ops/matmul.c) ---------------------------------------------- */
 /* torch.matmul semantics: 1-D/2-D/N-D with batch broadcasting; OpenBLAS GEMM */
 pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b);
+/* torch.nn.functional.linear: x (…, in) @ wᵀ + b with w (out, in), b (out) or NULL → (…, out).
+ * The bias is written into the output and the GEMM adds onto it (BLAS's beta = 1), one pass
+ * over the output fewer than matmul then add. */
+pn_tensor *pn_linear(pn_tensor *x, pn_tensor *w, pn_tensor *b);
 /* a (M, K) · b (K, N) for an `a` that is mostly zeros (bag-of-words features: Cora 1.3%
  * dense): work ∝ nonzeros of a instead of M·K. Same values and gradients as pn_matmul. */
 pn_tensor *pn_matmul_sparse_lhs(pn_tensor *a, pn_tensor *b);

@@ -61,6 +61,17 @@ describe('cuda matmul (cuBLAS)', function()
       compare('matmul NaN ' .. dt, dt, TOL[dt], function(_, x, y) return x:matmul(y) end, { a, rnd({ 4, 2 }, dt, 6) })
     end, { SCHEDULES[1] })
   end)
+  -- pn.linear: the bias written into the output, cuBLAS adding onto it (beta = 1)
+  it_cuda('linear adds the bias through the GEMM: values and gradients of x, w and b', function()
+    each(function(dt)
+      compare('linear batched ' .. dt, dt, TOL[dt], function(_, x, w, b) return pn.linear(x, w, b) end,
+        { rnd({ 2, 7, 13 }, dt, 7), rnd({ 5, 13 }, dt, 8), rnd({ 5 }, dt, 9) + 40 }, { true, true, true })
+      compare('linear 1-D x, no bias ' .. dt, dt, TOL[dt], function(_, x, w) return pn.linear(x, w) end,
+        { rnd({ 13 }, dt, 10), rnd({ 5, 13 }, dt, 11) }, { true, true })
+      compare('linear no inputs ' .. dt, dt, TOL[dt], function(_, x, w, b) return pn.linear(x, w, b) end,
+        { rnd({ 3, 0 }, dt, 12), rnd({ 4, 0 }, dt, 13), rnd({ 4 }, dt, 14) })
+    end)
+  end)
 end)
 
 -- ---- matmul_sparse_lhs -----------------------------------------------------------------------------

@@ -233,6 +233,76 @@ describe('matmul errors', function()
   end)
 end)
 
+-- pn.linear (torch.nn.functional.linear): the bias is written into the output and the GEMM
+-- adds onto it (BLAS beta = 1), so every split of the GEMM must add, never overwrite
+describe('linear', function()
+  before_each(function() pn.manual_seed(17) end)
+
+  -- x (…, in) @ wᵀ + b by hand, from the naive matmul
+  local function ref_linear(x, w, b)
+    local want, wshape = ref_matmul(flat(x), x:shape(), flat(w:t():contiguous()), { w:size(2), w:size(1) })
+    if b then
+      local bv, out = flat(b), w:size(1)
+      for i = 1, #want do want[i] = want[i] + bv[(i - 1) % out + 1] end
+    end
+    return want, wshape
+  end
+  local function check_linear(x, w, b)
+    local y = pn.linear(x, w, b)
+    local want, wshape = ref_linear(x, w, b)
+    assert.same(wshape, y:shape())
+    local got, tol = flat(y), x:dtype() == 'f64' and 1e-12 or 1e-4
+    for i = 1, #want do
+      assert.is_true(math.abs(got[i] - want[i]) <= tol * (1 + math.abs(want[i])),
+        string.format('element %d: got %.9g, want %.9g', i, got[i], want[i]))
+    end
+  end
+
+  it('equals x @ wᵀ + b for 1-D, 2-D and N-D x, with and without a bias, on 1–3 threads', function()
+    local prev = pn.num_threads()
+    for _, nt in ipairs({ 1, 2, 3 }) do
+      pn.set_num_threads(nt)
+      for _, dt in ipairs({ 'f32', 'f64' }) do
+        local o = { dtype = dt }
+        -- biases far from zero: an overwrite instead of an add shows at once
+        check_linear(pn.randn(1000, 37, o), pn.randn(19, 37, o), pn.randn(19, o) + 50) -- tall: row blocks
+        check_linear(pn.randn(20, 300, o), pn.randn(997, 300, o), pn.randn(997, o) - 50) -- short, wide: columns
+        check_linear(pn.randn(3, 70, 90, o), pn.randn(80, 90, o), pn.randn(80, o) + 7)   -- folded batch
+        check_linear(pn.randn(5, o), pn.randn(3, 5, o), pn.randn(3, o))                  -- 1-D x
+        check_linear(pn.randn(4, 6, o), pn.randn(2, 6, o))                               -- no bias
+        check_linear(pn.randn(3, 5, o):t(), pn.randn(4, 3, o), pn.randn(4, o))           -- transposed x
+      end
+    end
+    pn.set_num_threads(prev)
+    -- no inputs: the output is the bias alone
+    assert.same({ { 1, 2 }, { 1, 2 } }, pn.linear(pn.zeros(2, 0), pn.zeros(2, 0), pn.tensor({ 1, 2 })):totable())
+  end)
+
+  it('passes an f64 gradcheck for x, w and b, and for any one of them', function()
+    local function leaf(...) return pn.randn({ ... }, { dtype = 'f64' }):requires_grad_() end
+    gradcheck(function(x, w, b) return pn.linear(x, w, b) end, { leaf(2, 3, 4), leaf(5, 4), leaf(5) })
+    gradcheck(function(x, w) return pn.linear(x, w) end, { leaf(4), leaf(3, 4) })
+    local x, w, b = pn.randn(3, 4, { dtype = 'f64' }), pn.randn(2, 4, { dtype = 'f64' }), pn.randn(2, { dtype = 'f64' })
+    gradcheck(function(t) return pn.linear(t, w, b) end, { leaf(3, 4) })
+    gradcheck(function(t) return pn.linear(x, t, b) end, { leaf(2, 4) })
+    gradcheck(function(t) return pn.linear(x, w, t) end, { leaf(2) })
+    assert.equal('linear', pn.linear(x, leaf(2, 4), b):grad_fn())
+  end)
+
+  it('names linear, the argument and the shapes on bad input', function()
+    local x, w = pn.randn(2, 3, 4), pn.randn(5, 4)
+    assert_error_matching(function() pn.linear(x, pn.randn(5, 3)) end, 'linear: x [2,3,4] and w [5,3]', 'w must be (out, in)')
+    assert_error_matching(function() pn.linear(x, pn.randn(4)) end, 'linear: x [2,3,4] and w [4]')
+    assert_error_matching(function() pn.linear(x, w, pn.randn(4)) end, 'linear: b [4] must be (out) = (5) for w [5,4]')
+    assert_error_matching(function() pn.linear(x, w, pn.randn(1, 5)) end, 'linear: b [1,5]')
+    assert_error_matching(function() pn.linear(x, w, pn.randn(5, { dtype = 'f64' })) end, 'b f64 [5]',
+      'need the same float dtype')
+    assert_error_matching(function() pn.linear(pn.ones({ 2, 4 }, { dtype = 'i32' }), pn.ones({ 5, 4 }, { dtype = 'i32' })) end,
+      'linear: x i32 [2,4]', 'need the same float dtype')
+    assert_error_matching(function() pn.linear(x, w, 1) end, 'linear: expected tensors x, w and an optional tensor b')
+  end)
+end)
+
 describe('matmul_sparse_lhs', function()
   local check = require 'spec.helpers.check'
   it('equals matmul on a mostly-zero lhs, values and gradients (f64)', function()

@@ -30,16 +30,17 @@
  * interface/gemm.c draws the line at the same place: 65536 · 4). */
 #define SMALL_GEMM 262144.0
 
-/* One BLAS call: c (m, n) row-major with leading dimension ldc; c = a · b. */
+/* One BLAS call: c (m, n) row-major with leading dimension ldc; c = a · b, or c += a · b with acc
+ * (beta 1: BLAS then skips its pass that zeroes c). */
 static void blas_gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_layout la, const char *b,
-                      pn_gemm_layout lb, char *c, int64_t ldc) {
+                      pn_gemm_layout lb, char *c, int64_t ldc, int acc) {
     CBLAS_TRANSPOSE ta = la.trans ? CblasTrans : CblasNoTrans, tb = lb.trans ? CblasTrans : CblasNoTrans;
     if (dt == PN_F32)
         cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a,
-                    (blasint)la.ld, (const float *)b, (blasint)lb.ld, 0.0f, (float *)c, (blasint)ldc);
+                    (blasint)la.ld, (const float *)b, (blasint)lb.ld, acc ? 1.0f : 0.0f, (float *)c, (blasint)ldc);
     else
         cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a,
-                    (blasint)la.ld, (const double *)b, (blasint)lb.ld, 0.0, (double *)c, (blasint)ldc);
+                    (blasint)la.ld, (const double *)b, (blasint)lb.ld, acc ? 1.0 : 0.0, (double *)c, (blasint)ldc);
 }
 
 /* Element offset of row i (NoTrans: i·ld; Trans: i) of a's (m, k) view, and of column j of
@@ -47,18 +48,18 @@ static void blas_gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn
 static int64_t row_off(pn_gemm_layout l, int64_t i) { return l.trans ? i : i * l.ld; }
 static int64_t col_off(pn_gemm_layout l, int64_t j) { return l.trans ? j * l.ld : j; }
 
-/* One GEMM: c (m, n) row-major with ldc = n; c = a · b. Outside any parallel region and big
+/* One GEMM: c (m, n) row-major with ldc = n; c = (or +=, acc) a · b. Outside any parallel region and big
  * enough, split into one block of rows (or, for a short wide c, of columns) per thread;
  * blocks are multiples of 16 so each thread's packing stays aligned to the kernels. */
 static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_layout la, const char *b,
-                  pn_gemm_layout lb, char *c) {
+                  pn_gemm_layout lb, char *c, int acc) {
     size_t es = pn_elsize(dt);
     /* any enclosing region, active or not (omp_in_parallel is false in an inactive one, whose
      * nested team libgomp would start and end at every call): stay on this thread */
     int nt = omp_get_level() > 0 ? 1 : omp_get_max_threads();
     double mnk = (double)m * (double)n * (double)k;
     if (nt < 2 || mnk <= SMALL_GEMM || (m < 32 && n < 32)) {
-        blas_gemm(dt, m, n, k, a, la, b, lb, c, n);
+        blas_gemm(dt, m, n, k, a, la, b, lb, c, n, acc);
         return;
     }
     bool by_rows = m >= n || m >= 16 * (int64_t)nt;
@@ -70,20 +71,20 @@ static void gemm1(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gem
     for (int64_t t = 0; t < nblk; t++) {
         int64_t lo = t * blk, cnt = lo + blk <= len ? blk : len - lo;
         if (by_rows)
-            blas_gemm(dt, cnt, n, k, a + (size_t)row_off(la, lo) * es, la, b, lb, c + (size_t)(lo * n) * es, n);
+            blas_gemm(dt, cnt, n, k, a + (size_t)row_off(la, lo) * es, la, b, lb, c + (size_t)(lo * n) * es, n, acc);
         else
-            blas_gemm(dt, m, cnt, k, a, la, b + (size_t)col_off(lb, lo) * es, lb, c + (size_t)lo * es, n);
+            blas_gemm(dt, m, cnt, k, a, la, b + (size_t)col_off(lb, lo) * es, lb, c + (size_t)lo * es, n, acc);
     }
 }
 
 /* The i-th GEMM of a batch: c's i-th (m, n) block = a's · b's (batch strides sa, sb over bshape) */
 static void batch_gemm(int dt, int bnd, const int64_t *bshape, const int64_t *sa, const int64_t *sb, int64_t i,
                        int64_t m, int64_t n, int64_t k, const char *pa, pn_gemm_layout la, const char *pb,
-                       pn_gemm_layout lb, char *pc) {
+                       pn_gemm_layout lb, char *pc, int acc) {
     const size_t es = pn_elsize(dt);
     int64_t oa, ob;
     pn_matmul_batch_offsets(bnd, bshape, sa, sb, i, &oa, &ob);
-    gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es);
+    gemm1(dt, m, n, k, pa + (size_t)oa * es, la, pb + (size_t)ob * es, lb, pc + (size_t)(i * m * n) * es, acc);
 }
 
 /* A contiguous copy made without autograd (the op records its own node). */
@@ -96,18 +97,18 @@ static pn_tensor *plain_copy(pn_tensor *x) {
     return c;
 }
 
-/* CPU kernel: c (batch..., m, n) contiguous = a (batch..., m, k) @ b (batch..., k, n).
+/* CPU kernel: c (batch..., m, n) contiguous = (or += with acc) a (batch..., m, k) @ b (batch..., k, n).
  * a, b: views whose batch strides (sa, sb; 0 where broadcast) are given over bshape. */
 pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, int64_t k, const pn_tensor *a,
                         const int64_t *sa, int64_t a_sm, int64_t a_sk, const pn_tensor *b, const int64_t *sb,
-                        int64_t b_sk, int64_t b_sn, pn_tensor *c) {
+                        int64_t b_sk, int64_t b_sn, pn_tensor *c, int acc) {
     const int dt = c->dt;
     int64_t nbatch = pn_shape_numel(bnd, bshape);
     char *pc = pn_ptr(c);
     size_t es = pn_elsize(dt);
     if (nbatch == 0 || m == 0 || n == 0) return PN_OK;
     if (k == 0) { /* empty sum */
-        memset(pc, 0, (size_t)(nbatch * m * n) * es);
+        if (!acc) memset(pc, 0, (size_t)(nbatch * m * n) * es);
         return PN_OK;
     }
     pn_gemm_layout la = pn_gemm_layout_of(m, k, a_sm, a_sk), lb = pn_gemm_layout_of(k, n, b_sk, b_sn);
@@ -118,7 +119,7 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
     if (rs >= 0 && nbatch * m <= INT_MAX) {
         pn_gemm_layout tall = {0, rs, true};
         PN_BLAS_SERIAL_BEGIN;
-        gemm1(dt, nbatch * m, n, k, pa, tall, pb, lb, pc);
+        gemm1(dt, nbatch * m, n, k, pa, tall, pb, lb, pc, acc);
         PN_BLAS_SERIAL_END;
         return PN_OK;
     }
@@ -132,10 +133,10 @@ pn_status pn_cpu_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, in
     if (par) {
         #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < nbatch; i++)
-            batch_gemm(dt, bnd, bshape, sa, sb, i, m, n, k, pa, la, pb, lb, pc);
+            batch_gemm(dt, bnd, bshape, sa, sb, i, m, n, k, pa, la, pb, lb, pc, acc);
     } else {
         for (int64_t i = 0; i < nbatch; i++)
-            batch_gemm(dt, bnd, bshape, sa, sb, i, m, n, k, pa, la, pb, lb, pc);
+            batch_gemm(dt, bnd, bshape, sa, sb, i, m, n, k, pa, la, pb, lb, pc, acc);
     }
     PN_BLAS_SERIAL_END;
     return PN_OK;
@@ -212,7 +213,10 @@ cleanup:
 }
 
 /* ---- forward ---------------------------------------------------------------------------- */
-pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
+/* out = a @ b, or with addend (broadcast to the product's shape) out = addend + a @ b: the
+ * addend is written into out first and the GEMM adds onto it (pn_linear's bias). Checks,
+ * the product's shape, operands BLAS cannot read copied; records no autograd. */
+static pn_tensor *matmul_fwd(pn_tensor *a, pn_tensor *b, pn_tensor *addend) {
     int dev;
     const pn_kernels *kt;
     if (!a || !b) return pn_error_null(PN_ERR_ARG, "matmul: %s is nil", a ? "b" : "a");
@@ -282,14 +286,23 @@ pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
         pn_broadcast_strides(&vb, bnd, bshape, sb);
     }
     pn_tensor *out = pn_empty(ond, oshape, a->dt, dev);
-    pn_status st = out ? PN_KCALL("matmul", kt, matmul, bnd, bshape, m, n, ka, ac, sa, a_sm, a_sk, bc, sb, b_sk, b_sn, out)
-                       : PN_ERR_OOM;
+    pn_status st = out ? PN_OK : PN_ERR_OOM;
+    if (!st && addend) st = pn_copy_(out, addend);
+    if (!st)
+        st = PN_KCALL("matmul", kt, matmul, bnd, bshape, m, n, ka, ac, sa, a_sm, a_sk, bc, sb, b_sk, b_sn, out,
+                      addend != NULL);
     pn_release(ac);
     pn_release(bc);
     if (st) {
         pn_release(out);
         return NULL;
     }
+    return out;
+}
+
+pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
+    pn_tensor *out = matmul_fwd(a, b, NULL);
+    if (!out) return NULL;
     pn_tensor *ins[2] = {a, b};
     if (pn_ag_needed(2, ins)) {
         pn_node *node = pn_ag_record(out, "matmul", matmul_bw, 2, ins);
@@ -298,6 +311,66 @@ pn_tensor *pn_matmul(pn_tensor *a, pn_tensor *b) {
             return NULL;
         }
         if (pn_ag_save(node, a) || pn_ag_save(node, b)) {
+            pn_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* ---- linear: x @ wᵀ + b ------------------------------------------------------------------ */
+/* saved: [0] x, [1] w. g (…, out) → dx = g @ w (…, in), dw = g₂ᵀ @ x₂ over the rows of every
+ * leading dim (out, in), db = g summed down to (out). */
+static pn_status linear_bw(pn_node *n, pn_tensor *g, pn_tensor **gin) {
+    pn_tensor *x = n->saved[0], *w = n->saved[1];
+    const int64_t out_f = w->sizes[0], in_f = w->sizes[1];
+    if (pn_ag_input_needs(n, 0) && !(gin[0] = pn_matmul(g, w))) return PN_ERR_OOM;
+    if (pn_ag_input_needs(n, 1)) {
+        int64_t sg[2] = {-1, out_f}, sx[2] = {-1, in_f};
+        pn_tensor *g2 = pn_reshape(g, 2, sg), *x2 = pn_reshape(x, 2, sx);
+        pn_tensor *g2t = g2 ? pn_transpose(g2, 0, 1) : NULL;
+        gin[1] = g2t && x2 ? pn_matmul(g2t, x2) : NULL;
+        pn_release(g2);
+        pn_release(x2);
+        pn_release(g2t);
+        if (!gin[1]) return PN_ERR_OOM;
+    }
+    if (n->n_in > 2 && pn_ag_input_needs(n, 2) && !(gin[2] = pn_sum_to_shape(g, 1, &out_f))) return PN_ERR_OOM;
+    return PN_OK;
+}
+
+pn_tensor *pn_linear(pn_tensor *x, pn_tensor *w, pn_tensor *b) {
+    const char *op = "linear";
+    if (!x || !w) return pn_error_null(PN_ERR_ARG, "linear: %s is nil", x ? "w" : "x");
+    int dev;
+    const pn_kernels *kt;
+    if (pn_kernels_for(op, b ? 3 : 2, (const pn_tensor *const[]){x, w, b}, (const char *const[]){"x", "w", "b"}, &dev,
+                       &kt))
+        return NULL;
+    if (!pn_is_float(x->dt) || w->dt != x->dt || (b && b->dt != x->dt))
+        return pn_error_null(PN_ERR_DTYPE, "linear: x %s %s, w %s %s%s%s%s%s: need the same float dtype (f32 or f64)",
+                             pn_dtype_name(x->dt), pn_shape_str(x), pn_dtype_name(w->dt), pn_shape_str(w),
+                             b ? ", b " : "", b ? pn_dtype_name(b->dt) : "", b ? " " : "", b ? pn_shape_str(b) : "");
+    if (w->nd != 2 || x->nd < 1 || x->sizes[x->nd - 1] != w->sizes[1])
+        return pn_error_null(PN_ERR_SHAPE, "linear: x %s and w %s: w must be (out, in) with in = x's last dim",
+                             pn_shape_str(x), pn_shape_str(w));
+    if (b && (b->nd != 1 || b->sizes[0] != w->sizes[0]))
+        return pn_error_null(PN_ERR_SHAPE, "linear: b %s must be (out) = (%lld) for w %s", pn_shape_str(b),
+                             (long long)w->sizes[0], pn_shape_str(w));
+    /* the product on detached views, so that only the linear node below is recorded */
+    pn_tensor *xd = pn_detach(x), *wd = pn_detach(w), *bd = b ? pn_detach(b) : NULL;
+    pn_tensor *wt = wd ? pn_transpose(wd, 0, 1) : NULL;
+    pn_tensor *out = xd && wt && (!b || bd) ? matmul_fwd(xd, wt, bd) : NULL;
+    pn_release(xd);
+    pn_release(wd);
+    pn_release(bd);
+    pn_release(wt);
+    if (!out) return NULL;
+    pn_tensor *ins[3] = {x, w, b};
+    const int nin = b ? 3 : 2;
+    if (pn_ag_needed(nin, ins)) {
+        pn_node *node = pn_ag_record(out, op, linear_bw, nin, ins);
+        if (!node || pn_ag_save(node, x) || pn_ag_save(node, w)) {
             pn_release(out);
             return NULL;
         }

@@ -24,10 +24,10 @@
 
 namespace {
 
-/* C (m, n) row-major, ldc = n, = A (m, k) · B (k, n), as the column-major Cᵀ = Bᵀ·Aᵀ. Batched
- * when count > 1 (strides in elements). */
+/* C (m, n) row-major, ldc = n, = (or += with acc: beta 1) A (m, k) · B (k, n), as the
+ * column-major Cᵀ = Bᵀ·Aᵀ. Batched when count > 1 (strides in elements). */
 pn_status gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_layout la, int64_t sa, const char *b,
-               pn_gemm_layout lb, int64_t sb, char *c, int64_t sc, int64_t count) {
+               pn_gemm_layout lb, int64_t sb, char *c, int64_t sc, int64_t count, int acc) {
     cublasHandle_t h = pn_cu_blas();
     /* column-major view: first operand Bᵀ (n, k): B row-major (trans 0) is exactly that matrix
      * (OP_N, ld); B transposed row-major is Bᵀ stored transposed (OP_T, ld). Same for Aᵀ. */
@@ -35,23 +35,23 @@ pn_status gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_l
     int M = (int)n, N = (int)m, K = (int)k, ldb = (int)lb.ld, lda = (int)la.ld, ldc = (int)n;
     cublasStatus_t s;
     if (dt == PN_F32) {
-        const float one = 1.0f, zero = 0.0f;
+        const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
         const cublasComputeType_t ct = pn_cu_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
         if (count == 1)
-            s = cublasGemmEx(h, ob, oa, M, N, K, &one, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &zero, c, CUDA_R_32F,
+            s = cublasGemmEx(h, ob, oa, M, N, K, &one, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F,
                              ldc, ct, CUBLAS_GEMM_DEFAULT);
         else
             s = cublasGemmStridedBatchedEx(h, ob, oa, M, N, K, &one, b, CUDA_R_32F, ldb, (long long)sb, a, CUDA_R_32F,
-                                           lda, (long long)sa, &zero, c, CUDA_R_32F, ldc, (long long)sc, (int)count,
+                                           lda, (long long)sa, &beta, c, CUDA_R_32F, ldc, (long long)sc, (int)count,
                                            ct, CUBLAS_GEMM_DEFAULT);
     } else {
-        const double one = 1.0, zero = 0.0;
+        const double one = 1.0, beta = acc ? 1.0 : 0.0;
         if (count == 1)
-            s = cublasDgemm(h, ob, oa, M, N, K, &one, (const double *)b, ldb, (const double *)a, lda, &zero,
+            s = cublasDgemm(h, ob, oa, M, N, K, &one, (const double *)b, ldb, (const double *)a, lda, &beta,
                             (double *)c, ldc);
         else
             s = cublasDgemmStridedBatched(h, ob, oa, M, N, K, &one, (const double *)b, ldb, (long long)sb,
-                                          (const double *)a, lda, (long long)sa, &zero, (double *)c, ldc,
+                                          (const double *)a, lda, (long long)sa, &beta, (double *)c, ldc,
                                           (long long)sc, (int)count);
     }
     return pn_cu_blas_check("matmul", s);
@@ -61,14 +61,14 @@ pn_status gemm(int dt, int64_t m, int64_t n, int64_t k, const char *a, pn_gemm_l
 
 pn_status pn_cuda_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, int64_t k, const pn_tensor *a,
                          const int64_t *sa, int64_t a_sm, int64_t a_sk, const pn_tensor *b, const int64_t *sb,
-                         int64_t b_sk, int64_t b_sn, pn_tensor *c) {
+                         int64_t b_sk, int64_t b_sn, pn_tensor *c, int acc) {
     const int dt = c->dt;
     const int64_t nbatch = pn_shape_numel(bnd, bshape);
     const size_t es = pn_elsize(dt);
     char *pc = pn_ptr(c);
     if (nbatch == 0 || m == 0 || n == 0) return PN_OK;
     if (k == 0) /* empty sum */
-        return pn_cu_check("matmul", cudaMemsetAsync(pc, 0, (size_t)(nbatch * m * n) * es, pn_cu_stream()));
+        return acc ? PN_OK : pn_cu_check("matmul", cudaMemsetAsync(pc, 0, (size_t)(nbatch * m * n) * es, pn_cu_stream()));
     pn_gemm_layout la = pn_gemm_layout_of(m, k, a_sm, a_sk), lb = pn_gemm_layout_of(k, n, b_sk, b_sn);
     if (!la.ok || !lb.ok)
         return pn_error(PN_ERR_ARG, "matmul: an operand's strides are not a BLAS layout (the front end copies those)");
@@ -78,19 +78,19 @@ pn_status pn_cuda_matmul(int bnd, const int64_t *bshape, int64_t m, int64_t n, i
     int64_t rs = pn_matmul_tall_stride(bnd, bshape, nbatch, sa, sb, m, k, a_sm, a_sk);
     if (rs >= 0 && nbatch * m <= INT_MAX) {
         pn_gemm_layout tall = {0, rs, true};
-        return gemm(dt, nbatch * m, n, k, pa, tall, 0, pb, lb, 0, pc, 0, 1);
+        return gemm(dt, nbatch * m, n, k, pa, tall, 0, pb, lb, 0, pc, 0, 1, acc);
     }
     /* one strided batched call when each operand's batch offsets are uniform: offset(i) = i·st
      * over the flat batch index (st 0 where broadcast) — the batch as a run of rows of one */
     int64_t ua = pn_matmul_merged_row_stride(bnd, bshape, sa, 1, 0);
     int64_t ub = pn_matmul_merged_row_stride(bnd, bshape, sb, 1, 0);
-    if (nbatch <= INT_MAX && ua >= 0 && ub >= 0) return gemm(dt, m, n, k, pa, la, ua, pb, lb, ub, pc, m * n, nbatch);
+    if (nbatch <= INT_MAX && ua >= 0 && ub >= 0) return gemm(dt, m, n, k, pa, la, ua, pb, lb, ub, pc, m * n, nbatch, acc);
     /* otherwise one GEMM per batch, in order on the stream */
     for (int64_t i = 0; i < nbatch; i++) {
         int64_t oa, ob;
         pn_matmul_batch_offsets(bnd, bshape, sa, sb, i, &oa, &ob);
         PN_TRY(gemm(dt, m, n, k, pa + (size_t)oa * es, la, 0, pb + (size_t)ob * es, lb, 0,
-                    pc + (size_t)(i * m * n) * es, 0, 1));
+                    pc + (size_t)(i * m * n) * es, 0, 1, acc));
     }
     return PN_OK;
 }

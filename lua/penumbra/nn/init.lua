@@ -82,10 +82,12 @@ function nn.Linear:forward(x)
     raise(string.format('Linear(%d → %d): x %s must have %d features in its last dim', self.in_features,
       self.out_features, pn.is_tensor(x) and ('[' .. table.concat(x:shape(), ',') .. ']') or type(x), self.in_features))
   end
-  local wt = self.weight:transpose(1, 2)
-  local y = (self.sparse_input and x:dim() == 2) and pn.matmul_sparse_lhs(x, wt) or x:matmul(wt)
-  if self.bias then y = y + self.bias end
-  return y
+  if self.sparse_input and x:dim() == 2 then
+    local y = pn.matmul_sparse_lhs(x, self.weight:transpose(1, 2))
+    if self.bias then y = y + self.bias end
+    return y
+  end
+  return pn.linear(x, self.weight, self.bias)
 end
 function nn.Linear:extra_repr() return self.in_features .. ' → ' .. self.out_features end
 
