@@ -5,6 +5,7 @@
 #define PN_OPS_OPTIM_H
 
 #include "../internal.h"
+#include "fast_math.h" /* PN_INLINE: inlined into ops/optim.c's vectorised loop */
 
 /* Adam's per-step constants (the bias corrections of step) */
 typedef struct {
@@ -24,7 +25,7 @@ static inline pn_adam_hp pn_adam_hp_of(double lr, double beta1, double beta2, do
 }
 
 /* one element: gradient g, parameter *p, moments *m, *v updated in place */
-PN_HD static inline void pn_adam_elem(const pn_adam_hp *h, double g, double *p, double *m, double *v) {
+PN_HD PN_INLINE void pn_adam_elem(const pn_adam_hp *h, double g, double *p, double *m, double *v) {
     double pi = *p;
     if (h->decoupled) pi -= h->lr * h->weight_decay * pi;
     else g += h->weight_decay * pi;
