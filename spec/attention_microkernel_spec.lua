@@ -179,4 +179,41 @@ print(pcall(pn.attention, q, q, q, { score = 'dot' }))
     end
     assert.is_true(cases >= 9 * 7 - 3, 'cases run: ' .. cases)
   end)
+
+  -- the backward's query tiles are 64 or 128 rows (pn_attn_bwd_tq: 128 for long sequences on a
+  -- core with a large L2); PENUMBRA_ATTN_BWD_TQ forces one, so both run on any machine
+  it('the backward gives the same gradients with 64- and 128-row query tiles; a bad tile height is an error', function()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite); int unsetenv(const char *name);')
+    local prev, threads = os.getenv('PENUMBRA_ATTN_BWD_TQ'), pn.num_threads()
+    local function restore()
+      if prev then ffi.C.setenv('PENUMBRA_ATTN_BWD_TQ', prev, 1) else ffi.C.unsetenv('PENUMBRA_ATTN_BWD_TQ') end
+      pn.set_num_threads(threads)
+    end
+    local ok, err = pcall(function()
+      pn.set_num_threads(2) -- one head over 2 threads: its query tiles split, dK / dV summed over the splits
+      local TILES = {
+        { B = 1, H = 1, Nq = 300, Nk = 290, D = 64, Dv = 40, causal = true },   -- 3 tiles of 128 (the last 44), 5 of 64
+        { B = 2, H = 1, Nq = 129, Nk = 257, D = 33, Dv = 64, mask = true, bias = true },
+        { B = 1, H = 1, Nq = 200, Nk = 70, D = 16, weights = true },
+      }
+      for _, score in ipairs({ 'dot', 'umbral', 'penumbral', 'hyperbolic' }) do
+        for n, size in ipairs(TILES) do
+          local c = { score = score, seed = 90 + n }
+          for key, v in pairs(size) do c[key] = v end
+          local x, names, mask = inputs_of(c)
+          ffi.C.setenv('PENUMBRA_ATTN_BWD_TQ', '64', 1)
+          local ref = run(c, 'f32', x, names, mask)
+          ffi.C.setenv('PENUMBRA_ATTN_BWD_TQ', '128', 1)
+          same(run(c, 'f32', x, names, mask), ref, 1e-5, label(c) .. ' 128-row vs 64-row tiles')
+        end
+      end
+      ffi.C.setenv('PENUMBRA_ATTN_BWD_TQ', '96', 1)
+      local q = pn.randn({ 1, 1, 3, 4 }):requires_grad_()
+      check.assert_error_matching(function() pn.attention(q, q, q, {}):sum():backward() end,
+        "attention: PENUMBRA_ATTN_BWD_TQ must be 64 or 128 (query rows per backward tile), got '96'")
+    end)
+    restore()
+    assert(ok, err)
+  end)
 end)

@@ -201,9 +201,17 @@ void pn_attn_opts_retain(pn_attn_opts *o);
 void pn_attn_opts_release(pn_attn_opts *o);
 
 /* ---- one call of a driver: inputs made contiguous and canonical, terms computed ---------- */
-#define PN_TQ 64          /* query rows per tile */
+#define PN_TQ 64          /* query rows per tile (the backward: pn_attn_bwd_tq's) */
+#define PN_TQ_BWD_MAX 128 /* the backward's tallest query tile */
 #define PN_TK 256          /* keys per tile */
 #define PN_MAX_SPLITS 64  /* backward: most copies of dK/dV per head (see dense.c) */
+
+/* Query rows per tile of the dense CPU backward for Nq queries: 128 where the tile's five
+ * products gain from reading each K and V tile for twice the rows (Nq >= 512 and a core's L2
+ * of at least 2 MiB, where the tile's score buffers still fit: 0.92-0.96x the backward's time
+ * on an Emerald Rapids Xeon), else PN_TQ. PENUMBRA_ATTN_BWD_TQ=64|128 forces one (the specs
+ * run both); any other value sets the error and returns 0. */
+int64_t pn_attn_bwd_tq(const char *op, int64_t Nq);
 
 typedef struct {
     const char *op;

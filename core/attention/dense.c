@@ -38,6 +38,7 @@
 #include "../blas.h"
 #include <omp.h>
 #include <stdio.h>
+#include <unistd.h> /* sysconf: the L2 size for pn_attn_bwd_tq */
 
 /* the whole driver vectorizes its float selects (fastmath.h, ops/fast_math.h) */
 PN_NOTRAP_BEGIN
@@ -622,6 +623,22 @@ static void add_into(int dt, void *a, const void *b, int64_t n) {
     }
 }
 
+int64_t pn_attn_bwd_tq(const char *op, int64_t Nq) {
+    const char *e = getenv("PENUMBRA_ATTN_BWD_TQ");
+    if (e && *e) {
+        if (!strcmp(e, "64") || !strcmp(e, "128")) return atoi(e);
+        pn_error(PN_ERR_ARG, "%s: PENUMBRA_ATTN_BWD_TQ must be 64 or 128 (query rows per backward tile), got '%s'",
+                 op, e);
+        return 0;
+    }
+    static long l2 = -1; /* bytes; 0 when the system does not say */
+    if (l2 < 0) {
+        long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        __atomic_store_n(&l2, v > 0 ? v : 0, __ATOMIC_RELAXED);
+    }
+    return Nq >= 512 && __atomic_load_n(&l2, __ATOMIC_RELAXED) >= (2L << 20) ? PN_TQ_BWD_MAX : PN_TQ;
+}
+
 /* dq, dk, dv (the inputs' shapes), gb (the bias's shape, or NULL) and dparam[p] (parameter
  * p's shape, or NULL) are zeros: the kernel adds the gradients into them. */
 pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, const pn_tensor *v,
@@ -633,7 +650,12 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
     PN_TRY(dense_call_init(&c, op, q, k, v, o, 1));
     const int dt = c.dt;
     const size_t es = esize(dt);
-    const int64_t nqt = (c.Nq + PN_TQ - 1) / PN_TQ;
+    const int64_t tq = pn_attn_bwd_tq(op, c.Nq);
+    if (!tq) {
+        pn_attn_call_free(&c);
+        return PN_ERR_ARG;
+    }
+    const int64_t nqt = (c.Nq + tq - 1) / tq;
     const int nthreads = omp_get_max_threads();
     int64_t S = 1;
     if (c.BH < 2 * nthreads) {
@@ -694,6 +716,7 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
             (a).dkt[s][0] = bb.dkt[s][0], (a).dkt[s][1] = bb.dkt[s][1];                    \
         }                                                                                  \
         (a).dqt[0] = bb.dqt[0], (a).dqt[1] = bb.dqt[1], (a).dparam = bb.dparam, (a).S = S; \
+        (a).tq = tq;                                                                       \
         (a).gbias = want_gbias ? (per_thread ? bb.gbias_threads : VP(gb)) : NULL;          \
         memcpy((a).gbs, gbs, sizeof gbs);                                                  \
         (a).gbias_numel = gb_numel, (a).gbias_per_thread = per_thread;                     \

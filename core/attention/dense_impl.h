@@ -6,8 +6,8 @@
  * 1e-10; one body keeps them from drifting apart). No include guard on purpose.
  *
  * Layout (pn_attn_call): q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv) contiguous, BH = B·H,
- * head h = bh % H. Work is split into query tiles of PN_TQ rows; each tile walks the keys
- * in tiles of PN_TK. Scores: G = Q_g·K_gᵀ (GEMM), then per row the score's epilogue, the
+ * head h = bh % H. Work is split into query tiles of PN_TQ rows (the backward's: pn_attn_bwd_tq);
+ * each tile walks the keys in tiles of PN_TK. Scores: G = Q_g·K_gᵀ (GEMM), then per row the score's epilogue, the
  * bias / ALiBi / mask / causal modifiers, and the normalisation (online softmax with a
  * running max and sum, or sigmoid); acc += P·V (GEMM). Nothing of size Nq×Nk exists. */
 
@@ -636,6 +636,7 @@ typedef struct {
     double *dqt[2];                 /* (BH, Nq) or NULL */
     double *dparam;                 /* (BH, S, PN_NPARAM) */
     int64_t S;                      /* splits of each head's query tiles */
+    int64_t tq;                     /* query rows per tile (pn_attn_bwd_tq) */
     real *gbias;                    /* bias gradient (bias's shape) or NULL */
     int64_t gbs[4];                 /* its canonical strides */
     int64_t gbias_numel;
@@ -644,12 +645,12 @@ typedef struct {
 } SFX(bwd_args);
 
 typedef struct {
-    real *G, *S, *P, *dP; /* (PN_TQ, PN_TK) */
-    real *Drow;           /* (PN_TQ) */
-    uint8_t *near;        /* (PN_TQ, PN_TK): distance scores' pairs computed from differences */
-    real *save;           /* (PN_EPI_NSAVE, PN_TQ, PN_TK) for scores with fwd_save / vjp_saved */
-    /* microkernel (a->pk): the query tile's dO and Q_g in column panels (PN_TQ·Dvp, PN_TQ·Dgp),
-     * dQ's accumulator (PN_TQ, Dgp) and a key tile's dK or dV rows (PN_TK, max(Dgp, Dvp)) */
+    real *G, *S, *P, *dP; /* (TQ, PN_TK), TQ = the args' tq */
+    real *Drow;           /* (TQ) */
+    uint8_t *near;        /* (TQ, PN_TK): distance scores' pairs computed from differences */
+    real *save;           /* (PN_EPI_NSAVE, TQ, PN_TK) for scores with fwd_save / vjp_saved */
+    /* microkernel (a->pk): the query tile's dO and Q_g in column panels (TQ·Dvp, TQ·Dgp),
+     * dQ's accumulator (TQ, Dgp) and a key tile's dK or dV rows (PN_TK, max(Dgp, Dvp)) */
     real *dOp, *Qp, *dQacc, *T;
 } SFX(bwd_scratch);
 
@@ -677,10 +678,10 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     real *dkt1 = a->dkt[split][1] ? a->dkt[split][1] + bh * Nk : NULL;
     real *dg = a->dg[split] ? a->dg[split] + bh * Nk : NULL;
     double *dparam = a->dparam + (bh * a->S + split) * PN_NPARAM;
-    const int64_t nqt = (Nq + PN_TQ - 1) / PN_TQ;
+    const int64_t TQ = a->tq, nqt = (Nq + TQ - 1) / TQ;
 
     for (int64_t t = split; t < nqt; t += a->S) {
-        const int64_t i0 = t * PN_TQ, tq = Nq - i0 < PN_TQ ? Nq - i0 : PN_TQ;
+        const int64_t i0 = t * TQ, tq = Nq - i0 < TQ ? Nq - i0 : TQ;
         const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
         /* the weights' backward is the output's with V = I: O = W, dO = dW and dP = dW */
         const int64_t Do = a->weights ? Nk : Dv;
@@ -695,15 +696,15 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
         const mk_packed *pk = a->pk;
         const pn_microkernel *mk = pk ? pk->mk : NULL;
         const int64_t NR = mk ? mk->nr : 1, Dgp = pk ? pk->Dgp : Dg, Dvp = pk ? pk->Dvp : Dv;
-        if (pk && !a->weights) pn_mk_pack_cols(tq, Dv, dO, Dv, (int)NR, PN_TQ * NR, w->dOp);
+        if (pk && !a->weights) pn_mk_pack_cols(tq, Dv, dO, Dv, (int)NR, TQ * NR, w->dOp);
         if (pk && gemm) {
-            pn_mk_pack_cols(tq, Dg, Q, D, (int)NR, PN_TQ * NR, w->Qp);
+            pn_mk_pack_cols(tq, Dg, Q, D, (int)NR, TQ * NR, w->Qp);
             memset(w->dQacc, 0, sizeof(real) * (size_t)(tq * Dgp));
         }
 #else
         const void *pk = NULL;
 #endif
-        double dqt[PN_TQ][2];
+        double dqt[PN_TQ_BWD_MAX][2];
         memset(dqt, 0, sizeof dqt);
         for (int64_t i = 0; i < tq; i++) {
             real s = 0;
@@ -746,10 +747,10 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             if (a->weights) {
                 for (int64_t i = 0; i < tq; i++) memcpy(w->dP + i * PN_TK, dO + i * Do + j0, sizeof(real) * (size_t)tk);
             } else if (Dv == 0) {
-                memset(w->dP, 0, sizeof(real) * PN_TQ * PN_TK);
+                memset(w->dP, 0, sizeof(real) * TQ * PN_TK);
             } else if (pk) {
 #if PN_DENSE_MK
-                mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, PN_TQ * NR, w->T, Dvp, 0); /* Pᵀ·dO */
+                mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, w->T, Dvp, 0); /* Pᵀ·dO */
                 SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * Dv, Dv);                       /* dV += */
                 mk_prod(mk, tq, tk, Dv, dO, Dv, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
                         0); /* dP = dO·Vᵀ */
@@ -804,7 +805,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
 #if PN_DENSE_MK
                 mk_prod(mk, tq, Dg, tk, w->dP, PN_TK, 1, pk->Kc + bh * Dgp * Nk + j0 * NR, Nk * NR, w->dQacc, Dgp,
                         1);                                                               /* dQ += dG·K */
-                mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, PN_TQ * NR, w->T, Dgp, 0); /* dGᵀ·Q */
+                mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, w->T, Dgp, 0); /* dGᵀ·Q */
                 SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * D, D);                        /* dK += */
 #endif
             } else if (gemm) {
@@ -839,23 +840,24 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
     {
         SFX(bwd_scratch) w;
         const int nsave = c->st.plan.EPI_FWDS && c->st.plan.EPI_VJPS ? PN_EPI_NSAVE : 0;
-        real *buf = malloc(sizeof(real) * (PN_TQ * PN_TK * (4 + nsave) + PN_TQ));
+        const int64_t TQ = a->tq;
+        real *buf = malloc(sizeof(real) * (size_t)(TQ * PN_TK * (4 + nsave) + TQ));
         w.G = buf;
-        w.S = buf ? buf + PN_TQ * PN_TK : NULL;
-        w.P = buf ? buf + 2 * PN_TQ * PN_TK : NULL;
-        w.dP = buf ? buf + 3 * PN_TQ * PN_TK : NULL;
-        w.Drow = buf ? buf + 4 * PN_TQ * PN_TK : NULL;
-        w.save = buf && nsave ? buf + 4 * PN_TQ * PN_TK + PN_TQ : NULL;
-        w.near = buf ? malloc(PN_TQ * PN_TK) : NULL;
+        w.S = buf ? buf + TQ * PN_TK : NULL;
+        w.P = buf ? buf + 2 * TQ * PN_TK : NULL;
+        w.dP = buf ? buf + 3 * TQ * PN_TK : NULL;
+        w.Drow = buf ? buf + 4 * TQ * PN_TK : NULL;
+        w.save = buf && nsave ? buf + 4 * TQ * PN_TK + TQ : NULL;
+        w.near = buf ? malloc((size_t)(TQ * PN_TK)) : NULL;
         real *mkbuf = NULL;
         w.dOp = w.Qp = w.dQacc = w.T = NULL;
 #if PN_DENSE_MK
         if (a->pk) {
             const int64_t Dgp = a->pk->Dgp, Dvp = a->pk->Dvp, wide = Dgp > Dvp ? Dgp : Dvp;
-            mkbuf = malloc(sizeof(real) * (size_t)(PN_TQ * (Dvp + 2 * Dgp) + PN_TK * wide + 1));
+            mkbuf = malloc(sizeof(real) * (size_t)(TQ * (Dvp + 2 * Dgp) + PN_TK * wide + 1));
             if (mkbuf) {
-                w.dOp = mkbuf, w.Qp = w.dOp + PN_TQ * Dvp, w.dQacc = w.Qp + PN_TQ * Dgp;
-                w.T = w.dQacc + PN_TQ * Dgp;
+                w.dOp = mkbuf, w.Qp = w.dOp + TQ * Dvp, w.dQacc = w.Qp + TQ * Dgp;
+                w.T = w.dQacc + TQ * Dgp;
             } else {
                 free(buf); /* reported below as buf's failure */
                 buf = NULL;
