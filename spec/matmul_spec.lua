@@ -293,6 +293,7 @@ describe('linear', function()
     local x, w = pn.randn(2, 3, 4), pn.randn(5, 4)
     assert_error_matching(function() pn.linear(x, pn.randn(5, 3)) end, 'linear: x [2,3,4] and w [5,3]', 'w must be (out, in)')
     assert_error_matching(function() pn.linear(x, pn.randn(4)) end, 'linear: x [2,3,4] and w [4]')
+    assert_error_matching(function() pn.linear(pn.tensor(3), pn.randn(1, 1)) end, 'linear: x [] must have at least 1 dim')
     assert_error_matching(function() pn.linear(x, w, pn.randn(4)) end, 'linear: b [4] must be (out) = (5) for w [5,4]')
     assert_error_matching(function() pn.linear(x, w, pn.randn(1, 5)) end, 'linear: b [1,5]')
     assert_error_matching(function() pn.linear(x, w, pn.randn(5, { dtype = 'f64' })) end, 'b f64 [5]',

@@ -351,7 +351,9 @@ pn_tensor *pn_linear(pn_tensor *x, pn_tensor *w, pn_tensor *b) {
         return pn_error_null(PN_ERR_DTYPE, "linear: x %s %s, w %s %s%s%s%s%s: need the same float dtype (f32 or f64)",
                              pn_dtype_name(x->dt), pn_shape_str(x), pn_dtype_name(w->dt), pn_shape_str(w),
                              b ? ", b " : "", b ? pn_dtype_name(b->dt) : "", b ? " " : "", b ? pn_shape_str(b) : "");
-    if (w->nd != 2 || x->nd < 1 || x->sizes[x->nd - 1] != w->sizes[1])
+    if (x->nd < 1)
+        return pn_error_null(PN_ERR_SHAPE, "linear: x %s must have at least 1 dim (…, in)", pn_shape_str(x));
+    if (w->nd != 2 || x->sizes[x->nd - 1] != w->sizes[1])
         return pn_error_null(PN_ERR_SHAPE, "linear: x %s and w %s: w must be (out, in) with in = x's last dim",
                              pn_shape_str(x), pn_shape_str(w));
     if (b && (b->nd != 1 || b->sizes[0] != w->sizes[0]))
