@@ -208,8 +208,8 @@ void pn_attn_opts_release(pn_attn_opts *o);
 
 /* Query rows per tile of the dense CPU backward for Nq queries: 128 where the tile's five
  * products gain from reading each K and V tile for twice the rows (Nq >= 512 and a core's L2
- * of at least 2 MiB, where the tile's score buffers still fit: 0.92-0.96x the backward's time
- * on an Emerald Rapids Xeon), else PN_TQ. PENUMBRA_ATTN_BWD_TQ=64|128 forces one (the specs
+ * of at least 2 MiB, where the tile's score buffers still fit: 0.86-0.97x the backward's time
+ * on one thread of an Emerald Rapids Xeon), else PN_TQ. PENUMBRA_ATTN_BWD_TQ=64|128 forces one (the specs
  * run both); any other value sets the error and returns 0. */
 int64_t pn_attn_bwd_tq(const char *op, int64_t Nq);
 

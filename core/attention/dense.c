@@ -631,12 +631,14 @@ int64_t pn_attn_bwd_tq(const char *op, int64_t Nq) {
                  op, e);
         return 0;
     }
-    static long l2 = -1; /* bytes; 0 when the system does not say */
+    static long l2_cached = -1; /* bytes (0: the system does not say); asked once, any thread */
+    long l2 = __atomic_load_n(&l2_cached, __ATOMIC_RELAXED);
     if (l2 < 0) {
-        long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        __atomic_store_n(&l2, v > 0 ? v : 0, __ATOMIC_RELAXED);
+        l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        if (l2 < 0) l2 = 0;
+        __atomic_store_n(&l2_cached, l2, __ATOMIC_RELAXED);
     }
-    return Nq >= 512 && __atomic_load_n(&l2, __ATOMIC_RELAXED) >= (2L << 20) ? PN_TQ_BWD_MAX : PN_TQ;
+    return Nq >= 512 && l2 >= (2L << 20) ? PN_TQ_BWD_MAX : PN_TQ;
 }
 
 /* dq, dk, dv (the inputs' shapes), gb (the bias's shape, or NULL) and dparam[p] (parameter
