@@ -198,17 +198,28 @@ pn_tensor *pn_detach(pn_tensor *t) {
 }
 
 /* ---- backward ---------------------------------------------------------------------------------- */
-/* Add g into *slot. The first gradient is kept as is (shared, read-only); a second one
- * produces a fresh sum, so no tensor that someone else holds is ever written. */
+/* A tensor only its holder can see: no other reference, no view of its storage, no history. */
+static bool held_alone(const pn_tensor *t) {
+    return __atomic_load_n(&t->refcount, __ATOMIC_ACQUIRE) == 1 &&
+           __atomic_load_n(&t->storage->refcount, __ATOMIC_ACQUIRE) == 1 && !t->fn;
+}
+
+/* Add g into *slot. The first gradient is kept as is (shared, read-only). A second one is
+ * added in place when the slot is the only holder of the first (by then the op that made it
+ * has let go: a residual stream's gradient, fanned in from four consumers, costs no copy);
+ * otherwise it produces a fresh sum, so no tensor that someone else holds is ever written. */
 static pn_status accumulate(pn_tensor **slot, pn_tensor *g) {
     if (!*slot) {
         pn_retain(g);
         *slot = g;
         return PN_OK;
     }
-    /* a fresh contiguous copy of the first, then += the second on their device */
     const pn_kernels *k;
     PN_TRY(pn_backend_for("backward", g->dev, &k));
+    pn_tensor *a = *slot;
+    if (a != g && held_alone(a) && pn_is_contiguous(a) && a->dt == g->dt && a->dev == g->dev && pn_same_shape(a, g))
+        return PN_KCALL("backward", k, accumulate, a, g);
+    /* a fresh contiguous copy of the first, then += the second on their device */
     pn_tensor *s = pn_contig_copy(*slot);
     if (!s) return PN_ERR_OOM;
     pn_status st = PN_KCALL("backward", k, accumulate, s, g);

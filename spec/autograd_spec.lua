@@ -29,6 +29,29 @@ describe('autograd', function()
     assert.near(2 * -1.5 + 1 + 3 * 2.25, g[2], 1e-12)
   end)
 
+  it('adds a second gradient in place only into a buffer nobody else holds', function()
+    -- add's backward hands one gradient tensor to both of its inputs, so u's and v's sums start
+    -- out sharing it; u's second gradient must not be added into that shared buffer (v would
+    -- see it too). Both orders of u's two gradients, and a fan-in of four held alone.
+    local c = pn.tensor({ 0.5, -1, 2 }, { dtype = 'f64' })
+    local w = pn.tensor({ 3, 0.25, -4 }, { dtype = 'f64' })
+    for _, order in ipairs({ 'add first', 'mul first' }) do
+      local x = pn.tensor({ 1, 2, 3 }, { dtype = 'f64', requires_grad = true })
+      local u, v = x * 2, x * 3
+      local l1, l2 = ((u + v) * c):sum(), (u * w):sum()
+      local loss = order == 'add first' and l1 + l2 or l2 + l1
+      loss:backward()
+      local g, cc, ww = x.grad:totable(), c:totable(), w:totable()
+      for i = 1, 3 do
+        assert.near(2 * (cc[i] + ww[i]) + 3 * cc[i], g[i], 1e-12, order .. ' x.grad[' .. i .. ']')
+      end
+    end
+    local x = pn.tensor({ 1, -2 }, { dtype = 'f64', requires_grad = true })
+    local h = x * 1
+    ;(h * 2 + h * 3 + h * 5 + h):sum():backward()
+    assert.same({ 11, 11 }, x.grad:totable())
+  end)
+
   it('frees the graph after backward unless retain_graph', function()
     local x = pn.tensor({ 1, 2 }, { dtype = 'f64', requires_grad = true })
     local y = (x * x):sum()
