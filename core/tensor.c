@@ -325,7 +325,7 @@ pn_status pn_cpu_copy(pn_tensor *dst, const pn_tensor *src) {
         pn_iter_at(&it, r, &pos);
         const int64_t *off = pos.off;
         if (dt == st && it.istride[0] == 1 && it.istride[1] == 1) {
-            memcpy(d + off[0] * es, s + off[1] * es, (size_t)it.inner * es);
+            pn_copy_run(d + off[0] * es, s + off[1] * es, (size_t)it.inner * es);
         } else if (dt == PN_F32 && st == PN_F32) {
             float *o = (float *)d + off[0];
             const float *x = (const float *)s + off[1];

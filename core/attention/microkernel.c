@@ -160,7 +160,7 @@ void pn_mk_pack_cols(int64_t K, int64_t ncols, const float *X, int64_t ldx, int 
         float *p = Bp + (c0 / nr) * bstride;
         const int64_t w = ncols - c0 < nr ? ncols - c0 : nr;
         for (int64_t k = 0; k < K; k++) {
-            memcpy(p + k * nr, X + k * ldx + c0, sizeof(float) * (size_t)w);
+            pn_copy_run(p + k * nr, X + k * ldx + c0, sizeof(float) * (size_t)w);
             for (int64_t c = w; c < nr; c++) p[k * nr + c] = 0;
         }
     }
