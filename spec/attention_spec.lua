@@ -788,6 +788,35 @@ describe('attention numerics at the hard points', function()
     end
   end)
 
+  it('f32 softmax weights below e^-80 of the row\'s largest are zero, never subnormal; f64 keeps them', function()
+    -- unit-scale inputs through ψ spread umbral's scores over hundreds of units: in f64 many
+    -- weights fall below FLT_MIN, where f32 would hold subnormals (each multiply by one a
+    -- microcode assist on x86: the call ran 4-5x slower). f32 gives exact zeros there.
+    local FLT_MIN = 2 ^ -126
+    pn.manual_seed(11)
+    local x = pn.randn({ 1, 2, 300, 16 }, { dtype = 'f64' })
+    local y = pn.randn({ 1, 2, 280, 16 }, { dtype = 'f64' })
+    local q64, k64 = pn.maps.psi(x), pn.maps.psi(y)
+    local w64 = vals(pn.attention_weights(q64, k64, { score = 'umbral' }))
+    local w32 = vals(pn.attention_weights(q64:float(), k64:float(), { score = 'umbral' }))
+    local tiny, sub32, flushed, bad = 0, 0, 0, nil
+    for i = 1, #w64 do
+      local a, b = w64[i], w32[i]
+      if a > 0 and a < FLT_MIN then tiny = tiny + 1 end
+      if b ~= 0 and math.abs(b) < FLT_MIN then sub32 = sub32 + 1 end
+      if b == 0 and a > 0 then
+        flushed = flushed + 1
+        if a > 2e-35 then bad = bad or ('weight %d: f64 %g flushed to 0 in f32'):format(i, a) end
+      elseif math.abs(a - b) > 1e-3 * a + 1e-7 then -- f32 scores of hundreds: ~1e-5 relative
+        bad = bad or ('weight %d: f64 %g against f32 %g'):format(i, a, b)
+      end
+    end
+    assert(tiny > 1000, 'the inputs should give many weights below FLT_MIN in f64; got ' .. tiny)
+    assert.equal(0, sub32)
+    assert(flushed >= tiny, ('%d weights flushed, %d below FLT_MIN in f64'):format(flushed, tiny))
+    assert.is_nil(bad)
+  end)
+
   it('huge and tiny heights in f32 (ψ of x_d = ±34) keep values and gradients finite', function()
     for _, name in ipairs({ 'umbral', 'penumbral' }) do
       for _, hs in ipairs({ { 1e15, 3e14 }, { 1e-15, 4e-15 }, { 1e15, 1e-15 } }) do

@@ -82,16 +82,24 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
 }
 
 /* exp(x) for x <= 0 — a softmax's e^(s − max), e^(s − logsumexp), e^(log-softmax) — equal to
- * pn_fast_expf bit for bit there (checked over every float <= 0; spec/fixtures/fastmath_check.c
- * samples them), gradual underflow and NaN included, in about half its instructions (the softmax
- * loops of the attention forward spent a fifth of the dot's time in exp): no upper clamp and no
- * NaN select (NaN flows through the arithmetic), and 2^n from the rounding sum's own bits — its
- * shift 1.5·2^23 + 192 (even, so ties round as pn_fast_expf's) leaves n + 192 in the low mantissa
- * bits, which shifted into the exponent field are 2^(n + 65), normal for every n in [-150, 62];
- * the exact product p·2^(n + 65) times 2^-65 then rounds once, as pn_fast_expf's second factor
- * does. Exact up to x = 43 (n = 62); +inf gives NaN. */
+ * pn_fast_expf bit for bit for x >= PN_EXP_FLUSH (checked over every float <= 0;
+ * spec/fixtures/fastmath_check.c samples them), NaN included, and +0 below it, in about half its
+ * instructions (the softmax loops of the attention forward spent a fifth of the dot's time in
+ * exp): no upper clamp and no NaN select (NaN flows through the arithmetic), and 2^n from the
+ * rounding sum's own bits — its shift 1.5·2^23 + 192 (even, so ties round as pn_fast_expf's)
+ * leaves n + 192 in the low mantissa bits, which shifted into the exponent field are 2^(n + 65),
+ * normal for every n in [-150, 62]; the exact product p·2^(n + 65) times 2^-65 then rounds once,
+ * as pn_fast_expf's second factor does. Exact up to x = 43 (n = 62); +inf gives NaN.
+ * Why the flush: below e^-87 the weights were subnormal, and on x86 every multiply that makes or
+ * reads a subnormal takes a microcode assist (13× an ordinary exp here; P·V and the backward's
+ * P·(dP − D) read them again). Cone and hyperbolic scores of unit-scale inputs spread over
+ * hundreds of units, so most of their weights fell there: umbral attention ran 4–5× slower than
+ * with the flush (N = 2048, D = 64, one thread). A weight below e^-80 ≈ 1.8e-35 of the row's
+ * largest is 27 orders of magnitude under an f32 sum's precision, and the margin keeps the
+ * backward's P·(dP − D) normal for |dP − D| down to 1e-3. The GPU's ex2.approx.ftz flushes too. */
+#define PN_EXP_FLUSH (-80.0f)
 PN_HD PN_VEC_FN static inline float pn_fast_expf_nonpos(float x) {
-    float xc = x < -104.0f ? -104.0f : x; /* NaN passes */
+    float xc = x < PN_EXP_FLUSH ? -104.0f : x; /* NaN passes; e^-104 comes out +0 below */
     const float shift = 12583104.0f;      /* 1.5 · 2^23 + 192 */
     float t = xc * 1.44269504088896341f + shift;
     float n = t - shift;
@@ -99,9 +107,8 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf_nonpos(float x) {
     r = r - n * -2.12194440e-4f;
     union { float f; uint32_t u; } b = {t};
     b.u <<= 23; /* 2^(n + 65) */
-    /* no select for x < -104 (pn_fast_expf's): there xc = -104, whose result here is already
-     * +0 (2^-150 · e^r rounds to 0), so every x below gives the same bits — the exhaustive
-     * check covers them */
+    /* no select on the result: for xc = -104 it is already +0 (2^-150 · e^r rounds to 0, an
+     * underflow to zero, which takes no assist) — the exhaustive check covers every x below */
     return pn_expf_poly(r) * b.f * 2.71050543e-20f; /* 2^-65 */
 }
 
