@@ -280,6 +280,17 @@ local function main()
   end
   print(string.format('%-15s %10.1f %12.0f', 'PyTorch dot', mt, rt))
   print('(ours/PyTorch and ours/our dot are ratios of tokens/s: above 1 is faster than the other)')
+  -- each round's ours/PyTorch from the two sides' adjacent timings: a burst of load on this kind
+  -- of machine moves both medians, and the paired ratios show how far the figure above can move
+  for _, score in ipairs(scores) do
+    local r, ratios, shown = runs[score], {}, {}
+    for i = 1, rounds do
+      ratios[i] = r.rate[i] / peer_rate[i]
+      shown[i] = string.format('%.2f', ratios[i])
+    end
+    print(string.format('ours %s / PyTorch round by round: %s (median %.2f)', score, table.concat(shown, ' '),
+      bk.median(ratios)))
+  end
 
   -- ---- decoding ---------------------------------------------------------------------------------
   if decode then
