@@ -430,6 +430,53 @@ describe('attention values against the naive reference', function()
     end
   end)
 
+  -- heads split from a projection: q, k, v, the output and its gradient live in (B, N, H, X)
+  -- buffers seen as (B, H, N, X). The CPU kernel reads and writes them through their strides
+  -- (no copies in or out): the same numbers as from contiguous inputs, to the bit, on the
+  -- microkernel (f32, many rows: tiles of queries and of 256 keys, 70 × 300 crosses both) and the
+  -- few-rows path (3 rows), BLAS in f64, for every score, with the causal cut and a mask
+  it('split heads ((B, N, H, X) in memory) are read and written in place, bit for bit', function()
+    local function split(x) return x:transpose(2, 3):contiguous():transpose(2, 3) end
+    for _, name in ipairs(DENSE) do
+      local case = cases_of(name)[1]
+      for _, dtype in ipairs({ 'f32', 'f64' }) do
+        for _, nq in ipairs({ 70, 3 }) do
+          local nk = nq == 3 and 9 or 300
+          local q0, k0, v0 = make_qkv(case, { 2, 3, nq, 5 }, { 2, 3, nk, 5 }, { 2, 3, nk, 3 }, dtype, 17)
+          local mask = pn.tensor(fill({ 2, 1, nq, nk }, function(rr) return rr:u() < 0.8 and 1 or 0 end, rng(5)),
+            { dtype = 'u8' })
+          for _, mopt in ipairs({ { causal = true }, { mask = mask } }) do
+            local opts = merge(merge(case[3], { score = name }), mopt)
+            local what = string.format('%s %s Nq=%d %s', name, dtype, nq, mopt.causal and 'causal' or 'mask')
+            local function run(layout)
+              local q, k, v = q0:clone(), k0:clone(), v0:clone()
+              if layout then q, k, v = split(q), split(k), split(v) end
+              q:requires_grad_(true); k:requires_grad_(true); v:requires_grad_(true)
+              local out = pn.attention(q, k, v, opts)
+              local w = pn.arange(out:numel(), { dtype = dtype }):view(out:shape()):sin()
+              if layout then w = split(w) end -- the output gradient in the split layout too
+              out:backward(w)
+              return out, q.grad, k.grad, v.grad
+            end
+            local o1, dq1, dk1, dv1 = run(true)
+            local o2, dq2, dk2, dv2 = run(false)
+            -- the output lands in q's layout: merging the heads back is a view
+            assert.is_true(o1:transpose(2, 3):is_contiguous(), what .. ': output in (B, N, H, Dv) order')
+            assert_close(vals(o1), vals(o2), 0, what .. ' out')
+            assert_close(vals(dq1), vals(dq2), 0, what .. ' dq')
+            assert_close(vals(dk1), vals(dk2), 0, what .. ' dk')
+            assert_close(vals(dv1), vals(dv2), 0, what .. ' dv')
+          end
+        end
+      end
+      -- the weights read the split q and k in place too
+      local q0, k0 = make_qkv(case, { 2, 3, 70, 5 }, { 2, 3, 300, 5 }, { 2, 3, 300, 3 }, 'f32', 23)
+      local opts = merge(case[3], { score = name })
+      assert_close(vals(pn.attention_weights(split(q0), split(k0), opts)), vals(pn.attention_weights(q0, k0, opts)), 0,
+        name .. ' weights')
+    end
+  end)
+
   it('ALiBi equals its bias −m_h·(i − j) with m_h = 2^(−8h/H)', function()
     local case = cases_of('dot')[1]
     for _, dtype in ipairs({ 'f64', 'f32' }) do

@@ -213,6 +213,14 @@ void pn_attn_opts_release(pn_attn_opts *o);
  * run both); any other value sets the error and returns 0. */
 int64_t pn_attn_bwd_tq(const char *op, int64_t Nq);
 
+/* Where the rows of a dense operand lie: the element strides of its batch, head and row dims in
+ * its (B, H, N, X) view (X's is 1). The CPU kernel reads q, k, v (and the output gradient) and
+ * writes the output and the gradients through them, so heads split from a projection — a
+ * (B, N, H, D) buffer seen as (B, H, N, D) — need no copy in or out (dense.c, kernel_input). */
+typedef struct {
+    int64_t b, h, n;
+} pn_attn_lay;
+
 typedef struct {
     const char *op;
     int dt;
@@ -231,7 +239,11 @@ typedef struct {
     const void *bias;             /* q's dtype, canonical strides bs */
     int64_t bs[4];
     double *alibi;                /* (H) ALiBi slopes, or NULL */
-    const void *q, *k, *v;        /* contiguous (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv) */
+    const void *q, *k, *v;        /* (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv): rows where lq, lk, lv say
+                                   * (dense; the gradients dq, dk, dv have the same layouts), or
+                                   * node-major (nm) */
+    pn_attn_lay lq, lk, lv;       /* dense: the layouts of q, k, v (pn_attn_at) */
+    pn_attn_lay lo;               /* dense forward: the layout of out (BH, Nq, Dv) */
     const void *a_l, *a_r;        /* contiguous (H, D) for PROJ terms, or NULL */
     void *qt[2], *kt[2];          /* (BH, Nq), (BH, Nk) terms; NULL where the kind is NONE */
     void *g;                      /* (BH, Nk) Lorentz factors γ(v_j) for einstein, or NULL */
@@ -268,6 +280,26 @@ static inline pn_attn_dims pn_attn_dense_dims(const pn_tensor *q, const pn_tenso
 /* the index of row r (of N) of head bh in the per-row arrays; times D, its offset in q / k / v */
 static inline int64_t pn_attn_row(const pn_attn_call *c, int64_t bh, int64_t r, int64_t N) {
     return c->nm ? r * c->BH + bh : bh * N + r;
+}
+
+/* the layout of a dense operand t, (B, H, N, X), (B, N, X) or (N, X): its strides */
+static inline pn_attn_lay pn_attn_lay_of(const pn_tensor *t) {
+    pn_attn_lay l = {0, 0, 0};
+    if (t->nd == 4) l.b = t->strides[0], l.h = t->strides[1], l.n = t->strides[2];
+    else if (t->nd == 3) l.b = t->strides[0], l.n = t->strides[1];
+    else l.n = t->strides[0];
+    return l;
+}
+
+/* the element offset of row r of head bh (b = bh / H, h = bh % H) in a dense operand of layout l */
+static inline int64_t pn_attn_at(const pn_attn_call *c, pn_attn_lay l, int64_t bh, int64_t r) {
+    return (bh / c->H) * l.b + (bh % c->H) * l.h + r * l.n;
+}
+
+/* the same for q, k or v (layout l, X coordinates a row) in either arrangement: node-major rows
+ * (graph.c) at pn_attn_row·X, dense rows where l says */
+static inline int64_t pn_attn_xat(const pn_attn_call *c, pn_attn_lay l, int64_t bh, int64_t r, int64_t N, int64_t X) {
+    return c->nm ? pn_attn_row(c, bh, r, N) * X : pn_attn_at(c, l, bh, r);
 }
 
 /* Given c->{op, dt, nd, graph, nm, B, H, BH, Nq, Nk, D, Dv, q, k, v, a_l, a_r, st, opts} (setup done):

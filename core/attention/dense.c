@@ -103,6 +103,73 @@ PN_NOTRAP_BEGIN
 /* ---- preparation (shared with graph.c) ------------------------------------------------------- */
 static size_t esize(int dt) { return dt == PN_F32 ? sizeof(float) : sizeof(double); }
 
+/* the layout of a dense operand (pn_attn_lay_of) with the strides of its size-1 dims made
+ * canonical (they are never multiplied by anything but 0, but BLAS checks a row stride against
+ * the row's width): 0 for the batch and head, the row width for the rows */
+static pn_attn_lay dense_lay(const pn_tensor *t) {
+    pn_attn_lay l = pn_attn_lay_of(t);
+    const int nd = t->nd;
+    if (nd == 4 && t->sizes[1] == 1) l.h = 0;
+    if (nd >= 3 && t->sizes[0] == 1) l.b = 0;
+    if (t->sizes[nd - 2] == 1) l.n = t->sizes[nd - 1] > 0 ? t->sizes[nd - 1] : 1;
+    return l;
+}
+
+static bool same_lay(const pn_tensor *t, pn_attn_lay l) {
+    const pn_attn_lay m = dense_lay(t);
+    return m.b == l.b && m.h == l.h && m.n == l.n;
+}
+
+/* x's dims in memory order, outermost first, in perm (the last dim last); true when x is dense
+ * in that order — its numel elements one block, each once — with the last dim's stride 1 (or
+ * size 1). Heads split from a projection, a (B, N, H, D) buffer seen as (B, H, N, D), are. */
+static bool dense_order(const pn_tensor *x, int64_t perm[PN_MAX_DIMS]) {
+    const int nd = x->nd;
+    for (int i = 0; i < nd; i++) perm[i] = i;
+    if (nd == 0 || pn_numel(x) == 0) return false;
+    for (int i = 1; i < nd - 1; i++) /* insertion sort of dims 0 … nd−2 by stride, descending, stable */
+        for (int j = i; j > 0 && x->strides[perm[j - 1]] < x->strides[perm[j]]; j--) {
+            const int64_t t = perm[j];
+            perm[j] = perm[j - 1], perm[j - 1] = t;
+        }
+    int64_t want = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        const int64_t d = perm[i];
+        if (x->sizes[d] == 1) continue; /* its stride is never used */
+        if (x->strides[d] != want) return false;
+        want *= x->sizes[d];
+    }
+    return true;
+}
+
+/* What the CPU kernel reads for a q, k, v or output gradient x: x itself when it is dense in some
+ * order (dense_order; the kernel takes its layout from the strides, pn_attn_lay_of), else a
+ * contiguous copy. The CUDA kernels read contiguous rows: a copy there unless x already is. */
+static pn_tensor *kernel_input(pn_tensor *x) {
+    int64_t perm[PN_MAX_DIMS];
+    if (x->dev == PN_CPU && dense_order(x, perm)) {
+        pn_retain(x);
+        return x;
+    }
+    return pn_contig(x);
+}
+
+/* A new tensor of the given sizes (x's dims, dtype dt, device dev; zeros when zero) laid out in
+ * x's memory order: the output in q's, the gradients in their inputs' (the CPU kernel writes
+ * them through the same layouts it reads q, k, v with). Contiguous when x is. */
+static pn_tensor *alloc_in_order(const pn_tensor *x, const int64_t *sizes, int dt, int dev, bool zero) {
+    const int nd = x->nd;
+    int64_t perm[PN_MAX_DIMS], inv[PN_MAX_DIMS], ps[PN_MAX_DIMS];
+    if (!dense_order(x, perm))
+        for (int i = 0; i < nd; i++) perm[i] = i;
+    for (int i = 0; i < nd; i++) ps[i] = sizes[perm[i]], inv[perm[i]] = i;
+    pn_tensor *base = zero ? pn_zeros(nd, ps, dt, dev) : pn_empty(nd, ps, dt, dev);
+    if (!base) return NULL;
+    pn_tensor *t = pn_permute(base, nd, inv);
+    pn_release(base);
+    return t;
+}
+
 void pn_attn_call_free(pn_attn_call *c) {
     for (int m = 0; m < 2; m++) {
         free(c->qt[m]);
@@ -135,12 +202,15 @@ static const char *row_index(const pn_attn_call *c, int64_t flat, int64_t N) {
     return buf;
 }
 
-/* Rows (BH, N) of x (rows of D, in memory order: pn_attn_row's) with a non-finite coordinate: *flags gets a (BH·N) array of
- * 0/1, or stays NULL when every row is finite; returns the first such row, or -1. */
-static int64_t nonfinite_rows(const void *x, int dt, int64_t rows, int64_t D, uint8_t **flags) {
+/* Rows (BH, N) of x (q or k: rows of D, layout l) with a non-finite coordinate: *flags gets a (BH·N) array
+ * of 0/1 in pn_attn_row's order, or stays NULL when every row is finite; returns the first such row, or -1. */
+static int64_t nonfinite_rows(const pn_attn_call *c, const void *x, pn_attn_lay l, int64_t N, uint8_t **flags) {
+    const int dt = c->dt;
+    const int64_t rows = c->BH * N, D = c->D;
     int64_t first = -1;
     *flags = NULL;
-    { /* the common case first: every coordinate finite, one vectorised pass over the whole array */
+    { /* the common case first: every coordinate finite, one vectorised pass over the whole array
+       * (node-major or dense: its rows·D elements are one block, whatever the order of the rows) */
         double z = 0;
         const int64_t n = rows * D;
         /* across threads too: the sum is 0 or NaN whatever the order */
@@ -161,14 +231,15 @@ static int64_t nonfinite_rows(const void *x, int dt, int64_t rows, int64_t D, ui
         /* Σ x·0 is 0 for a finite row and NaN as soon as one coordinate is NaN or ±inf: one
          * vectorised pass (IEEE keeps x·0; nothing here is built with -ffast-math) */
         double z = 0;
+        const int64_t xo = c->nm ? r * D : pn_attn_at(c, l, r / N, r % N);
         if (dt == PN_F32) {
-            const float *p = (const float *)x + r * D;
+            const float *p = (const float *)x + xo;
             float zf = 0;
             #pragma omp simd reduction(+ : zf)
             for (int64_t d = 0; d < D; d++) zf += p[d] * 0.0f;
             z = zf;
         } else {
-            const double *p = (const double *)x + r * D;
+            const double *p = (const double *)x + xo;
             #pragma omp simd reduction(+ : z)
             for (int64_t d = 0; d < D; d++) z += p[d] * 0.0;
         }
@@ -199,7 +270,7 @@ pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const
     for (int side = 0; side < 2; side++) {
         const int64_t N = side ? c->Nk : c->Nq;
         uint8_t **flags = side ? &c->kbad : &c->qbad;
-        int64_t bad = nonfinite_rows(side ? c->k : c->q, c->dt, c->BH * N, c->D, flags);
+        int64_t bad = nonfinite_rows(c, side ? c->k : c->q, side ? c->lk : c->lq, N, flags);
         if (bad == -2) return pn_error(PN_ERR_OOM, "%s: out of memory", c->op);
         if (bad >= 0 && pl->req)
             return pn_error(PN_ERR_ARG, "%s: %s %s is not on the manifold of score '%s': a coordinate is NaN or "
@@ -244,11 +315,11 @@ pn_status pn_attn_prepare(pn_attn_call *c, const char *qs, const char *ks, const
 void pn_attn_terms_backward(const pn_attn_call *c, double *const dqt[2], double *const dkt[2], void *dq, void *dk,
                             double *da_l, double *da_r) {
     if (c->dt == PN_F32) {
-        terms_backward_f32(c, c->st.plan.qterm, c->q, c->Nq, dqt, c->a_l, dq, da_l);
-        terms_backward_f32(c, c->st.plan.kterm, c->k, c->Nk, dkt, c->a_r, dk, da_r);
+        terms_backward_f32(c, c->st.plan.qterm, c->q, c->lq, c->Nq, dqt, c->a_l, dq, da_l);
+        terms_backward_f32(c, c->st.plan.kterm, c->k, c->lk, c->Nk, dkt, c->a_r, dk, da_r);
     } else {
-        terms_backward_f64(c, c->st.plan.qterm, c->q, c->Nq, dqt, c->a_l, dq, da_l);
-        terms_backward_f64(c, c->st.plan.kterm, c->k, c->Nk, dkt, c->a_r, dk, da_r);
+        terms_backward_f64(c, c->st.plan.qterm, c->q, c->lq, c->Nq, dqt, c->a_l, dq, da_l);
+        terms_backward_f64(c, c->st.plan.kterm, c->k, c->lk, c->Nk, dkt, c->a_r, dk, da_r);
     }
 }
 
@@ -359,7 +430,7 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, const pn_tenso
     pn_tensor *ins[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {
         if (!ins[i]) continue;
-        if (!(c->own[i] = pn_contig(ins[i]))) {
+        if (!(c->own[i] = kernel_input(ins[i]))) {
             s = PN_ERR_OOM;
             goto fail;
         }
@@ -367,6 +438,9 @@ static pn_status dense_call_init(pn_attn_call *c, const char *op, const pn_tenso
     c->q = pn_ptr(c->own[0]);
     c->k = pn_ptr(c->own[1]);
     c->v = v ? pn_ptr(c->own[2]) : NULL;
+    c->lq = dense_lay(c->own[0]);
+    c->lk = dense_lay(c->own[1]);
+    if (v) c->lv = dense_lay(c->own[2]);
     if ((s = pn_attn_prepare(c, pn_shape_str(q), pn_shape_str(k), v ? pn_shape_str(v) : "")) != PN_OK) goto fail;
     return PN_OK;
 fail:
@@ -449,14 +523,12 @@ static pn_status dense_device(const char *op, const pn_tensor *q, const pn_tenso
     return PN_OK;
 }
 
-/* The kernels read q, k, v as contiguous rows. Heads split from a projection are strided
- * views ((B, N, H, D) transposed), so the front end copies them once: the kernel reads the
- * copies and the backward keeps them, rather than each pass copying the views again. c[i]
- * NULL where in[i] is. */
-static pn_status contig_inputs(pn_tensor *const in[3], pn_tensor *c[3]) {
+/* The kernels' q, k, v (kernel_input): heads split from a projection reach the CPU kernel as
+ * they are, and the backward keeps what the kernel read. c[i] NULL where in[i] is. */
+static pn_status kernel_inputs(pn_tensor *const in[3], pn_tensor *c[3]) {
     for (int i = 0; i < 3; i++) c[i] = NULL;
     for (int i = 0; i < 3; i++)
-        if (in[i] && !(c[i] = pn_contig(in[i]))) {
+        if (in[i] && !(c[i] = kernel_input(in[i]))) {
             for (int j = 0; j < i; j++) pn_release(c[j]);
             return PN_ERR_OOM;
         }
@@ -476,8 +548,8 @@ pn_tensor *pn_attention(pn_tensor *q, pn_tensor *k, pn_tensor *v, const pn_attn_
     memcpy(oshape, q->sizes, sizeof(int64_t) * (size_t)nd);
     oshape[nd - 1] = v->sizes[nd - 1];
     pn_tensor *ci[3];
-    if (contig_inputs((pn_tensor *const[]){q, k, v}, ci)) return NULL;
-    pn_tensor *out = pn_empty(nd, oshape, q->dt, dev);
+    if (kernel_inputs((pn_tensor *const[]){q, k, v}, ci)) return NULL;
+    pn_tensor *out = alloc_in_order(ci[0], oshape, q->dt, dev, false); /* (B, N, H, Dv) in memory for split heads */
     int64_t sshape[2] = {BH, Nq};
     pn_tensor *stat = out ? pn_empty(2, sshape, q->dt, dev) : NULL;
     if (!stat || PN_KCALL(op, kt, attention_dense_fwd, ci[0], ci[1], ci[2], o, out, stat)) goto fail;
@@ -496,6 +568,7 @@ pn_status pn_cpu_attention_dense_fwd(const pn_tensor *q, const pn_tensor *k, con
                                      const pn_attn_opts *o, pn_tensor *out, pn_tensor *stat) {
     pn_attn_call c;
     PN_TRY(dense_call_init(&c, "attention", q, k, v, o, 1));
+    c.lo = dense_lay(out);
     pn_status s = PN_OK;
     if (pn_numel(out) > 0 || c.BH * c.Nq > 0) {
         PN_BLAS_SERIAL_BEGIN;
@@ -519,7 +592,7 @@ pn_tensor *pn_attention_weights(pn_tensor *q, pn_tensor *k, const pn_attn_opts *
     memcpy(wshape, q->sizes, sizeof(int64_t) * (size_t)nd);
     wshape[nd - 1] = k->sizes[nd - 2];
     pn_tensor *ci[3];
-    if (contig_inputs((pn_tensor *const[]){q, k, NULL}, ci)) return NULL;
+    if (kernel_inputs((pn_tensor *const[]){q, k, NULL}, ci)) return NULL;
     pn_tensor *w = pn_empty(nd, wshape, q->dt, dev);
     pn_tensor *stat = w ? pn_empty(2, sshape, q->dt, dev) : NULL;
     if (!stat || PN_KCALL(op, kt, attention_dense_weights, ci[0], ci[1], o, w, stat) ||
@@ -557,9 +630,10 @@ static pn_status dense_bw(pn_node *n, pn_tensor *gout, pn_tensor **gin) {
     PN_TRY(dense_device(op, sv->q, sv->k, sv->v, &sv->o, &dev, &kt));
     const int dt = sv->q->dt;
     pn_status st = PN_OK;
-    pn_tensor *dq = pn_zeros(sv->q->nd, sv->q->sizes, dt, dev);
-    pn_tensor *dk = pn_zeros(sv->k->nd, sv->k->sizes, dt, dev);
-    pn_tensor *dv = sv->v ? pn_zeros(sv->v->nd, sv->v->sizes, dt, dev) : NULL;
+    /* in the layouts of the q, k, v the kernel read (sv: kernel_input's), which it writes them with */
+    pn_tensor *dq = alloc_in_order(sv->q, sv->q->sizes, dt, dev, true);
+    pn_tensor *dk = alloc_in_order(sv->k, sv->k->sizes, dt, dev, true);
+    pn_tensor *dv = sv->v ? alloc_in_order(sv->v, sv->v->sizes, dt, dev, true) : NULL;
     pn_tensor *gb = NULL, *dparam[PN_ATTN_MAX_PARAMS] = {NULL};
     bool oom = !dq || !dk || (sv->v && !dv);
     if (sv->o.bias && pn_ag_input_needs(n, 3)) oom |= !(gb = pn_zeros(sv->o.bias->nd, sv->o.bias->sizes, dt, dev));
@@ -669,9 +743,15 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
     pn_status st = PN_OK;
     bw_bufs bb;
     memset(&bb, 0, sizeof bb);
-    pn_tensor *gc = pn_contig((pn_tensor *)gout);
+    pn_tensor *gc = kernel_input((pn_tensor *)gout);
     if (!gc) {
         st = PN_ERR_OOM;
+        goto done;
+    }
+    /* the gradients are written through q's, k's and v's layouts: the front end made them so */
+    if (!same_lay(dq, c.lq) || !same_lay(dk, c.lk) || (dv && !same_lay(dv, c.lv))) {
+        st = pn_error(PN_ERR_ARG, "%s: the gradients must be laid out as the q, k, v the kernel reads (dq %s, q %s)",
+                      op, pn_dims_str(dq->nd, dq->strides), pn_dims_str(c.own[0]->nd, c.own[0]->strides));
         goto done;
     }
     const pn_score_plan *pl = &c.st.plan;
@@ -712,6 +792,7 @@ pn_status pn_cpu_attention_dense_bwd(const pn_tensor *q, const pn_tensor *k, con
     do {                                                                                   \
         memset(&(a), 0, sizeof(a));                                                        \
         (a).dout = VP(gc), (a).out = VP(out_), (a).stat = VP(stat_), (a).dq = VP(dq);     \
+        (a).ldo = dense_lay(gc), (a).lo = dense_lay(out_);                                 \
         (a).weights = v == NULL;                                                           \
         for (int64_t s = 0; s < S; s++) {                                                  \
             (a).dk[s] = bb.dk[s], (a).dv[s] = bb.dv[s], (a).dg[s] = bb.dg[s];              \

@@ -5,19 +5,21 @@
  * with the fast maths of fastmath.h, the f64 loops use libm and match the references to
  * 1e-10; one body keeps them from drifting apart). No include guard on purpose.
  *
- * Layout (pn_attn_call): q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv) contiguous, BH = B·H,
- * head h = bh % H. Work is split into query tiles of PN_TQ rows (the backward's: pn_attn_bwd_tq);
+ * Layout (pn_attn_call): q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv), BH = B·H, head
+ * h = bh % H, each row's coordinates contiguous and the rows where c->lq, lk, lv say
+ * (pn_attn_at): row r of head bh of q at q + pn_attn_at(c, c->lq, bh, r), the next row lq.n
+ * further; the gradients dq, dk, dv share their inputs' layouts, out has c->lo, dout its own. Work is split into query tiles of PN_TQ rows (the backward's: pn_attn_bwd_tq);
  * each tile walks the keys in tiles of PN_TK. Scores: G = Q_g·K_gᵀ (GEMM), then per row the score's epilogue, the
  * bias / ALiBi / mask / causal modifiers, and the normalisation (online softmax with a
  * running max and sum, or sigmoid); acc += P·V (GEMM). Nothing of size Nq×Nk exists. */
 
 /* ---- terms, input checks, Lorentz factors (shared with graph.c via pn_attn_prepare) ---- */
 
-/* out[r] (rows) = the term `kind` of row r of x (rows, D); a: the head's PROJ vector (D) */
-static void SFX(terms_rows)(int kind, const real *x, int64_t rows, int64_t D, int64_t Dg, const real *a,
+/* out[r] (rows) = the term `kind` of row r of x (rows, D; row stride rs); a: the head's PROJ vector (D) */
+static void SFX(terms_rows)(int kind, const real *x, int64_t rows, int64_t rs, int64_t D, int64_t Dg, const real *a,
                             real *out) {
     for (int64_t r = 0; r < rows; r++) {
-        const real *xr = x + r * D;
+        const real *xr = x + r * rs;
         real t = 0;
         if (kind == PN_TERM_NORM2) {
             for (int64_t d = 0; d < Dg; d++) t += xr[d] * xr[d];
@@ -39,10 +41,10 @@ static void SFX(compute_terms)(pn_attn_call *c) {
             const int64_t h = x % c->H;
             for (int m = 0; m < 2; m++) {
                 if (c->qt[m])
-                    SFX(terms_rows)(pl->qterm[m], (const real *)c->q + x * c->D, 1, c->D, c->Dg,
+                    SFX(terms_rows)(pl->qterm[m], (const real *)c->q + x * c->D, 1, c->D, c->D, c->Dg,
                                     c->a_l ? (const real *)c->a_l + h * c->D : NULL, (real *)c->qt[m] + x);
                 if (c->kt[m])
-                    SFX(terms_rows)(pl->kterm[m], (const real *)c->k + x * c->D, 1, c->D, c->Dg,
+                    SFX(terms_rows)(pl->kterm[m], (const real *)c->k + x * c->D, 1, c->D, c->D, c->Dg,
                                     c->a_r ? (const real *)c->a_r + h * c->D : NULL, (real *)c->kt[m] + x);
             }
         }
@@ -53,10 +55,10 @@ static void SFX(compute_terms)(pn_attn_call *c) {
         int64_t h = bh % c->H;
         for (int m = 0; m < 2; m++) {
             if (c->qt[m])
-                SFX(terms_rows)(pl->qterm[m], (const real *)c->q + bh * c->Nq * c->D, c->Nq, c->D, c->Dg,
+                SFX(terms_rows)(pl->qterm[m], (const real *)c->q + pn_attn_at(c, c->lq, bh, 0), c->Nq, c->lq.n, c->D, c->Dg,
                                 c->a_l ? (const real *)c->a_l + h * c->D : NULL, (real *)c->qt[m] + bh * c->Nq);
             if (c->kt[m])
-                SFX(terms_rows)(pl->kterm[m], (const real *)c->k + bh * c->Nk * c->D, c->Nk, c->D, c->Dg,
+                SFX(terms_rows)(pl->kterm[m], (const real *)c->k + pn_attn_at(c, c->lk, bh, 0), c->Nk, c->lk.n, c->D, c->Dg,
                                 c->a_r ? (const real *)c->a_r + h * c->D : NULL, (real *)c->kt[m] + bh * c->Nk);
         }
     }
@@ -85,7 +87,7 @@ static int64_t SFX(lorentz)(pn_attn_call *c, double *val) {
         double kap = c->st.hp[bh % c->H].v[PN_P_curvature];
         for (int64_t j = 0; j < c->Nk; j++) {
             const int64_t x = pn_attn_row(c, bh, j, c->Nk);
-            const real *vr = (const real *)c->v + x * c->Dv;
+            const real *vr = (const real *)c->v + pn_attn_xat(c, c->lv, bh, j, c->Nk, c->Dv);
             double n2 = 0;
             for (int64_t d = 0; d < c->Dv; d++) n2 += (double)vr[d] * vr[d];
             if (!(kap * n2 < 1)) {
@@ -259,16 +261,16 @@ static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq
  * 0 elsewhere (the backward treats them apart); returns how many. */
 PN_INLINE int64_t SFX(diff_fix)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
                                 const real *qn, const real *kn, real *G, int64_t ldg, uint8_t *near) {
-    const int64_t D = c->D, Dg = c->Dg;
+    const int64_t qs = c->lq.n, ks = c->lk.n, Dg = c->Dg;
     const real lim = (real)PN_DIFF_NEAR;
     int64_t count = 0;
     for (int64_t i = 0; i < tq; i++) {
         real *g = G + i * ldg;
-        const real *q = Q + i * D;
+        const real *q = Q + i * qs;
         if (near) memset(near + i * PN_TK, 0, (size_t)tk);
         for (int64_t j = 0; j < tk; j++) {
             if (!(-2 * g[j] < lim * (qn[i] + kn[j]))) continue;
-            const real *kr = K + j * D;
+            const real *kr = K + j * ks;
             real s = 0;
             for (int64_t d = 0; d < Dg; d++) {
                 const real e = q[d] - kr[d];
@@ -342,11 +344,11 @@ static int64_t SFX(few_rows_scores)(int64_t m, int64_t n, int64_t Dg, const real
     return m * n;
 }
 
-/* acc (m, Dv; row stride ldacc) += P (m, n; row stride ldp) · V (n, Dv; row stride Dv), V in place */
-static void SFX(few_rows_pv)(int64_t m, int64_t n, int64_t Dv, const real *P, int64_t ldp, const real *V, real *acc,
-                             int64_t ldacc) {
+/* acc (m, Dv; row stride ldacc) += P (m, n; row stride ldp) · V (n, Dv; row stride ldv), V in place */
+static void SFX(few_rows_pv)(int64_t m, int64_t n, int64_t Dv, const real *P, int64_t ldp, const real *V, int64_t ldv,
+                             real *acc, int64_t ldacc) {
     for (int64_t j = 0; j < n; j++) { /* each value row read once, as the keys above */
-        const real *v = V + j * Dv;
+        const real *v = V + j * ldv;
         for (int64_t i = 0; i < m; i++) {
             const real p = P[i * ldp + j]; /* p = 0 too: 0·NaN is NaN, as in the GEMM */
             real *a = acc + i * ldacc;
@@ -365,33 +367,33 @@ static void SFX(few_rows_pv)(int64_t m, int64_t n, int64_t Dv, const real *P, in
  * from the differences). */
 static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t m, int64_t j0,
                                 int64_t n, const real *Q, const real *qn, real *G, int64_t ldg, uint8_t *near) {
-    const int64_t D = c->D, Dg = c->Dg;
+    const int64_t qs = c->lq.n, ks = c->lk.n, Dg = c->Dg;
     if (c->st.plan.gemm == PN_GEMM_NONE) {
         for (int64_t i = 0; i < m; i++) memset(G + i * ldg, 0, sizeof(real) * (size_t)n);
         return 0;
     }
-    const real *K = (const real *)c->k + (bh * c->Nk + j0) * D;
+    const real *K = (const real *)c->k + pn_attn_at(c, c->lk, bh, j0);
     const real *kn = c->st.plan.diff ? (const real *)c->kt[0] + bh * c->Nk + j0 : NULL;
 #if PN_DENSE_MK
     if (!pk) /* a call with few query rows: products read K in place */
-        return SFX(few_rows_scores)(m, n, Dg, Q, D, K, D, kn != NULL, G, ldg, near);
+        return SFX(few_rows_scores)(m, n, Dg, Q, qs, K, ks, kn != NULL, G, ldg, near);
     const pn_microkernel *mk = pk->mk;
     const int64_t NR = mk->nr;
     const real *Kr = pk->Kr + bh * pk->nkp * Dg + j0 * Dg;
     if (!kn) {
-        mk_prod(mk, m, n, Dg, Q, D, 1, Kr, Dg * NR, G, ldg, 0);
+        mk_prod(mk, m, n, Dg, Q, qs, 1, Kr, Dg * NR, G, ldg, 0);
         return 0;
     }
     int64_t cnt = 0;
     for (int64_t c0 = 0; c0 < n; c0 += NR)
         for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
-            cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n - c0 < NR ? n - c0 : NR, Dg, Q + r0 * D, D,
+            cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n - c0 < NR ? n - c0 : NR, Dg, Q + r0 * qs, qs,
                             Kr + (c0 / NR) * Dg * NR, Dg * NR, qn + r0, pk->kn + bh * pk->nkp + j0 + c0,
                             (real)PN_DIFF_NEAR, G + r0 * ldg + c0, ldg);
     return cnt ? SFX(diff_fix)(c, m, n, Q, K, qn, kn, G, ldg, near) : 0;
 #else
     (void)pk;
-    SFX(gemm_nt)(m, n, Dg, Q, D, K, D, 0, G, ldg);
+    SFX(gemm_nt)(m, n, Dg, Q, qs, K, ks, 0, G, ldg);
     return kn ? SFX(diff_tile)(c, m, n, Q, K, qn, kn, G, ldg, near) : 0;
 #endif
 }
@@ -403,12 +405,12 @@ static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int6
  * and are taken out of dG. */
 PN_INLINE void SFX(diff_chain)(const pn_attn_call *c, int64_t tq, int64_t tk, const real *Q, const real *K,
                                const uint8_t *near, real *dG, double (*dqt)[2], real *dkt0, real *dQ, real *dK) {
-    const int64_t D = c->D, Dg = c->Dg;
+    const int64_t qs = c->lq.n, ks = c->lk.n, Dg = c->Dg;
     for (int64_t i = 0; i < tq; i++) {
         real *g = dG + i * PN_TK;
         const uint8_t *nr = near + i * PN_TK;
-        const real *q = Q + i * D;
-        real *dq = dQ + i * D;
+        const real *q = Q + i * qs;
+        real *dq = dQ + i * qs;
         double rs = 0;
         for (int64_t j = 0; j < tk; j++) {
             const real gj = g[j];
@@ -418,8 +420,8 @@ PN_INLINE void SFX(diff_chain)(const pn_attn_call *c, int64_t tq, int64_t tk, co
                 continue;
             }
             if (gj != 0) {
-                const real *kr = K + j * D;
-                real *dk = dK + j * D;
+                const real *kr = K + j * ks;
+                real *dk = dK + j * ks;
                 for (int64_t d = 0; d < Dg; d++) {
                     const real e = gj * (kr[d] - q[d]);
                     dq[d] += e;
@@ -440,7 +442,7 @@ static void SFX(fwd_finish)(const pn_attn_call *c, int64_t bh, int64_t i0, int64
     const int64_t Dv = c->Dv, Nq = c->Nq;
     const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
     for (int64_t i = 0; i < tq; i++) {
-        real *o = out + (bh * Nq + i0 + i) * Dv;
+        real *o = out + pn_attn_at(c, c->lo, bh, i0 + i);
         const real *a = acc + i * ld;
         const real li = l[i];
         if (li != li) { /* a NaN row (not a fully masked one) */
@@ -463,14 +465,14 @@ static inline void SFX(tile_pv)(const pn_attn_call *c, const mk_packed *pk, int6
                                 int64_t n, const real *P, int64_t ldp, real *acc, int64_t ldacc) {
 #if PN_DENSE_MK
     if (!pk) {
-        SFX(few_rows_pv)(m, n, c->Dv, P, ldp, (const real *)c->v + (bh * c->Nk + j0) * c->Dv, acc, ldacc);
+        SFX(few_rows_pv)(m, n, c->Dv, P, ldp, (const real *)c->v + pn_attn_at(c, c->lv, bh, j0), c->lv.n, acc, ldacc);
         return;
     }
     const int64_t NR = pk->mk->nr;
     mk_prod(pk->mk, m, c->Dv, n, P, ldp, 1, pk->Vc + bh * pk->Dvp * c->Nk + j0 * NR, c->Nk * NR, acc, ldacc, 1);
 #else
     (void)pk;
-    SFX(gemm_nn_acc)(m, c->Dv, n, P, ldp, (const real *)c->v + (bh * c->Nk + j0) * c->Dv, c->Dv, acc, ldacc);
+    SFX(gemm_nn_acc)(m, c->Dv, n, P, ldp, (const real *)c->v + pn_attn_at(c, c->lv, bh, j0), c->lv.n, acc, ldacc);
 #endif
 }
 
@@ -481,11 +483,11 @@ static inline void SFX(tile_pv)(const pn_attn_call *c, const mk_packed *pk, int6
  * the running max and sum. */
 PN_VEC static void SFX(fwd_tile)(const pn_attn_call *c, const mk_packed *pk, int64_t bh, int64_t i0, int64_t tq,
                                  real *S, real *acc, int64_t ldacc, real *m, real *l, real *out, real *stat) {
-    const int64_t D = c->D, Dv = c->Dv, Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
+    const int64_t Dv = c->Dv, Nq = c->Nq, Nk = c->Nk, b = bh / c->H, h = bh % c->H;
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
     const bool soft = c->st.normalize == PN_NORM_SOFTMAX;
-    const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
+    const real *Q = (const real *)c->q + pn_attn_at(c, c->lq, bh, i0);
     const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
     const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
@@ -586,7 +588,7 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
             const int64_t tq = c->Nq - i0 < PN_TQ ? c->Nq - i0 : PN_TQ, b = bh / c->H, h = bh % c->H;
             const pn_score_params *pp = &c->st.hp[h];
             const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
-            const real *Q = (const real *)c->q + (bh * c->Nq + i0) * c->D;
+            const real *Q = (const real *)c->q + pn_attn_at(c, c->lq, bh, i0);
             const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * c->Nq + i0 : NULL;
             const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * c->Nq + i0 : NULL;
             const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
@@ -629,9 +631,10 @@ static pn_status SFX(weights)(const pn_attn_call *c, real *W, real *stat) {
 /* ---- backward ----------------------------------------------------------------------------------- */
 typedef struct {
     const real *dout, *out, *stat;  /* (BH, Nq, Dv), (BH, Nq, Dv), (BH, Nq); weights: (BH, Nq, Nk) */
+    pn_attn_lay ldo, lo;            /* the layouts of dout and out */
     bool weights;                   /* the weights' backward: out = W, dout = dW, no v */
-    real *dq;                       /* (BH, Nq, D), zeroed; rows owned by their tile */
-    real *dk[PN_MAX_SPLITS], *dv[PN_MAX_SPLITS];      /* per split: (BH, Nk, D), (BH, Nk, Dv), zeroed */
+    real *dq;                       /* (BH, Nq, D) in q's layout, zeroed; rows owned by their tile */
+    real *dk[PN_MAX_SPLITS], *dv[PN_MAX_SPLITS];      /* per split: (BH, Nk, D), (BH, Nk, Dv) in k's and v's layouts, zeroed */
     real *dkt[PN_MAX_SPLITS][2], *dg[PN_MAX_SPLITS];  /* per split: (BH, Nk) or NULL, zeroed */
     double *dqt[2];                 /* (BH, Nq) or NULL */
     double *dparam;                 /* (BH, S, PN_NPARAM) */
@@ -657,7 +660,7 @@ typedef struct {
 /* Query tiles split, split+S, … of head bh. */
 PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, int64_t bh, int64_t split,
                           SFX(bwd_scratch) *w, real *gbias) {
-    const int64_t D = c->D, Dv = c->Dv, Dg = c->Dg, Nq = c->Nq, Nk = c->Nk, H = c->H;
+    const int64_t Dv = c->Dv, Dg = c->Dg, Nq = c->Nq, Nk = c->Nk, H = c->H;
     const int64_t b = bh / H, h = bh % H;
     const pn_score_params *pp = &c->st.hp[h];
     const EPI_FWD_T fwd = c->st.plan.EPI_FWD;
@@ -668,12 +671,14 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
     const bool gemm = c->st.plan.gemm != PN_GEMM_NONE, diff = c->st.plan.diff;
     const int norm = c->st.normalize;
     const bool normalized = c->st.normalized;
-    const real *K = (const real *)c->k + bh * Nk * D;
-    const real *V = c->v ? (const real *)c->v + bh * Nk * Dv : NULL;
+    const int64_t qs = c->lq.n, ks = c->lk.n, vs = c->lv.n, os = a->lo.n, dos = a->ldo.n; /* row strides */
+    const real *K = (const real *)c->k + pn_attn_at(c, c->lk, bh, 0);
+    const real *V = c->v ? (const real *)c->v + pn_attn_at(c, c->lv, bh, 0) : NULL;
     const real *kt0 = c->kt[0] ? (const real *)c->kt[0] + bh * Nk : NULL;
     const real *kt1 = c->kt[1] ? (const real *)c->kt[1] + bh * Nk : NULL;
     const real *g = c->g ? (const real *)c->g + bh * Nk : NULL;
-    real *dK = a->dk[split] + bh * Nk * D, *dV = a->dv[split] ? a->dv[split] + bh * Nk * Dv : NULL;
+    real *dK = a->dk[split] + pn_attn_at(c, c->lk, bh, 0);
+    real *dV = a->dv[split] ? a->dv[split] + pn_attn_at(c, c->lv, bh, 0) : NULL;
     real *dkt0 = a->dkt[split][0] ? a->dkt[split][0] + bh * Nk : NULL;
     real *dkt1 = a->dkt[split][1] ? a->dkt[split][1] + bh * Nk : NULL;
     real *dg = a->dg[split] ? a->dg[split] + bh * Nk : NULL;
@@ -682,23 +687,23 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
 
     for (int64_t t = split; t < nqt; t += a->S) {
         const int64_t i0 = t * TQ, tq = Nq - i0 < TQ ? Nq - i0 : TQ;
-        const real *Q = (const real *)c->q + (bh * Nq + i0) * D;
+        const real *Q = (const real *)c->q + pn_attn_at(c, c->lq, bh, i0);
         /* the weights' backward is the output's with V = I: O = W, dO = dW and dP = dW */
         const int64_t Do = a->weights ? Nk : Dv;
-        const real *dO = a->dout + (bh * Nq + i0) * Do;
-        const real *O = a->out + (bh * Nq + i0) * Do;
+        const real *dO = a->dout + pn_attn_at(c, a->ldo, bh, i0);
+        const real *O = a->out + pn_attn_at(c, a->lo, bh, i0);
         const real *stat = a->stat + bh * Nq + i0;
         const real *qt0 = c->qt[0] ? (const real *)c->qt[0] + bh * Nq + i0 : NULL;
         const real *qt1 = c->qt[1] ? (const real *)c->qt[1] + bh * Nq + i0 : NULL;
-        real *dQ = a->dq + (bh * Nq + i0) * D;
+        real *dQ = a->dq + pn_attn_at(c, c->lq, bh, i0);
 #if PN_DENSE_MK
         /* pk NULL (few query rows, SFX(backward)): BLAS products below, as f64 */
         const mk_packed *pk = a->pk;
         const pn_microkernel *mk = pk ? pk->mk : NULL;
         const int64_t NR = mk ? mk->nr : 1, Dgp = pk ? pk->Dgp : Dg, Dvp = pk ? pk->Dvp : Dv;
-        if (pk && !a->weights) pn_mk_pack_cols(tq, Dv, dO, Dv, (int)NR, TQ * NR, w->dOp);
+        if (pk && !a->weights) pn_mk_pack_cols(tq, Dv, dO, dos, (int)NR, TQ * NR, w->dOp);
         if (pk && gemm) {
-            pn_mk_pack_cols(tq, Dg, Q, D, (int)NR, TQ * NR, w->Qp);
+            pn_mk_pack_cols(tq, Dg, Q, qs, (int)NR, TQ * NR, w->Qp);
             memset(w->dQacc, 0, sizeof(real) * (size_t)(tq * Dgp));
         }
 #else
@@ -710,7 +715,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
             real s = 0;
             if (normalized) {
                 #pragma omp simd reduction(+ : s)
-                for (int64_t d = 0; d < Do; d++) s += dO[i * Do + d] * O[i * Do + d];
+                for (int64_t d = 0; d < Do; d++) s += dO[i * dos + d] * O[i * os + d];
             }
             w->Drow[i] = s;
         }
@@ -745,19 +750,19 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                 }
             }
             if (a->weights) {
-                for (int64_t i = 0; i < tq; i++) memcpy(w->dP + i * PN_TK, dO + i * Do + j0, sizeof(real) * (size_t)tk);
+                for (int64_t i = 0; i < tq; i++) memcpy(w->dP + i * PN_TK, dO + i * dos + j0, sizeof(real) * (size_t)tk);
             } else if (Dv == 0) {
                 memset(w->dP, 0, sizeof(real) * TQ * PN_TK);
             } else if (pk) {
 #if PN_DENSE_MK
                 mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, w->T, Dvp, 0); /* Pᵀ·dO */
-                SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * Dv, Dv);                       /* dV += */
-                mk_prod(mk, tq, tk, Dv, dO, Dv, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
+                SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * vs, vs);                       /* dV += */
+                mk_prod(mk, tq, tk, Dv, dO, dos, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
                         0); /* dP = dO·Vᵀ */
 #endif
             } else {
-                SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, Dv, dV + j0 * Dv, Dv); /* dV += Pᵀ·dO */
-                SFX(gemm_nt)(tq, tk, Dv, dO, Dv, V + j0 * Dv, Dv, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
+                SFX(gemm_tn_acc)(tk, Dv, tq, w->P, PN_TK, dO, dos, dV + j0 * vs, vs); /* dV += Pᵀ·dO */
+                SFX(gemm_nt)(tq, tk, Dv, dO, dos, V + j0 * vs, vs, 0, w->dP, PN_TK);  /* dP = dO·Vᵀ */
             }
             /* dS, then the score's VJP turns it into dG (in place) */
             for (int64_t i = 0; i < tq; i++) {
@@ -787,7 +792,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                 vjp(pp, tq, tk, PN_TK, w->G, qt0, qt1, kt0 ? kt0 + j0 : NULL, kt1 ? kt1 + j0 : NULL, w->dP, w->dP,
                     &dqt[0][0], dkt0 ? dkt0 + j0 : NULL, dkt1 ? dkt1 + j0 : NULL, dparam);
             if (diff) { /* ∂G/∂q = k − q: the norms' share, and the near pairs from their differences */
-                if (nnear) SFX(diff_chain)(c, tq, tk, Q, K + j0 * D, w->near, w->dP, dqt, dkt0 + j0, dQ, dK + j0 * D);
+                if (nnear) SFX(diff_chain)(c, tq, tk, Q, K + j0 * ks, w->near, w->dP, dqt, dkt0 + j0, dQ, dK + j0 * ks);
                 else
                     for (int64_t i = 0; i < tq; i++) {
                         real rs = 0; /* as the epilogues sum their d.q0 */
@@ -806,15 +811,15 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                 mk_prod(mk, tq, Dg, tk, w->dP, PN_TK, 1, pk->Kc + bh * Dgp * Nk + j0 * NR, Nk * NR, w->dQacc, Dgp,
                         1);                                                               /* dQ += dG·K */
                 mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, w->T, Dgp, 0); /* dGᵀ·Q */
-                SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * D, D);                        /* dK += */
+                SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * ks, ks);                      /* dK += */
 #endif
             } else if (gemm) {
-                SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * D, D, dQ, D); /* dQ += dG·K */
-                SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, D, dK + j0 * D, D); /* dK += dGᵀ·Q */
+                SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * ks, ks, dQ, qs); /* dQ += dG·K */
+                SFX(gemm_tn_acc)(tk, Dg, tq, w->dP, PN_TK, Q, qs, dK + j0 * ks, ks); /* dK += dGᵀ·Q */
             }
         }
 #if PN_DENSE_MK
-        if (gemm && pk) SFX(add_rows)(tq, Dg, w->dQacc, Dgp, dQ, D);
+        if (gemm && pk) SFX(add_rows)(tq, Dg, w->dQacc, Dgp, dQ, qs);
 #endif
         for (int m = 0; m < 2; m++)
             if (a->dqt[m])
@@ -887,8 +892,9 @@ static pn_status SFX(backward)(const pn_attn_call *c, SFX(bwd_args) *a) {
 }
 
 /* ---- term and Lorentz-factor backward (shared with graph.c) ---------------------------------- */
-/* dx (BH, N, D) += Σ_m dt_m ∘ ∂term_m/∂x; da (H, D) += for PROJ terms. */
-static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const real *x, int64_t N,
+/* dx (BH, N, D) += Σ_m dt_m ∘ ∂term_m/∂x; da (H, D) += for PROJ terms. x and dx: layout l (c->lq
+ * or c->lk) */
+static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const real *x, pn_attn_lay l, int64_t N,
                                 double *const dt[2], const real *a, real *dx, double *da) {
     const int64_t D = c->D, Dg = c->Dg;
     #pragma omp parallel for if (c->BH * N * D > PN_PAR_MIN) schedule(static)
@@ -900,8 +906,9 @@ static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const 
                 const int64_t row = pn_attn_row(c, bh, r, N);
                 const double t = dt[m][row];
                 if (t == 0) continue;
-                const real *xr = x + row * D;
-                real *gr = dx + row * D;
+                const int64_t xo = pn_attn_xat(c, l, bh, r, N, D);
+                const real *xr = x + xo;
+                real *gr = dx + xo;
                 if (kind[m] == PN_TERM_NORM2) {
                     for (int64_t d = 0; d < Dg; d++) gr[d] += (real)(2 * t) * xr[d];
                 } else if (kind[m] == PN_TERM_LAST) {
@@ -922,7 +929,7 @@ static void SFX(terms_backward)(const pn_attn_call *c, const int kind[2], const 
             for (int64_t r = 0; r < N; r++) {
                 const int64_t row = pn_attn_row(c, bh, r, N);
                 const double t = dt[m][row];
-                const real *xr = x + row * D;
+                const real *xr = x + pn_attn_xat(c, l, bh, r, N, D);
                 for (int64_t d = 0; d < D; d++) dah[d] += t * xr[d];
             }
         }
@@ -938,8 +945,9 @@ static void SFX(lorentz_backward)(const pn_attn_call *c, const double *dgsum, re
             const int64_t x = pn_attn_row(c, bh, j, c->Nk);
             const double gj = ((const real *)c->g)[x], t = dgsum[x];
             if (t == 0) continue;
-            const real *vr = (const real *)c->v + x * c->Dv;
-            real *gr = dv + x * c->Dv;
+            const int64_t xo = pn_attn_xat(c, c->lv, bh, j, c->Nk, c->Dv);
+            const real *vr = (const real *)c->v + xo;
+            real *gr = dv + xo;
             double n2 = 0;
             for (int64_t d = 0; d < c->Dv; d++) n2 += (double)vr[d] * vr[d];
             const double g3 = gj * gj * gj;

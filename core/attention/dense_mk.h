@@ -68,11 +68,13 @@ static pn_status mk_pack(const pn_attn_call *c, const pn_microkernel *mk, unsign
     }
     #pragma omp parallel for if (BH * Nk * (D + Dv) > PN_PAR_MIN) schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
-        const float *K = (const float *)c->k + bh * Nk * D, *V = c->v ? (const float *)c->v + bh * Nk * Dv : NULL;
-        if (pk->Kr) pn_mk_pack_rows(Nk, Dg, K, D, (int)NR, pk->Kr + bh * nkr);
-        if (pk->Vr && V) pn_mk_pack_rows(Nk, Dv, V, Dv, (int)NR, pk->Vr + bh * nvr);
-        if (pk->Kc) pn_mk_pack_cols(Nk, Dg, K, D, (int)NR, Nk * NR, pk->Kc + bh * nkc);
-        if (pk->Vc && V) pn_mk_pack_cols(Nk, Dv, V, Dv, (int)NR, Nk * NR, pk->Vc + bh * nvc);
+        const float *K = (const float *)c->k + pn_attn_at(c, c->lk, bh, 0);
+        const float *V = c->v ? (const float *)c->v + pn_attn_at(c, c->lv, bh, 0) : NULL;
+        const int64_t ks = c->lk.n, vs = c->lv.n;
+        if (pk->Kr) pn_mk_pack_rows(Nk, Dg, K, ks, (int)NR, pk->Kr + bh * nkr);
+        if (pk->Vr && V) pn_mk_pack_rows(Nk, Dv, V, vs, (int)NR, pk->Vr + bh * nvr);
+        if (pk->Kc) pn_mk_pack_cols(Nk, Dg, K, ks, (int)NR, Nk * NR, pk->Kc + bh * nkc);
+        if (pk->Vc && V) pn_mk_pack_cols(Nk, Dv, V, vs, (int)NR, Nk * NR, pk->Vc + bh * nvc);
         if (kn) {
             float *dst = pk->kn + bh * pk->nkp;
             memcpy(dst, (const float *)c->kt[0] + bh * Nk, sizeof(float) * (size_t)Nk);

@@ -33,6 +33,12 @@
 --                f32); an error on the CPU and for f64 tensors
 --   graph only: a_l, a_r ((H, D) tensors for gat), dropout (on the weights), train
 -- A fully masked row gives output 0 and zero gradients.
+-- Layouts (CPU): q, k, v dense in any dim order with the last dim innermost — heads split from a
+-- projection, x:view(B, N, H, D):transpose(2, 3), are — are read in place, not copied; the output
+-- is laid out in q's order (for split heads (B, N, H, Dv) in memory, so out:transpose(2, 3) is
+-- contiguous and merging the heads back is a view, as with PyTorch's SDPA) and each gradient in
+-- its input's. Other strides (expanded, gaps, a transposed last dim) are copied first. On CUDA
+-- the output is contiguous.
 return function(pn, M, B)
   local raise = B.raise -- error(msg, level), or the user's line where level lands inside penumbra
   local C, wrap, ffi = B.C, B.wrap, B.ffi
