@@ -113,6 +113,44 @@ describe('softmax / log_softmax', function()
     assert.equal(-inf, l[3])
   end)
 
+  -- f32: e^(x − max) below e^-80 is +0 (pn_fast_expf_nonpos, as the attention softmax), never a
+  -- subnormal (each costs a microcode assist on x86); above it the f64 values to 1e-6
+  it('f32 weights below e^-80 of the row maximum are +0, never subnormal (softmax, log_softmax, cross entropy)', function()
+    local row = {}
+    for j = 1, 64 do row[j] = -2 * (j - 1) end -- 0 … −126: e^-82 … e^-126 would be tiny but nonzero
+    local FLT_MIN = 1.1754943508222875e-38
+    local function check_row(got, want, what, tol)
+      for j = 1, #want do
+        local g, w = got[j], want[j]
+        assert(g == 0 or math.abs(g) >= FLT_MIN, what .. ': element ' .. j .. ' is subnormal: ' .. g)
+        if row[j] < -80 then
+          assert(g == 0, what .. ': element ' .. j .. ' (x − max = ' .. row[j] .. ') should be 0, got ' .. g)
+        else
+          assert(math.abs(g - w) <= (tol or 1e-6) * math.abs(w) + 1e-30, what .. ': element ' .. j .. ' got ' .. g .. ', want ' .. w)
+        end
+      end
+    end
+    local x64 = pn.tensor({ row }, { dtype = 'f64' })
+    local want = vals(x64:softmax(2))
+    check_row(vals(pn.tensor({ row }, { dtype = 'f32' }):softmax(2)), want, 'softmax, last dim')
+    check_row(vals(pn.tensor({ row }, { dtype = 'f32' }):t():contiguous():softmax(1)), want, 'softmax, dim 1')
+    -- log_softmax's backward: gx = g − e^y·Σg, with g one-hot on the first column: −e^y elsewhere
+    local x = pn.tensor({ row }, { dtype = 'f32' }):requires_grad_(true)
+    local onehot = {}
+    for j = 1, 64 do onehot[j] = j == 1 and 1 or 0 end
+    x:log_softmax(2):backward(pn.tensor({ onehot }, { dtype = 'f32' }))
+    local gx = vals(x.grad)
+    gx[1] = 1 - gx[1] -- = e^y₁
+    for j = 2, 64 do gx[j] = -gx[j] end
+    check_row(gx, want, 'log_softmax backward', 1e-5) -- e^y of the rounded y: |y|·6e-8 relative
+    -- cross entropy's gradient is softmax − one-hot (no smoothing): the same weights
+    local xc = pn.tensor({ row }, { dtype = 'f32' }):requires_grad_(true)
+    pn.cross_entropy(xc, pn.tensor({ 63 }, { dtype = 'i64' }), { reduction = 'sum' }):backward() -- class 63: the last
+    local gc = vals(xc.grad)
+    gc[64] = gc[64] + 1
+    check_row(gc, want, 'cross_entropy gradient', 1e-5) -- e^(x − lse) of the rounded difference
+  end)
+
   it('rows sum to 1 for every dim', function()
     local x = pn.randn({ 3, 5, 7 })
     for d = 1, 3 do

@@ -81,7 +81,8 @@ PN_HD PN_VEC_FN static inline float pn_fast_expf(float x) {
     return x != x ? x : y;
 }
 
-/* exp(x) for x <= 0 — a softmax's e^(s − max), e^(s − logsumexp), e^(log-softmax) — equal to
+/* exp(x) for x <= 0 — a softmax's e^(s − max), e^(s − logsumexp), e^(log-softmax): the attention
+ * drivers', softmax.c's, the cross entropy's and logsumexp's, so all of them flush alike — equal to
  * pn_fast_expf bit for bit for x >= PN_EXP_FLUSH (checked over every float <= 0;
  * spec/fixtures/fastmath_check.c samples them), NaN included, and +0 below it, in about half its
  * instructions (the softmax loops of the attention forward spent a fifth of the dot's time in

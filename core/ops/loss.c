@@ -119,7 +119,7 @@ static double row_lse_f64(const double *x, int64_t C, double *sum_x) {
 PN_VEC_FN PN_VEC static void row_ce_grad_f32(const float *x, float *gx, int64_t C, int64_t t, double lse, double s,
                                       double eps) {
     float l = (float)lse, sf = (float)s, off = (float)(eps / (double)C);
-    for (int64_t j = 0; j < C; j++) gx[j] = sf * (pn_fast_expf(x[j] - l) - off);
+    for (int64_t j = 0; j < C; j++) gx[j] = sf * (pn_fast_expf_nonpos(x[j] - l) - off);
     gx[t] -= sf * (float)(1.0 - eps);
 }
 static void row_ce_grad_f64(const double *x, double *gx, int64_t C, int64_t t, double lse, double s, double eps) {

@@ -197,7 +197,7 @@ static double sum_f64(const double *x, int64_t n, bool square) {
 }
 
 /* logsumexp of a contiguous run in two passes (max, then Σ exp(x - max)); f32 uses the
- * vectorisable pn_fast_expf. Returns the (max, sum) pair that pn_acc_merge/pn_acc_final take. x: (n) */
+ * vectorisable pn_fast_expf_nonpos (x − max <= 0). Returns the (max, sum) pair that pn_acc_merge/pn_acc_final take. x: (n) */
 PN_VEC_FN static pn_acc lse_run(const void *xv, int dt, int64_t n) {
     const float *xf = xv;
     const double *xd = xv;
@@ -223,8 +223,8 @@ PN_VEC_FN static pn_acc lse_run(const void *xv, int dt, int64_t n) {
     if (dt == PN_F32) {
         float mf = (float)m;
         for (; i + 8 <= n; i += 8)
-            for (int j = 0; j < 8; j++) a[j] += pn_fast_expf(xf[i + j] - mf);
-        for (; i < n; i++) a[0] += pn_fast_expf(xf[i] - mf);
+            for (int j = 0; j < 8; j++) a[j] += pn_fast_expf_nonpos(xf[i + j] - mf);
+        for (; i < n; i++) a[0] += pn_fast_expf_nonpos(xf[i] - mf);
     } else {
         for (; i < n; i++) a[i & 7] += exp(xd[i] - m);
     }

@@ -54,7 +54,7 @@ PN_VEC_FN PN_INLINE float pn_row_max_f32(const float *x, int64_t n) {
 /* Σ x (ex false) or Σ e^(x − m) (ex true; a constant at each call site) */
 PN_VEC_FN PN_INLINE double pn_row_sum8_f32(const float *x, int64_t n, bool ex, float m) {
     double s;
-    PN_SUM8(s, n, i, ex ? pn_fast_expf(x[i] - m) : x[i]);
+    PN_SUM8(s, n, i, ex ? pn_fast_expf_nonpos(x[i] - m) : x[i]);
     return s;
 }
 

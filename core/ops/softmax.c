@@ -3,7 +3,8 @@
  * The input is seen as (O, R, I) with R the softmax dim (a contiguous copy is made when
  * x is not contiguous). Each of the O·I lines of R elements is independent: stable form
  * exp(x - max) / Σ exp(x - max), sums in double. The last dim (I = 1) is the fast,
- * unit-stride case; f32 uses the vectorisable pn_fast_expf (fast_math.h, ≈ 1.4 ulp).
+ * unit-stride case; f32 uses the vectorisable pn_fast_expf_nonpos (fast_math.h, ≈ 1.4 ulp; +0
+ * below e^-80 of the line's maximum, never a subnormal, as the attention softmax).
  * A line of all -inf gives NaN, as in torch. */
 #include "../backend.h"
 #include "fast_math.h"
@@ -27,7 +28,7 @@ PN_VEC_FN PN_VEC static void row_f32(const float *x, float *y, int64_t R, bool l
         float lz = m + (float)log(pn_row_sum8_f32(x, R, true, m));
         for (int64_t r = 0; r < R; r++) y[r] = x[r] - lz;
     } else {
-        for (int64_t r = 0; r < R; r++) y[r] = pn_fast_expf(x[r] - m);
+        for (int64_t r = 0; r < R; r++) y[r] = pn_fast_expf_nonpos(x[r] - m);
         float inv = (float)(1.0 / pn_row_sum8_f32(y, R, false, 0));
         for (int64_t r = 0; r < R; r++) y[r] *= inv;
     }
@@ -44,7 +45,7 @@ PN_VEC_FN static void block_f32(const float *x, float *y, int64_t R, int64_t I, 
         for (int64_t j = 0; j < w; j++) m[j] = x[r * I + j] > m[j] ? x[r * I + j] : m[j];
     for (int64_t r = 0; r < R; r++)
         for (int64_t j = 0; j < w; j++) {
-            float e = pn_fast_expf(x[r * I + j] - m[j]);
+            float e = pn_fast_expf_nonpos(x[r * I + j] - m[j]);
             y[r * I + j] = e;
             s[j] += e;
         }
@@ -65,7 +66,7 @@ PN_VEC_FN static void block_bw_f32(const float *y, const float *g, float *gx, in
     for (int64_t r = 0; r < R; r++)
         for (int64_t j = 0; j < w; j++) {
             int64_t k = r * I + j;
-            gx[k] = logsm ? g[k] - pn_fast_expf(y[k]) * a[j] : y[k] * (g[k] - a[j]);
+            gx[k] = logsm ? g[k] - pn_fast_expf_nonpos(y[k]) * a[j] : y[k] * (g[k] - a[j]);
         }
 }
 
@@ -92,7 +93,7 @@ static inline void line_f64(const double *x, double *y, int64_t R, int64_t s, bo
 PN_VEC_FN PN_VEC static void row_bw_f32(const float *y, const float *g, float *gx, int64_t R, bool logsm) {
     float a = (float)(logsm ? pn_row_sum8_f32(g, R, false, 0) : pn_row_dot8_f32(g, y, R));
     if (logsm)
-        for (int64_t r = 0; r < R; r++) gx[r] = g[r] - pn_fast_expf(y[r]) * a;
+        for (int64_t r = 0; r < R; r++) gx[r] = g[r] - pn_fast_expf_nonpos(y[r]) * a;
     else
         for (int64_t r = 0; r < R; r++) gx[r] = y[r] * (g[r] - a);
 }

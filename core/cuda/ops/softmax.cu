@@ -5,7 +5,8 @@
  * the whole line comes out NaN; a line of all -inf gives NaN), e = exp(x − m) in T, Σ e in
  * double; softmax y = e · (T)(1/Σ), log_softmax y = x − (m + (T)log Σ). Backward: softmax
  * gx = y (g − (T)Σ g y), log_softmax gx = g − exp(y) (T)Σ g, the sums in double. f32 uses the
- * device's expf where the CPU uses its vectorised pn_fast_expf (both within a few ulp).
+ * device's expf where the CPU uses its vectorised pn_fast_expf_nonpos (both within a few ulp;
+ * the CPU's is +0 below e^-80).
  *
  * Layout: a block per line when lines are contiguous (I = 1) or too few to fill the device —
  * its threads stride over the line and combine through block_reduce.cuh (fixed order:
