@@ -200,7 +200,7 @@ void pn_attn_param_grad_into(pn_tensor *out, const double *g, int64_t H);
 void pn_attn_opts_retain(pn_attn_opts *o);
 void pn_attn_opts_release(pn_attn_opts *o);
 
-/* ---- one call of a driver: inputs made contiguous and canonical, terms computed ---------- */
+/* ---- one call of a driver: inputs checked, their layouts taken, terms computed ---------------- */
 #define PN_TQ 64          /* query rows per tile (the backward: pn_attn_bwd_tq's) */
 #define PN_TQ_BWD_MAX 128 /* the backward's tallest query tile */
 #define PN_TK 256          /* keys per tile */

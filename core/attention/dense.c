@@ -354,7 +354,7 @@ static pn_status bcast4(const pn_attn_call *c, const char *arg, const pn_tensor 
 }
 
 /* Checks q, k, v (v may be NULL: weights) and o. run = 0 (the front end): the checks only,
- * c is freed. run = 1 (the CPU kernel): also fills c (setup, contiguous inputs, masks, terms,
+ * c is freed. run = 1 (the CPU kernel): also fills c (setup, the inputs and their layouts, masks, terms,
  * parameters). On error c is freed. */
 static pn_status dense_call_init(pn_attn_call *c, const char *op, const pn_tensor *q_, const pn_tensor *k_,
                                  const pn_tensor *v_, const pn_attn_opts *o, int run) {
