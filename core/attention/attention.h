@@ -240,7 +240,7 @@ typedef struct {
     int64_t bs[4];
     double *alibi;                /* (H) ALiBi slopes, or NULL */
     const void *q, *k, *v;        /* (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv): rows where lq, lk, lv say
-                                   * (dense; the gradients dq, dk, dv have the same layouts), or
+                                   * (dense: dense.c's dense_lay; the gradients dq, dk, dv have the same layouts), or
                                    * node-major (nm) */
     pn_attn_lay lq, lk, lv;       /* dense: the layouts of q, k, v (pn_attn_at) */
     pn_attn_lay lo;               /* dense forward: the layout of out (BH, Nq, Dv) */
@@ -280,15 +280,6 @@ static inline pn_attn_dims pn_attn_dense_dims(const pn_tensor *q, const pn_tenso
 /* the index of row r (of N) of head bh in the per-row arrays; times D, its offset in q / k / v */
 static inline int64_t pn_attn_row(const pn_attn_call *c, int64_t bh, int64_t r, int64_t N) {
     return c->nm ? r * c->BH + bh : bh * N + r;
-}
-
-/* the layout of a dense operand t, (B, H, N, X), (B, N, X) or (N, X): its strides */
-static inline pn_attn_lay pn_attn_lay_of(const pn_tensor *t) {
-    pn_attn_lay l = {0, 0, 0};
-    if (t->nd == 4) l.b = t->strides[0], l.h = t->strides[1], l.n = t->strides[2];
-    else if (t->nd == 3) l.b = t->strides[0], l.n = t->strides[1];
-    else l.n = t->strides[0];
-    return l;
 }
 
 /* the element offset of row r of head bh (b = bh / H, h = bh % H) in a dense operand of layout l */

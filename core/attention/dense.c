@@ -103,15 +103,16 @@ PN_NOTRAP_BEGIN
 /* ---- preparation (shared with graph.c) ------------------------------------------------------- */
 static size_t esize(int dt) { return dt == PN_F32 ? sizeof(float) : sizeof(double); }
 
-/* the layout of a dense operand (pn_attn_lay_of) with the strides of its size-1 dims made
- * canonical (they are never multiplied by anything but 0, but BLAS checks a row stride against
- * the row's width): 0 for the batch and head, the row width for the rows */
+/* the layout of a dense operand t, (B, H, N, X), (B, N, X) or (N, X): its strides, those of its
+ * size-1 dims made canonical (they are never multiplied by anything but 0, but BLAS checks a row
+ * stride against the row's width): 0 for the batch and head, the row width for the rows */
 static pn_attn_lay dense_lay(const pn_tensor *t) {
-    pn_attn_lay l = pn_attn_lay_of(t);
     const int nd = t->nd;
-    if (nd == 4 && t->sizes[1] == 1) l.h = 0;
-    if (nd >= 3 && t->sizes[0] == 1) l.b = 0;
-    if (t->sizes[nd - 2] == 1) l.n = t->sizes[nd - 1] > 0 ? t->sizes[nd - 1] : 1;
+    const int64_t *st = t->strides, *sz = t->sizes;
+    pn_attn_lay l = {0, 0, st[nd - 2]};
+    if (nd >= 3 && sz[0] != 1) l.b = st[0];
+    if (nd == 4 && sz[1] != 1) l.h = st[1];
+    if (sz[nd - 2] == 1) l.n = sz[nd - 1] > 0 ? sz[nd - 1] : 1;
     return l;
 }
 
@@ -143,7 +144,7 @@ static bool dense_order(const pn_tensor *x, int64_t perm[PN_MAX_DIMS]) {
 }
 
 /* What the CPU kernel reads for a q, k, v or output gradient x: x itself when it is dense in some
- * order (dense_order; the kernel takes its layout from the strides, pn_attn_lay_of), else a
+ * order (dense_order; the kernel takes its layout from the strides, dense_lay), else a
  * contiguous copy. The CUDA kernels read contiguous rows: a copy there unless x already is. */
 static pn_tensor *kernel_input(pn_tensor *x) {
     int64_t perm[PN_MAX_DIMS];
