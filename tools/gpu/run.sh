@@ -25,12 +25,11 @@
 # Second lease (2026-11-27, three calls): start 30–60 s; specs 40–58 s; bench with six scores at
 # n=4096 d=64,128 rounds=2 reps=3 65 s (with compiled=umbral: 130 s); ncu 17–26 s a kernel;
 # memcheck 3–5 s and racecheck 60 s before sanitize.lua ended in its cosine part (README).
-# Next lease: `specs` first (cuda_mma_spec now checks ldmatrix's and the f64 mma's layouts against the hardware),
-# then the bench after cp.async and the SASS-guided changes of 2026-11-28 (README: pipelined
-# products, one epilogue copy per path, exp and sigmoid on the SFU, ldmatrix fragments;
-# tools/gpu/sass.sh shows them without a GPU), then ncu on mfwd, then `plain sanitize` (is the
-# cosine exit the sanitizer's?), then `power` (the chunked kernels' f64 tensor-core products, block
-# scans and warp-per-row chain rule of 2026-11-28/29, each kernel's time: which one to change next).
+# Third lease (2026-11-30, an H200, one call of 177 s): info specs bench power ncu plain sanitize with
+# the bench arguments above, T_SPECS=150 T_BENCH=200 T_PROBE=100 T_NCU=80 T_SANITIZE=70; info,
+# specs, bench and power took 109 s together, ncu 8 s, plain 1 s, memcheck 3 s, racecheck 55 s.
+# Logs: run with OUT pointing elsewhere and tar that folder into the real $OUT (only 8 files come
+# back). The sanitizer still ends the process inside sanitize.lua's cosine part (README).
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
