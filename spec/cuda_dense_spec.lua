@@ -255,6 +255,9 @@ describe('cuda dense attention', function()
       -- the sigmoid on the SFU (pn_cu_sigm_sfu), plain and normalized with γ, on whole tiles
       { B = 1, H = 1, Nq = 66, Nk = 70, D = 16, Dv = 8, normalize = 'sigmoid' },
       { B = 1, H = 1, Nq = 66, Nk = 70, D = 16, Dv = 8, normalize = 'sigmoid_normalized', aggregate = 'einstein' },
+      -- the key pass at width 128 (K and V read from shared memory a chunk at a time), a partial
+      -- 16-wide chunk of V and a partial key block
+      { B = 1, H = 1, Nq = 20, Nk = 70, D = 128, Dv = 100, causal = true },
     }
     cu.schedules(function(s)
       for _, prec in ipairs({ 'bf16', 'f16' }) do
@@ -278,9 +281,9 @@ describe('cuda dense attention', function()
     end)
   end)
 
-  -- the forward and the backward on mma.sync (mfwd_kernel, mbwq_kernel up to width 128, mbwk_kernel
-  -- up to 64: the defaults) against the wmma ones (PENUMBRA_CUDA_MMA=0): two kernels, one result up
-  -- to the order of f32 sums; wider heads take the wmma kernels either way
+  -- the forward and the backward on mma.sync (mfwd_kernel, mbwq_kernel and mbwk_kernel up to width
+  -- 128: the defaults) against the wmma ones (PENUMBRA_CUDA_MMA=0): two kernels, one result up to the
+  -- order of f32 sums; wider heads take the wmma kernels either way
   it_cuda('precision bf16: the mma.sync forward and backward equal the wmma ones for every score; widths over 128 take wmma', function()
     local ffi = require 'ffi'
     pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
@@ -301,7 +304,8 @@ describe('cuda dense attention', function()
       for i = 1, #x do diff, big = math.max(diff, math.abs(x[i] - y[i])), math.max(big, math.abs(y[i])) end
       return diff, big
     end
-    for _, sz in ipairs({ { Nq = 70, Nk = 90, D = 40, Dv = 72, causal = true }, { Nq = 17, Nk = 33, D = 136, Dv = 8 } }) do
+    for _, sz in ipairs({ { Nq = 70, Nk = 90, D = 40, Dv = 72, causal = true }, { Nq = 24, Nk = 70, D = 128, Dv = 128 },
+                          { Nq = 17, Nk = 33, D = 136, Dv = 8 } }) do
       for _, form in ipairs({ 'dot', 'laplacian', 'umbral', 'penumbral' }) do
         local q = rnd({ 1, 2, sz.Nq, sz.D }, 'f32', 7, 0.1, 0.4):to('cuda')
         local k = rnd({ 1, 2, sz.Nk, sz.D }, 'f32', 8, 0.1, 0.4):to('cuda')

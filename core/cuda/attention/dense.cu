@@ -1167,9 +1167,12 @@ __device__ inline int ldm_mat() { return threadIdx.x % 32 / 8; } /* m */
 
 /* the warp's A fragments of its 16 rows of X (ld halves), chunks kc < n of 16 columns (zeros past
  * n): matrices 0–3 = rows 0–7 / 8–15 of columns 0–7, then of columns 8–15 — a[0] … a[3] */
-template <typename H, int KC> __device__ void frags_a(uint32_t (*fa)[4], const H *X, int64_t ld, int n) {
+template <typename H> __device__ inline const H *frag_a_row(const H *X, int64_t ld) {
     const int w = threadIdx.x / 32, m = ldm_mat();
-    const H *x = X + (w * 16 + ldm_row() + 8 * (m % 2)) * ld + 8 * (m / 2);
+    return X + (w * 16 + ldm_row() + 8 * (m % 2)) * ld + 8 * (m / 2);
+}
+template <typename H, int KC> __device__ void frags_a(uint32_t (*fa)[4], const H *X, int64_t ld, int n) {
+    const H *x = frag_a_row(X, ld);
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
         if (kc < n) pn_ldmatrix_x4(fa[kc], x + kc * 16); /* n is the same for the whole warp */
@@ -1187,23 +1190,40 @@ template <typename H> __device__ inline void frags_b2(uint32_t (*b)[2], const H 
     b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
-/* acc[nb] (nb < 8: the 16 × 8 blocks of 64 columns) = A·Bᵀ, A the fragments fa (chunks < n), B
- * 64 rows (ld halves) whose pairs are consecutive columns. Chunk by chunk, the eight blocks' mma
- * in a row: they are independent, so the tensor core pipelines them — block by block, each mma
- * waited for the one before it and for its own shared-memory load (nvcc kept that order: SASS) */
-template <typename H, int KC> __device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld,
-                                                      int n) {
+/* acc[nb] (nb < 8: the 16 × 8 blocks of 64 columns) = A·Bᵀ, A's 16-wide chunk kc < n from
+ * afrag(kc, a) (mma_abt, mma_abt_s below), B 64 rows (ld halves) whose pairs are consecutive columns.
+ * Chunk by chunk, the eight blocks' mma in a row: they are independent, so the tensor core pipelines
+ * them — block by block, each mma waited for the one before it and for its own shared-memory load
+ * (nvcc kept that order: SASS) */
+template <typename H, int KC, typename F>
+__device__ void mma_abt_from(float (*acc)[4], const H *B, int64_t ld, int n, F afrag) {
 #pragma unroll
     for (int nb = 0; nb < WK / 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0;
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
         if (kc >= n) break; /* the same for the whole warp */
-        uint32_t b[WK / 8][2];
+        uint32_t a[4], b[WK / 8][2];
+        afrag(kc, a);
 #pragma unroll
         for (int nb = 0; nb < WK / 8; nb += 2) frags_b2(b + nb, B + nb * 8 * ld, ld, kc * 16);
 #pragma unroll
-        for (int nb = 0; nb < WK / 8; nb++) pn_mma_16816<H>(acc[nb], fa[kc], b[nb], acc[nb]);
+        for (int nb = 0; nb < WK / 8; nb++) pn_mma_16816<H>(acc[nb], a, b[nb], acc[nb]);
     }
+}
+
+/* … with A the fragments fa the warp holds in registers (frags_a) */
+template <typename H, int KC> __device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld,
+                                                      int n) {
+    mma_abt_from<H, KC>(acc, B, ld, n, [&](int kc, uint32_t *a) {
+        a[0] = fa[kc][0], a[1] = fa[kc][1], a[2] = fa[kc][2], a[3] = fa[kc][3];
+    });
+}
+/* the same with A's fragments read from shared memory (A: the warp's 16 rows, lda halves) chunk by
+ * chunk, for a kernel that cannot keep them in registers (mbwk_kernel at width 128) */
+template <typename H, int KC>
+__device__ void mma_abt_s(float (*acc)[4], const H *A, int64_t lda, const H *B, int64_t ld, int n) {
+    const H *x = frag_a_row(A, lda);
+    mma_abt_from<H, KC>(acc, B, ld, n, [&](int kc, uint32_t *a) { pn_ldmatrix_x4(a, x + kc * 16); });
 }
 
 /* acc[nb] += P·B (nb < n, n even: 8-wide column blocks of B): P the warp's 16 × 64 accumulators p
@@ -1759,17 +1779,19 @@ template <typename H, typename S, bool FR> __global__ void wbwk_kernel(dcall<flo
         for (int64_t d = t; d < c.Dv; d += WTPR) a.dv[y * c.Dv + d] += dVrow[d] + (sg != 0 ? (float)(ein * vr[d]) : 0.0f);
 }
 
-/* The backward's key side on mma.sync (widths ≤ 64): a warp owns 16 keys, whose K and V fragments
+/* The backward's key side on mma.sync (widths ≤ 128): a warp owns 16 keys, whose K and V fragments
  * it keeps; per query tile Sᵀ_w = K_w·Qᵀ and dPᵀ_w = V_w·dOᵀ in registers (B's pairs from Q and dO
  * as rows), the pair's p, dS and VJP on the accumulators (lane: keys g, g + 8; queries by column),
  * then dV_w += Pᵀ_w·dO and dK_w += ∂Gᵀ_w·Q from those accumulators (rounded: the A operand as they
  * stand) with dO and Q staged transposed. The keys' sums (terms, ∂L/∂γ, Σ_i ∂G_ij) over the 4
- * lanes of a key at the end. K and V pass through the Q and dO tiles before the walk. */
-enum { MK_MAX = 64 };
+ * lanes of a key at the end. At width 64, K and V pass through the Q and dO tiles before the walk.
+ * At width 128, dK and dV alone take 128 of a lane's registers, so K and V stay in shared memory of
+ * their own (mklay's ks, vs) and their fragments are read a 16-wide chunk at a time (mma_abt_s). */
+enum { MK_MAX = 128 };
 
 struct mklay {
     int64_t Dp, Dvp, ldq, ldv, ldt; /* padded widths; row strides (halves) of Q / K, dO / V, the transposed */
-    int64_t a, va, qt, vt, an, bn, total;
+    int64_t a, va, qt, vt, an, bn, ks, vs, total; /* ks, vs: the block's K and V past width 64 */
 };
 
 inline mklay mklay_of(int64_t Dg, int64_t Dv) {
@@ -1782,30 +1804,37 @@ inline mklay mklay_of(int64_t Dg, int64_t Dv) {
     L.vt = up(L.qt + L.Dp * L.ldt * 2, 128);
     L.an = up(L.vt + L.Dvp * L.ldt * 2, 128);
     L.bn = up(L.an + 64 * 4, 128);
-    L.total = up(L.bn + 64 * 4, 128);
+    const bool wide = L.Dp > 64 || L.Dvp > 64;
+    L.ks = up(L.bn + 64 * 4, 128);
+    L.vs = up(L.ks + (wide ? 64 * L.ldq * 2 : 0), 128);
+    L.total = up(L.vs + (wide ? 64 * L.ldv * 2 : 0), 128);
     return L;
 }
 
-template <typename H, typename S>
+template <typename H, typename S, int MW>
 __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mpk<H> Op) {
-    enum { KC = MK_MAX / 16, NB = MK_MAX / 8, NS = WQ / 8 };
+    enum { KC = MW / 16, NB = MW / 8, NS = WQ / 8, REG = MW <= 64 }; /* REG: K's, V's fragments in registers */
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(qstage<float>, qsg, WQ);
     unsigned char *sm = pn_cu_align128(smu);
     H *Qs = (H *)(sm + L.a), *dOs = (H *)(sm + L.va), *Qt = (H *)(sm + L.qt), *dOt = (H *)(sm + L.vt);
+    H *Ks = REG ? Qs : (H *)(sm + L.ks), *Vs = REG ? dOs : (H *)(sm + L.vs);
     float *kn = (float *)(sm + L.an), *qn = (float *)(sm + L.bn);
     const int64_t nkt = (c.Nk + WK - 1) / WK, bh = blockIdx.x / nkt, j0 = (blockIdx.x - bh * nkt) * WK;
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int64_t b = bh / c.H, hh = bh - b * c.H;
     const int kc_n = (int)(L.Dp / 16), kv_n = (int)(L.Dvp / 16), nk_n = (int)(L.Dp / 8), nv_n = (int)(L.Dvp / 8);
-    /* the block's keys and values through the Q and dO tiles: the warps' fragments, the key norms */
-    wtile_load(Qs, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
-    wtile_load(dOs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
+    /* the block's keys and values (at width 64 through the Q and dO tiles): the warps' fragments,
+     * the key norms */
+    wtile_load(Ks, L.ldq, c.k + bh * c.Nk * c.D, j0, c.Nk, c.D, c.gemm ? c.Dg : 0, L.Dp);
+    wtile_load(Vs, L.ldv, c.v + bh * c.Nk * c.Dv, j0, c.Nk, c.Dv, c.Dv, L.Dvp);
     __syncthreads();
-    if (c.diff) wnorms(Qs, L.ldq, c.Dg, kn);
-    uint32_t ka[KC][4], va[KC][4];
-    frags_a<H, KC>(ka, Qs, L.ldq, kc_n);
-    frags_a<H, KC>(va, dOs, L.ldv, kv_n);
+    if (c.diff) wnorms(Ks, L.ldq, c.Dg, kn);
+    uint32_t ka[REG ? KC : 1][4], va[REG ? KC : 1][4];
+    if constexpr (REG) {
+        frags_a<H, KC>(ka, Ks, L.ldq, kc_n);
+        frags_a<H, KC>(va, Vs, L.ldv, kv_n);
+    }
     const int want = wants<S>(&c.hp[hh]);
     drow<float, S> r; /* the query row of a pair: the block's head, the staged row values */
     r.hd = S::head(&c.hp[hh], 0.0f);
@@ -1858,8 +1887,13 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
         ptile_cols(dOt, L.ldt, Op, bh, i0);
         pn_cu_cp_async_commit();
         float sc[NS][4], dp[NS][4];
-        mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
-        mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
+        if constexpr (REG) {
+            mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
+            mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
+        } else {
+            mma_abt_s<H, KC>(sc, Ks, L.ldq, Qs, L.ldq, c.gemm ? kc_n : 0);
+            mma_abt_s<H, KC>(dp, Vs, L.ldv, dOs, L.ldv, kv_n);
+        }
         /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
         auto vjp_tile = [&](auto whole_c) {
             constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
@@ -2281,7 +2315,9 @@ bool mma_backward_k(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<
     if ((*s = mpack<H>(op, g, &Qp, c.q, c.BH, c.Nq, c.D, c.gemm ? c.Dg : 0, L.Dp, true, c.diff)) ||
         (*s = mpack<H>(op, g, &Op, a.dout, c.BH, c.Nq, c.Dv, c.Dv, L.Dvp, true, false)))
         return !mpack_oom(s, g, nt0);
-    return tiled_launch(op, s, mbwk_kernel<H, S>, nblk, WT, (size_t)L.total + 128, c, a, L, Qp, Op);
+    const size_t bytes = (size_t)L.total + 128;
+    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwk_kernel<H, S, 64>, nblk, WT, bytes, c, a, L, Qp, Op);
+    return tiled_launch(op, s, mbwk_kernel<H, S, MK_MAX>, nblk, WT, bytes, c, a, L, Qp, Op);
 }
 
 template <typename S> bool wmma_backward(const char *op, pn_status *s, pn_cu_scratch *g, int prec, int side,
