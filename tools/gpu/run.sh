@@ -30,6 +30,8 @@
 # specs, bench and power took 109 s together, ncu 8 s, plain 1 s, memcheck 3 s, racecheck 55 s.
 # Logs: run with OUT pointing elsewhere and tar that folder into the real $OUT (only 8 files come
 # back). The sanitizer still ends the process inside sanitize.lua's cosine part (README).
+# Next lease: `specs`, then `bench` with d=128 (the key pass at width 128 on mma.sync, untimed)
+# and compiled=umbral,penumbral (the compiled peers were last timed on the H100).
 set -u
 OUT=${OUT:-/tmp/pn-out}; mkdir -p "$OUT"
 R=$PWD B=${PN_PREFIX:-/opt/pn}
