@@ -28,12 +28,15 @@ if [ -z "$CUOBJDUMP" ]; then
     CUOBJDUMP=$(ls build/cudatools/nvidia/*/bin/cuobjdump 2>/dev/null | head -1 || true)
 fi
 if [ -z "$CUOBJDUMP" ]; then
-    echo "sass.sh: no cuobjdump; fetching PyPI's nvidia-cuda-cuobjdump into build/cudatools"
-    python3 -m pip download --no-deps -q -d build/cudatools/whl nvidia-cuda-cuobjdump
-    (cd build/cudatools && python3 -m zipfile -e whl/nvidia_cuda_cuobjdump-*.whl .)
+    # cuobjdump -sass runs nvdisasm, which the toolkit may lack too: both wheels
+    echo "sass.sh: no cuobjdump; fetching PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm into build/cudatools"
+    python3 -m pip download --no-deps -q -d build/cudatools/whl nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+    (cd build/cudatools && for w in whl/nvidia_cuda_cuobjdump-*.whl whl/nvidia_cuda_nvdisasm-*.whl; do
+        python3 -m zipfile -e "$w" .; done)
     CUOBJDUMP=$(ls build/cudatools/nvidia/*/bin/cuobjdump | head -1)
-    chmod +x "$CUOBJDUMP"
+    chmod +x "$CUOBJDUMP" "$(dirname "$CUOBJDUMP")"/nvdisasm
 fi
+command -v nvdisasm >/dev/null || export PATH="$(dirname "$CUOBJDUMP"):$PATH" # cuobjdump looks for it on PATH
 echo "sass.sh: nvcc $(nvcc --version | grep -o 'release [0-9.]*'), $ARCH, $SCORE only"
 nvcc -std=c++17 -O3 -Icore -I/usr/include/hdf5/serial -DPN_HAVE_CUDA=1 -DPN_CU_ONLY_SCORE="S_$SCORE" -arch="$ARCH" \
     -cubin --resource-usage core/cuda/attention/dense.cu -o "$OUT/dense_$SCORE.cubin" > "$OUT/ptxas.log" 2>&1 ||
