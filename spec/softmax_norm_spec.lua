@@ -286,6 +286,36 @@ describe('layer_norm', function()
     end
   end)
 
+  -- norm.c's backward makes one pass: each block of rows gets its x gradient and its share of the
+  -- weight and bias sums together, whether x's gradient is wanted or not
+  it('weight and bias gradients: the same bits with or without x\'s gradient, on 1 or 2 threads', function()
+    pn.manual_seed(6)
+    local threads = pn.num_threads()
+    for _, dt in ipairs({ 'f32', 'f64' }) do
+      -- 2000 × 21: past PN_PAR_MIN (32768 elements), so two threads really split the blocks
+      local x0, g = pn.randn({ 2000, 21 }, { dtype = dt }) * 3 + 1, pn.randn({ 2000, 21 }, { dtype = dt })
+      local w0, b0 = pn.randn({ 21 }, { dtype = dt }), pn.randn({ 21 }, { dtype = dt })
+      local seen
+      for _, nt in ipairs({ 1, 2 }) do
+        for _, want_x in ipairs({ true, false }) do
+          pn.set_num_threads(nt)
+          local x = want_x and x0:detach():requires_grad_() or x0
+          local w, b = w0:detach():requires_grad_(), b0:detach():requires_grad_()
+          pn.layer_norm(x, w, b):backward(g)
+          local got = { vals(w.grad), vals(b.grad) }
+          local what = string.format('%s, %d thread(s), x grad %s', dt, nt, tostring(want_x))
+          if seen then
+            assert.same(seen[1], got[1], 'weight grad ' .. what)
+            assert.same(seen[2], got[2], 'bias grad ' .. what)
+          end
+          seen = seen or got
+          assert.is_true(math.abs(got[2][1]) > 0, 'bias grad ' .. what .. ' is not zero')
+        end
+      end
+    end
+    pn.set_num_threads(threads)
+  end)
+
   it('errors name layer_norm and the shapes/dtypes', function()
     local x = pn.ones({ 2, 3 })
     assert_error_matching(function() return pn.layer_norm(x, pn.ones({ 4 })) end, 'layer_norm', 'weight', '[4]', '[2,3]')

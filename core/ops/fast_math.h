@@ -26,10 +26,14 @@
 
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define PN_VEC_FN __attribute__((optimize("no-trapping-math")))
+/* … and no FMA contraction in its AVX2 / AVX-512 clones: the results stay bit for bit the
+ * baseline build's on every CPU (sums that reach parameters' gradients) */
+#define PN_VEC_EXACT_FN __attribute__((optimize("no-trapping-math", "fp-contract=off")))
 #define PN_NOTRAP_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"no-trapping-math\")")
 #define PN_NOTRAP_END _Pragma("GCC pop_options")
 #else
 #define PN_VEC_FN
+#define PN_VEC_EXACT_FN
 #define PN_NOTRAP_BEGIN
 #define PN_NOTRAP_END
 #endif

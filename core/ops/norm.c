@@ -43,8 +43,7 @@ PN_VEC_FN PN_VEC static void ln_bwd_row_f32(const float *x, const float *g, cons
 #define DXH(j) ((double)g[j] * (w ? (double)w[j] : 1.0))
 #define XH(j) (((double)x[j] - mean) * rstd)
     double a, b;
-    PN_SUM8(a, D, j, DXH(j));
-    PN_SUM8(b, D, j, DXH(j) * XH(j));
+    PN_SUM8_2(a, b, D, j, DXH(j), DXH(j) * XH(j));
     a /= (double)D;
     b /= (double)D;
     for (int64_t j = 0; j < D; j++) gx[j] = (float)(rstd * (DXH(j) - a - XH(j) * b));
@@ -63,26 +62,55 @@ static pn_status check_param(const char *arg, const pn_tensor *p, const pn_tenso
     return PN_OK;
 }
 
+/* one f32 row's share of the weight and bias gradients: pw += g·xhat, pb += g. Vectorised
+ * across j, without FMA contraction (PN_VEC_EXACT_FN): the same bits on every CPU. */
+PN_VEC_EXACT_FN PN_VEC static void ln_bwd_sums_row_f32(const float *x, const float *g, int64_t D, double mean,
+                                                       double rstd, double *pw, double *pb) {
+    for (int64_t j = 0; j < D; j++) {
+        double gv = g[j];
+        pw[j] += gv * ((double)x[j] - mean) * rstd;
+        pb[j] += gv;
+    }
+}
+
 /* CPU kernel: x, g (rows, D) contiguous, stats (rows, 2) f64 (mean, rstd), w (D) or NULL; writes
- * each of gx (rows, D), gw (D), gb (D) that is not NULL. The weight and bias sums go through at
- * most 64 fixed row blocks added in block order (independent of the thread count). */
+ * each of gx (rows, D), gw (D), gb (D) that is not NULL. One pass over x and g: the rows go in at
+ * most 64 fixed blocks, each row's gx and its share of the block's weight and bias sums together;
+ * the blocks' partial sums are added in block order (independent of the thread count). */
 pn_status pn_cpu_layer_norm_bwd(const pn_tensor *x, const pn_tensor *stats, const pn_tensor *w, const pn_tensor *g,
                                 pn_tensor *gx, pn_tensor *gw, pn_tensor *gb) {
     int64_t D = x->sizes[x->nd - 1], rows = D ? pn_numel(x) / D : 0;
     bool f32 = x->dt == PN_F32;
     const char *px = pn_ptr(x), *pg = pn_ptr(g), *pw = w ? pn_ptr(w) : NULL;
+    char *po = gx ? pn_ptr(gx) : NULL;
     const double *st = (const double *)pn_ptr(stats);
-    if (gx) {
-        char *po = pn_ptr(gx);
-        #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
+    int64_t bs = rows > 64 ? (rows + 63) / 64 : 1, nb = rows ? (rows + bs - 1) / bs : 0;
+    /* part[k]: (2, D) partial sums of block k: g·xhat and g */
+    double *part = NULL;
+    if ((gw || gb) && !(part = calloc((size_t)(nb ? nb : 1) * 2 * (size_t)D + 1, sizeof *part)))
+        return pn_error(PN_ERR_OOM, "layer_norm: out of memory for the weight gradient (%lld rows)", (long long)rows);
+    #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
+    for (int64_t k = 0; k < nb; k++) {
+        int64_t r1 = (k + 1) * bs < rows ? (k + 1) * bs : rows;
+        for (int64_t r = k * bs; r < r1; r++) {
+            double mean = st[2 * r], rstd = st[2 * r + 1];
+            int64_t o = r * D;
+            double *pw_k = part ? part + k * 2 * D : NULL, *pb_k = pw_k ? pw_k + D : NULL;
+            if (part && f32)
+                ln_bwd_sums_row_f32((const float *)px + o, (const float *)pg + o, D, mean, rstd, pw_k, pb_k);
+            else if (part)
+                for (int64_t j = 0; j < D; j++) {
+                    double gv = ldf(pg, f32, o + j);
+                    pw_k[j] += gv * (ldf(px, f32, o + j) - mean) * rstd;
+                    pb_k[j] += gv;
+                }
+            if (!po) continue;
             if (f32) {
-                ln_bwd_row_f32((const float *)px + r * D, (const float *)pg + r * D, (const float *)pw, D, st[2 * r],
-                               st[2 * r + 1], (float *)po + r * D);
+                ln_bwd_row_f32((const float *)px + o, (const float *)pg + o, (const float *)pw, D, mean, rstd,
+                               (float *)po + o);
                 continue;
             }
-            double mean = st[2 * r], rstd = st[2 * r + 1], a = 0, b = 0;
-            int64_t o = r * D;
+            double a = 0, b = 0;
             for (int64_t j = 0; j < D; j++) { /* a = mean(dxhat), b = mean(dxhat · xhat) */
                 double dxh = ldf(pg, f32, o + j) * (pw ? ldf(pw, f32, j) : 1.0);
                 a += dxh;
@@ -97,25 +125,7 @@ pn_status pn_cpu_layer_norm_bwd(const pn_tensor *x, const pn_tensor *stats, cons
             }
         }
     }
-    if (gw || gb) {
-        int64_t bs = rows > 64 ? (rows + 63) / 64 : 1, nb = rows ? (rows + bs - 1) / bs : 0;
-        /* part[k]: (2, D) partial sums of block k: g·xhat and g */
-        double *part = calloc((size_t)(nb ? nb : 1) * 2 * (size_t)D + 1, sizeof *part);
-        if (!part) return pn_error(PN_ERR_OOM, "layer_norm: out of memory for the weight gradient (%lld rows)",
-                                   (long long)rows);
-        #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
-        for (int64_t k = 0; k < nb; k++) {
-            double *pw_k = part + k * 2 * D, *pb_k = pw_k + D;
-            int64_t r1 = (k + 1) * bs < rows ? (k + 1) * bs : rows;
-            for (int64_t r = k * bs; r < r1; r++) {
-                double mean = st[2 * r], rstd = st[2 * r + 1];
-                for (int64_t j = 0; j < D; j++) {
-                    double gv = ldf(pg, f32, r * D + j);
-                    pw_k[j] += gv * (ldf(px, f32, r * D + j) - mean) * rstd;
-                    pb_k[j] += gv;
-                }
-            }
-        }
+    if (part) {
         for (int64_t k = 1; k < nb; k++)
             for (int64_t j = 0; j < 2 * D; j++) part[j] += part[k * 2 * D + j];
         if (gw)

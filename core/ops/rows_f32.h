@@ -51,6 +51,27 @@ PN_VEC_FN PN_INLINE float pn_row_max_f32(const float *x, int64_t n) {
         (OUT) = ((s8_[0] + s8_[1]) + (s8_[2] + s8_[3])) + ((s8_[4] + s8_[5]) + (s8_[6] + s8_[7]));             \
     } while (0)
 
+/* OUT1 = Σ T1, OUT2 = Σ T2 in one pass over i: each exactly as PN_SUM8 would sum it (the same
+ * lanes, the same order), for a row whose two sums share their loads (layer norm's backward) */
+#define PN_SUM8_2(OUT1, OUT2, n, i, T1, T2)                                                                     \
+    do {                                                                                                       \
+        double s8a_[8] = {0}, s8b_[8] = {0};                                                                   \
+        int64_t b8_ = 0;                                                                                       \
+        for (; b8_ + 8 <= (n); b8_ += 8)                                                                       \
+            for (int l8_ = 0; l8_ < 8; l8_++) {                                                                \
+                const int64_t i = b8_ + l8_;                                                                   \
+                s8a_[l8_] += (T1);                                                                             \
+                s8b_[l8_] += (T2);                                                                             \
+            }                                                                                                  \
+        for (; b8_ < (n); b8_++) {                                                                             \
+            const int64_t i = b8_;                                                                             \
+            s8a_[0] += (T1);                                                                                   \
+            s8b_[0] += (T2);                                                                                   \
+        }                                                                                                      \
+        (OUT1) = ((s8a_[0] + s8a_[1]) + (s8a_[2] + s8a_[3])) + ((s8a_[4] + s8a_[5]) + (s8a_[6] + s8a_[7]));   \
+        (OUT2) = ((s8b_[0] + s8b_[1]) + (s8b_[2] + s8b_[3])) + ((s8b_[4] + s8b_[5]) + (s8b_[6] + s8b_[7]));   \
+    } while (0)
+
 /* Σ x (ex false) or Σ e^(x − m) (ex true; a constant at each call site) */
 PN_VEC_FN PN_INLINE double pn_row_sum8_f32(const float *x, int64_t n, bool ex, float m) {
     double s;
