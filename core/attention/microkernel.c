@@ -7,6 +7,7 @@
  * decided once, at the first attention call: PENUMBRA_CPU_KERNEL when set, else the widest
  * the CPU reports (__builtin_cpu_supports), changeable later with pn_set_cpu_kernel. */
 #include "microkernel.h"
+#include "../ops/fast_math.h" /* PN_VEC */
 
 #include <stdlib.h>
 #include <string.h>
@@ -144,14 +145,68 @@ pn_status pn_set_cpu_kernel(const char *name) {
 }
 
 /* ---- packing B ------------------------------------------------------------------------------ */
-void pn_mk_pack_rows(int64_t n, int64_t K, const float *X, int64_t ldx, int nr, float *Bp) {
+/* Packing rows is a transpose, and element by element it was a strided gather per float
+ * (~1 µs for a 30 × 64 head, 2 % of a translation step). Eight rows × eight columns at a
+ * time it is eight loads, 24 shuffles and eight stores: ~4× faster at that size. Plain data
+ * movement, so every instruction set packs the same bits; the generic 8-float vector is one
+ * ymm register in the AVX clones and two xmm ones in the baseline. */
+typedef float pn_v8 __attribute__((vector_size(32)));
+typedef int32_t pn_v8i __attribute__((vector_size(32)));
+
+/* r[i][c] → o[c][i] for an 8 × 8 block: pairs of rows interleaved, then pairs of pairs, then
+ * the 128-bit halves */
+PN_INLINE void pn_v8_transpose(const pn_v8 r[8], pn_v8 o[8]) {
+    const pn_v8i il = {0, 8, 1, 9, 4, 12, 5, 13}, ih = {2, 10, 3, 11, 6, 14, 7, 15};
+    const pn_v8i pl = {0, 1, 8, 9, 4, 5, 12, 13}, ph = {2, 3, 10, 11, 6, 7, 14, 15};
+    const pn_v8i hl = {0, 1, 2, 3, 8, 9, 10, 11}, hh = {4, 5, 6, 7, 12, 13, 14, 15};
+    pn_v8 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], il);
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], ih);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], pl);
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], ph);
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], pl);
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], ph);
+    }
+    for (int c = 0; c < 4; c++) {
+        o[c] = __builtin_shuffle(u[c], u[c + 4], hl);
+        o[c + 4] = __builtin_shuffle(u[c], u[c + 4], hh);
+    }
+}
+
+/* rows j0 … j0 + 7 of X (those below `rows` read, the rest 0), columns k0 … k0 + 7 → the
+ * panel p (nr floats a column), starting at its row jj */
+PN_INLINE void pn_pack_rows_8x8(const float *X, int64_t ldx, int64_t rows, int64_t k0, int nr, float *p) {
+    pn_v8 r[8], o[8];
+    for (int i = 0; i < 8; i++) {
+        if (i < rows) memcpy(&r[i], X + i * ldx + k0, sizeof r[i]);
+        else r[i] = (pn_v8){0};
+    }
+    pn_v8_transpose(r, o);
+    for (int c = 0; c < 8; c++) memcpy(p + (k0 + c) * nr, &o[c], sizeof o[c]);
+}
+
+PN_VEC void pn_mk_pack_rows(int64_t n, int64_t K, const float *X, int64_t ldx, int nr, float *Bp) {
+    const int64_t K8 = K / 8 * 8;
     for (int64_t j0 = 0; j0 < n; j0 += nr) {
         float *p = Bp + (j0 / nr) * K * nr;
         const int64_t w = n - j0 < nr ? n - j0 : nr;
-        for (int64_t k = 0; k < K; k++) {
-            for (int64_t j = 0; j < w; j++) p[k * nr + j] = X[(j0 + j) * ldx + k];
-            for (int64_t j = w; j < nr; j++) p[k * nr + j] = 0;
+        int64_t jj = 0;
+        for (; jj + 8 <= nr; jj += 8) {
+            const int64_t rows = w - jj < 0 ? 0 : w - jj < 8 ? w - jj : 8;
+            const float *x = X + (j0 + jj) * ldx;
+            if (rows == 8) { /* the same call with a constant count: no per-row tests */
+                for (int64_t k0 = 0; k0 < K8; k0 += 8) pn_pack_rows_8x8(x, ldx, 8, k0, nr, p + jj);
+            } else {
+                for (int64_t k0 = 0; k0 < K8; k0 += 8) pn_pack_rows_8x8(x, ldx, rows, k0, nr, p + jj);
+            }
+            for (int64_t k = K8; k < K; k++)
+                for (int64_t i = 0; i < 8; i++) p[k * nr + jj + i] = i < rows ? x[i * ldx + k] : 0;
         }
+        for (int64_t k = 0; k < K; k++) /* nr not a multiple of 8: the last rows one by one */
+            for (int64_t j = jj; j < nr; j++) p[k * nr + j] = j < w ? X[(j0 + j) * ldx + k] : 0;
     }
 }
 
