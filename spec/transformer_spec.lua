@@ -171,6 +171,46 @@ describe('nn.Transformer', function()
     assert.is_true(math.abs(got - want / n) < 1e-12, got .. ' vs ' .. want / n)
   end)
 
+  it('loss() over the non-pad positions equals the cross entropy of the full logits (value and every gradient)', function()
+    for _, c in ipairs({ { score = 'dot' }, { score = 'umbral', prenorm = true } }) do
+      for _, red in ipairs({ 'sum', 'mean' }) do
+        pn.manual_seed(3)
+        local m = tiny({ score = c.score, prenorm = c.prenorm })
+        m:to('f64')
+        local src = ids({ { 4, 5, 6, 7 }, { 5, 4, PAD, PAD }, { 9, PAD, PAD, PAD } })
+        local tin = ids({ { BOS, 4, 5, 8 }, { BOS, 6, PAD, PAD }, { BOS, PAD, PAD, PAD } })
+        local tout = ids({ { 4, 5, 8, EOS }, { 6, EOS, PAD, PAD }, { EOS, PAD, PAD, PAD } })
+        local mask = mask_of(src)
+        local o = { label_smoothing = 0.1, reduction = red }
+        local full = pn.cross_entropy(m(src, tin, mask):view(-1, 12), tout:view(-1),
+          { label_smoothing = 0.1, ignore_index = PAD, reduction = red })
+        full:backward()
+        local want = {}
+        for i, p in ipairs(m:parameters()) do want[i] = p.grad:clone() end
+        m:zero_grad()
+        local got = m:loss(src, tin, tout, mask, o)
+        assert.is_true(math.abs(got:item() - full:item()) < 1e-12 * math.abs(full:item()), got:item() .. ' vs ' .. full:item())
+        got:backward()
+        for i, p in ipairs(m:parameters()) do
+          local d = (p.grad - want[i]):abs():max():item()
+          assert.is_true(d < 1e-12, name_of(c) .. ' ' .. red .. ': parameter ' .. i .. ' differs by ' .. d)
+        end
+        m:zero_grad()
+      end
+    end
+    local m = tiny()
+    local src, tin = ids({ { 4, 5 } }), ids({ { BOS, 4 } })
+    -- nothing to predict: 0, and still a graph to call backward on
+    local z = m:loss(src, tin, ids({ { PAD, PAD } }), nil)
+    assert.equal(0, z:item())
+    z:backward()
+    assert.has_error(function() m:loss(src, tin, ids({ { 4, 5, EOS } }), nil) end,
+      'Transformer:loss: tgt_out [1,3] must have the shape of tgt_in [1,2] (one target per input position)')
+    assert.has_error(function() m:loss(src, tin, ids({ { 4, 99 } }), nil) end)
+    assert.has_error(function() m:loss(src, tin, ids({ { 4, EOS } }), nil, { smoothing = 0.1 }) end)
+    assert.has_error(function() m:loss(src, tin, ids({ { 4, EOS } }), nil, { reduction = 'none' }) end)
+  end)
+
   it('passes an f64 gradcheck of every parameter at a tiny size', function()
     for _, c in ipairs({ { score = 'dot' }, { score = 'umbral', prenorm = true }, { score = 'dot', self_attn = 'cosine' } }) do
       pn.manual_seed(2)

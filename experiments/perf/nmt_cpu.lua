@@ -15,9 +15,10 @@
 --                                Intel CPUs — core/fpmode.c)
 --        [d_model=256 heads=4 ff=1024 enc_layers=3 dec_layers=3 vocab=8000]  (the model; base preset)
 --
--- A step is what recipes/nmt.lua's def.train does per batch: logits = model(src, tgt_in, src_mask);
--- loss = cross_entropy(logits, tgt_out, label_smoothing 0.1, ignore_index 0, sum) / ntokens;
--- backward; clip_grad_norm 1.0; Adam (0.9, 0.98), eps 1e-8, weight decay 1e-4 (coupled, as
+-- A step is what recipes/nmt.lua's def.train does per batch: loss = model:loss(src, tgt_in, tgt_out,
+-- src_mask, label_smoothing 0.1, sum) / ntokens — the cross entropy of the non-pad positions, whose
+-- logits alone are computed (the peer, as a researcher writes it, computes every position's logits
+-- and ignores the pads: F.cross_entropy(…, ignore_index=0); the same loss and gradients); backward; clip_grad_norm 1.0; Adam (0.9, 0.98), eps 1e-8, weight decay 1e-4 (coupled, as
 -- torch.optim.Adam's); zero_grad. The batches: Multi30k's training split, the joint BPE of the
 -- recipe, token-count batches (max_tokens) in the recipe's shuffled order (seed 0, epoch 1); the
 -- first `steps` of them are the sequence every round runs, on both sides (token ids written to
@@ -144,6 +145,10 @@ local function main()
       { label_smoothing = 0.1, ignore_index = 0, reduction = 'sum' }) / b.ntokens
     return loss, logits
   end
+  -- the timed step's loss, as recipes/nmt.lua trains: the logits of the non-pad positions only
+  local function train_loss(model, b)
+    return model:loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, { label_smoothing = 0.1, reduction = 'sum' }) / b.ntokens
+  end
   local need_dot = true
   for _, score in ipairs(scores) do
     pn.manual_seed(seed)
@@ -166,6 +171,11 @@ local function main()
     local loss, logits = loss_of(ref, batches[1])
     loss:backward()
     ref_loss = loss:item()
+    -- the timed steps' loss (non-pad rows only) is the same number
+    local lp = pn.no_grad(function() return train_loss(ref, batches[1]):item() end)
+    if math.abs(lp - ref_loss) > 1e-5 * math.abs(ref_loss) then
+      error(string.format('nmt_cpu: model:loss gives %.9g, the full logits\' cross entropy %.9g', lp, ref_loss), 0)
+    end
     pn.io.save_npy(dir .. '/ref_logits.npy', logits:detach())
     for _, np in ipairs(ref:named_parameters()) do pn.io.save_npy(dir .. '/g/' .. np[1] .. '.npy', np[2].grad) end
     ref:zero_grad()
@@ -234,7 +244,7 @@ local function main()
     local i = 0
     return function()
       i = i % steps + 1
-      local loss = loss_of(r.model, batches[i])
+      local loss = train_loss(r.model, batches[i])
       loss:backward()
       pn.optim.clip_grad_norm(r.model, 1.0)
       r.opt:step()

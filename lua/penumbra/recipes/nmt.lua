@@ -304,10 +304,9 @@ local function experiment(o)
     local sum, ntok, nsrc = 0, 0, 0
     for i, b in ipairs(batches) do
       b = on_device(b, cfg)
-      local logits = model(b.src, b.tgt_in, b.src_mask)
-      local V = logits:shape()[3]
-      local loss = pn.cross_entropy(logits:view(-1, V), b.tgt_out:view(-1),
-        { label_smoothing = cfg.label_smoothing, ignore_index = 0, reduction = 'sum' })
+      -- the logits of the non-pad positions only (TF:loss)
+      local loss = model:loss(b.src, b.tgt_in, b.tgt_out, b.src_mask,
+        { label_smoothing = cfg.label_smoothing, reduction = 'sum' })
       local lv = loss:item()
       if lv ~= lv then error(string.format('loss became NaN in epoch %d, batch %d', epoch, i), 0) end
       ;(loss / b.ntokens):backward()
