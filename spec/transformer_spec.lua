@@ -211,6 +211,47 @@ describe('nn.Transformer', function()
     assert.has_error(function() m:loss(src, tin, ids({ { 4, EOS } }), nil, { reduction = 'none' }) end)
   end)
 
+  it('gives each sentence of a padded batch what it gets alone (the FFN skips the padding; value and gradients)', function()
+    local S = { { 4, 5, 6, 7, 8 }, { 5, 4 }, { 9, 10, 11 } }
+    local T = { { 6, 7, 8 }, { 4, 5, 6, 7, 9 }, { 10 } }
+    local function pad(rows, n, first, last)
+      local out = {}
+      for b, r in ipairs(rows) do
+        local t = {}
+        if first then t[1] = first end
+        for _, v in ipairs(r) do t[#t + 1] = v end
+        if last then t[#t + 1] = last end
+        while #t < n do t[#t + 1] = PAD end
+        out[b] = t
+      end
+      return ids(out)
+    end
+    for _, c in ipairs({ { score = 'dot' }, { score = 'umbral', prenorm = true }, { score = 'dot', self_attn = 'cosine' } }) do
+      pn.manual_seed(6)
+      local m = tiny(c)
+      m:to('f64')
+      local src, tin, tout = pad(S, 5), pad(T, 6, BOS), pad(T, 6, nil, EOS)
+      local batch = m:loss(src, tin, tout, mask_of(src), { label_smoothing = 0.1 })
+      batch:backward()
+      local want = {}
+      for i, p in ipairs(m:parameters()) do want[i] = p.grad:clone() end
+      m:zero_grad()
+      local alone = 0
+      for b = 1, 3 do
+        local l = m:loss(pad({ S[b] }, #S[b]), pad({ T[b] }, #T[b] + 1, BOS), pad({ T[b] }, #T[b] + 1, nil, EOS), nil,
+          { label_smoothing = 0.1 })
+        l:backward()
+        alone = alone + l:item()
+      end
+      assert.is_true(math.abs(alone - batch:item()) < 1e-10 * math.abs(alone), name_of(c) .. ': ' .. batch:item() .. ' vs ' .. alone)
+      for i, p in ipairs(m:parameters()) do
+        local d = (p.grad - want[i]):abs():max():item() / math.max(1e-6, want[i]:abs():max():item())
+        assert.is_true(d < 1e-9, name_of(c) .. ': parameter ' .. i .. ' differs by ' .. d .. ' relative')
+      end
+      m:zero_grad()
+    end
+  end)
+
   it('passes an f64 gradcheck of every parameter at a tiny size', function()
     for _, c in ipairs({ { score = 'dot' }, { score = 'umbral', prenorm = true }, { score = 'dot', self_attn = 'cosine' } }) do
       pn.manual_seed(2)

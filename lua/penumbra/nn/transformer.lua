@@ -82,6 +82,55 @@ return function(nn, pn)
     return self.fc2(h)
   end
 
+  -- f over the positions `rows` (an i64 tensor of 0-based indices into h's B·N positions) only,
+  -- zeros at the others; nil rows: f(h). The position-wise FFN skips the padding positions that
+  -- nothing else reads (see read_rows): the same values and gradients at every other position.
+  local function on_rows(f, h, rows)
+    if not rows then return f(h) end
+    local s = h:shape()
+    local flat = h:reshape(-1, s[#s])
+    local out = f(flat:index_select(1, rows))
+    return pn.zeros({ flat:shape()[1], out:shape()[2] }, { dtype = out:dtype(), device = out:device() })
+      :index_add(1, rows, out):view(s)
+  end
+
+  -- The positions of a (B, N) batch whose values another position can read, as an index tensor
+  -- on `dev` (nil when that is all of them). Encoder: those the key-padding mask (B or 1, 1, 1, N)
+  -- keeps — a masked position is a key to no one, so what it holds reaches only its own
+  -- output, which no one reads either. Decoder (causal): each row's positions up to its last
+  -- non-pad id — a later position is read by no earlier one. Padding is 10–15 % of a
+  -- token-count batch's positions, and the FFN is about half of a step's GEMM work.
+  local function read_rows(B, N, keep, dev)
+    local rows, all = {}, true
+    for b = 0, B - 1 do
+      for j = 0, N - 1 do
+        if keep(b, j) then rows[#rows + 1] = b * N + j else all = false end
+      end
+    end
+    if all or #rows == 0 then return nil end
+    return pn.tensor(rows, { dtype = 'i64', device = dev })
+  end
+  local function mask_rows(mask, B, N, dev)
+    if not mask then return nil end
+    local ffi = require 'ffi'
+    local m = mask:to('u8'):to('cpu'):contiguous()
+    local p, per = ffi.cast('const uint8_t *', m:data_ptr()), m:shape()[1] == 1 and 0 or N
+    return read_rows(B, N, function(b, j) return p[b * per + j] ~= 0 end, dev)
+  end
+  local function causal_rows(ids, pad, dev)
+    local ffi = require 'ffi'
+    local t = ids:to('i64'):to('cpu'):contiguous()
+    local B, N = t:shape()[1], t:shape()[2]
+    local p, last = ffi.cast('const int64_t *', t:data_ptr()), {}
+    for b = 0, B - 1 do
+      last[b] = -1
+      for j = N - 1, 0, -1 do
+        if p[b * N + j] ~= pad then last[b] = j break end
+      end
+    end
+    return read_rows(B, N, function(b, j) return j <= last[b] end, dev)
+  end
+
   -- residual sub-layer: post-norm LN(x + drop(f(x))), pre-norm x + drop(f(LN(x)))
   local function sublayer(self, x, norm, f)
     if self.prenorm then return x + pn.dropout(f(norm(x)), self.p, self.training) end
@@ -97,12 +146,13 @@ return function(nn, pn)
     self:add('norm2', nn.LayerNorm(o.d_model))
   end
   -- self.seen, when a table: the input of the attention is kept there (TF:attention_maps)
-  function EncLayer:forward(x, mask)
+  -- rows: the positions others read (read_rows), or nil for all
+  function EncLayer:forward(x, mask, rows)
     x = sublayer(self, x, self.norm1, function(h)
       if self.seen then self.seen.x = h end
       return self.self_attn(h, h, { mask = mask })
     end)
-    return sublayer(self, x, self.norm2, function(h) return self.ffn(h) end)
+    return sublayer(self, x, self.norm2, function(h) return on_rows(self.ffn, h, rows) end)
   end
 
   local DecLayer = nn.class('DecoderLayer')
@@ -123,13 +173,13 @@ return function(nn, pn)
     self:add('norm3', nn.LayerNorm(o.d_model))
   end
   -- y (B, T, d); mem_kv = {k, v} of the memory for the cross attention
-  function DecLayer:forward(y, mem_kv, mask)
+  function DecLayer:forward(y, mem_kv, mask, rows)
     y = sublayer(self, y, self.norm1, function(h) return self.self_attn(h, h) end)
     y = sublayer(self, y, self.norm2, function(h)
       if self.seen then self.seen.x = h end
       return self.cross_attn:attend(h, mem_kv[1], mem_kv[2], { mask = mask })
     end)
-    return sublayer(self, y, self.norm3, function(h) return self.ffn(h) end)
+    return sublayer(self, y, self.norm3, function(h) return on_rows(self.ffn, h, rows) end)
   end
   -- one position: y (R, 1, d); cache = this layer's decoding state; g rows per memory row
   function DecLayer:step(y, cache, mask, g)
@@ -263,7 +313,8 @@ return function(nn, pn)
 
   local function encode(self, src, src_mask)
     local x = self:embed_tokens(src, 0)
-    for _, l in ipairs(self.enc) do x = l(x, src_mask) end
+    local rows = #self.enc > 0 and mask_rows(src_mask, src:shape()[1], src:shape()[2], x:device()) or nil
+    for _, l in ipairs(self.enc) do x = l(x, src_mask, rows) end
     if self.enc_norm then x = self.enc_norm(x) end
     return x
   end
@@ -277,9 +328,10 @@ return function(nn, pn)
   -- the decoder's states (B, T, d), before the output norm and the logits
   local function decode_states(self, tgt_in, memory, src_mask)
     local y = self:embed_tokens(tgt_in, 0)
+    local rows = causal_rows(tgt_in, self.o.pad, y:device())
     for _, l in ipairs(self.dec) do
       local k, v = l.cross_attn:keys_values(memory)
-      y = l(y, { k, v }, src_mask)
+      y = l(y, { k, v }, src_mask, rows)
     end
     return y
   end
