@@ -92,10 +92,10 @@ pn_status pn_cpu_layer_norm_bwd(const pn_tensor *x, const pn_tensor *stats, cons
     #pragma omp parallel for if (rows * D > PN_PAR_MIN) schedule(static)
     for (int64_t k = 0; k < nb; k++) {
         int64_t r1 = (k + 1) * bs < rows ? (k + 1) * bs : rows;
+        double *pw_k = part ? part + k * 2 * D : NULL, *pb_k = pw_k ? pw_k + D : NULL; /* this block's sums */
         for (int64_t r = k * bs; r < r1; r++) {
             double mean = st[2 * r], rstd = st[2 * r + 1];
             int64_t o = r * D;
-            double *pw_k = part ? part + k * 2 * D : NULL, *pb_k = pw_k ? pw_k + D : NULL;
             if (part && f32)
                 ln_bwd_sums_row_f32((const float *)px + o, (const float *)pg + o, D, mean, rstd, pw_k, pb_k);
             else if (part)

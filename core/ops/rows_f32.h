@@ -30,6 +30,11 @@ PN_VEC_FN PN_INLINE float pn_row_max_f32(const float *x, int64_t n) {
     return m;
 }
 
+/* the eight lanes of PN_SUM8 / PN_SUM8_2 combined pairwise, in one fixed order */
+PN_INLINE double pn_sum8_lanes(const double s[8]) {
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 /* OUT = Σ_{i < n} TERM, TERM a double expression of the index i (declared by the macro): eight
  * double lanes, lane l taking i ≡ l (mod 8) below the last multiple of 8 and lane 0 the tail,
  * added as ((0+1)+(2+3))+((4+5)+(6+7)). One dependent chain of double adds would take four
@@ -48,7 +53,7 @@ PN_VEC_FN PN_INLINE float pn_row_max_f32(const float *x, int64_t n) {
             const int64_t i = b8_;                                                                             \
             s8_[0] += (TERM);                                                                                  \
         }                                                                                                      \
-        (OUT) = ((s8_[0] + s8_[1]) + (s8_[2] + s8_[3])) + ((s8_[4] + s8_[5]) + (s8_[6] + s8_[7]));             \
+        (OUT) = pn_sum8_lanes(s8_);                                                                            \
     } while (0)
 
 /* OUT1 = Σ T1, OUT2 = Σ T2 in one pass over i: each exactly as PN_SUM8 would sum it (the same
@@ -68,8 +73,8 @@ PN_VEC_FN PN_INLINE float pn_row_max_f32(const float *x, int64_t n) {
             s8a_[0] += (T1);                                                                                   \
             s8b_[0] += (T2);                                                                                   \
         }                                                                                                      \
-        (OUT1) = ((s8a_[0] + s8a_[1]) + (s8a_[2] + s8a_[3])) + ((s8a_[4] + s8a_[5]) + (s8a_[6] + s8a_[7]));   \
-        (OUT2) = ((s8b_[0] + s8b_[1]) + (s8b_[2] + s8b_[3])) + ((s8b_[4] + s8b_[5]) + (s8b_[6] + s8b_[7]));   \
+        (OUT1) = pn_sum8_lanes(s8a_);                                                                          \
+        (OUT2) = pn_sum8_lanes(s8b_);                                                                          \
     } while (0)
 
 /* Σ x (ex false) or Σ e^(x − m) (ex true; a constant at each call site) */
