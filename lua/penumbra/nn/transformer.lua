@@ -45,6 +45,7 @@ return function(nn, pn)
   local options = require 'penumbra.options'
   local score_params = require 'penumbra.nn.score_params'
   local raise = require('penumbra_ffi').raise
+  local ffi = require 'ffi'
   local count = { 'integer', min = 1 }
   local rate = { 'number', min = 0, below = 1 }
   local TF_OPTS = { vocab = count, d_model = count, heads = count, ff = count, enc_layers = { 'integer', min = 0 },
@@ -57,7 +58,6 @@ return function(nn, pn)
 
   -- (n, d) sinusoidal table: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(…)
   local function sinusoids(n, d)
-    local ffi = require 'ffi'
     local buf = ffi.new('float[?]', n * d)
     for p = 0, n - 1 do
       for i = 0, d - 1 do
@@ -100,25 +100,28 @@ return function(nn, pn)
   -- output, which no one reads either. Decoder (causal): each row's positions up to its last
   -- non-pad id — a later position is read by no earlier one. Padding is 10–15 % of a
   -- token-count batch's positions, and the FFN is about half of a step's GEMM work.
-  local function read_rows(B, N, keep, dev)
-    local rows, all = {}, true
+  -- the 0-based positions b·N + j of a (B, N) batch where keep(b, j), in order
+  local function positions(B, N, keep)
+    local rows = {}
     for b = 0, B - 1 do
       for j = 0, N - 1 do
-        if keep(b, j) then rows[#rows + 1] = b * N + j else all = false end
+        if keep(b, j) then rows[#rows + 1] = b * N + j end
       end
     end
-    if all or #rows == 0 then return nil end
+    return rows
+  end
+  local function read_rows(B, N, keep, dev)
+    local rows = positions(B, N, keep)
+    if #rows == 0 or #rows == B * N then return nil end
     return pn.tensor(rows, { dtype = 'i64', device = dev })
   end
   local function mask_rows(mask, B, N, dev)
     if not mask then return nil end
-    local ffi = require 'ffi'
     local m = mask:to('u8'):to('cpu'):contiguous()
     local p, per = ffi.cast('const uint8_t *', m:data_ptr()), m:shape()[1] == 1 and 0 or N
     return read_rows(B, N, function(b, j) return p[b * per + j] ~= 0 end, dev)
   end
   local function causal_rows(ids, pad, dev)
-    local ffi = require 'ffi'
     local t = ids:to('i64'):to('cpu'):contiguous()
     local B, N = t:shape()[1], t:shape()[2]
     local p, last = ffi.cast('const int64_t *', t:data_ptr()), {}
@@ -394,20 +397,14 @@ return function(nn, pn)
     end
     check_mask(who, src_mask, src:shape()[1], src:shape()[2])
     -- the non-pad positions of tgt_out, row-major (0-based, as index tensors hold them)
-    local ffi = require 'ffi'
-    local flat = tgt_out:to('i64'):to('cpu'):contiguous()
-    local ids, n, pad = ffi.cast('const int64_t *', flat:data_ptr()), flat:numel(), self.o.pad
-    local rows = {}
-    for i = 0, n - 1 do
-      if ids[i] ~= pad then rows[#rows + 1] = i end
-    end
+    local t = tgt_out:to('i64'):to('cpu'):contiguous()
+    local ids, pad = ffi.cast('const int64_t *', t:data_ptr()), self.o.pad
+    local rows = positions(to[1], to[2], function(b, j) return ids[b * to[2] + j] ~= pad end)
     local y = decode_states(self, tgt_in, encode(self, src, src_mask), src_mask)
     if #rows == 0 then return (y:sum() * 0) end -- keeps the graph (and NaN) of the states
-    local dev = y:device()
-    local idx = pn.tensor(rows, { dtype = 'i64', device = dev })
+    local idx = pn.tensor(rows, { dtype = 'i64', device = y:device() })
     local logits = self:logits(y:reshape(-1, self.d):index_select(1, idx))
-    local target = flat:view(n):index_select(1, pn.tensor(rows, { dtype = 'i64' }))
-    if dev ~= 'cpu' then target = target:to(dev) end
+    local target = tgt_out:reshape(-1):index_select(1, idx)
     return pn.cross_entropy(logits, target, { label_smoothing = o.label_smoothing or 0,
                                               reduction = o.reduction or 'sum' })
   end
