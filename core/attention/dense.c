@@ -713,7 +713,10 @@ int64_t pn_attn_bwd_tq(const char *op, int64_t Nq) {
         if (l2 < 0) l2 = 0;
         __atomic_store_n(&l2_cached, l2, __ATOMIC_RELAXED);
     }
-    return Nq >= 512 && l2 >= (2L << 20) ? PN_TQ_BWD_MAX : PN_TQ;
+    const int64_t tq = Nq >= 512 && l2 >= (2L << 20) ? PN_TQ_BWD_MAX : PN_TQ;
+    /* a multiple of the microkernel's rows (avx512: 6), so no strip of a tile runs part-empty */
+    const pn_microkernel *mk = pn_mk_get();
+    return mk ? tq - tq % mk->mr : tq;
 }
 
 /* dq, dk, dv (the inputs' shapes), gb (the bias's shape, or NULL) and dparam[p] (parameter

@@ -378,16 +378,16 @@ static int64_t SFX(tile_scores)(const pn_attn_call *c, const mk_packed *pk, int6
     if (!pk) /* a call with few query rows: products read K in place */
         return SFX(few_rows_scores)(m, n, Dg, Q, qs, K, ks, kn != NULL, G, ldg, near);
     const pn_microkernel *mk = pk->mk;
-    const int64_t NR = mk->nr;
+    const int64_t NR = mk->nr, NB = mk->nb;
     const real *Kr = pk->Kr + bh * pk->nkp * Dg + j0 * Dg;
     if (!kn) {
         mk_prod(mk, m, n, Dg, Q, qs, 1, Kr, Dg * NR, G, ldg, 0);
         return 0;
     }
     int64_t cnt = 0;
-    for (int64_t c0 = 0; c0 < n; c0 += NR)
+    for (int64_t c0 = 0; c0 < n; c0 += NB) /* as mk_prod: a block's panels outermost */
         for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
-            cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n - c0 < NR ? n - c0 : NR, Dg, Q + r0 * qs, qs,
+            cnt += mk->dist(m - r0 < mk->mr ? m - r0 : mk->mr, n - c0 < NB ? n - c0 : NB, Dg, Q + r0 * qs, qs,
                             Kr + (c0 / NR) * Dg * NR, Dg * NR, qn + r0, pk->kn + bh * pk->nkp + j0 + c0,
                             (real)PN_DIFF_NEAR, G + r0 * ldg + c0, ldg);
     return cnt ? SFX(diff_fix)(c, m, n, Q, K, qn, kn, G, ldg, near) : 0;

@@ -9,9 +9,10 @@
  * PN_MK_TK: the tile's scores S (PN_MK_TQ, PN_MK_TK) with Q read in place, the score's
  * epilogue over all its rows at once (its per-key values computed once a tile), the row
  * modifiers and the online softmax per row, then acc (PN_MK_TQ, Dv) += P·V. Both products walk
- * the packed panels outermost and the MR-row strips inside (mk_prod): one panel of NR keys
- * (Q·Kᵀ, NR·D floats) or of NR value columns (P·V, PN_MK_TK·NR floats: 32 KB in AVX-512) stays
- * in L1 while every strip of the tile uses it. Strips outermost streamed every panel from L2
+ * the packed panels outermost and the MR-row strips inside (mk_prod): one block's panels (nb
+ * columns: NR, or two panels in AVX-512) of keys (Q·Kᵀ, nb·D floats) or of value columns (P·V,
+ * PN_MK_TK·nb floats) stay in L1 (or, for P·V in AVX-512, L2) while every strip of the tile
+ * uses them. Strips outermost streamed every panel from L2
  * once per strip: at D = 128 the microkernel ran at ~70 % of sgemm's rate that way. Panels
  * outermost and 96 rows a tile instead of 48 took the dot forward at N = 4096 from 671 to
  * 599–618 ms at D = 128 and from 363–389 to 355–374 ms at D = 64 (one thread, Xeon with
@@ -21,8 +22,8 @@
  * Backward: the tile loop of dense_impl.h (PN_TQ × PN_TK) with its five products on the
  * microkernel — K and V packed per head, the query tile's Q and dO packed per tile. */
 
-#define PN_MK_TQ 96   /* forward (f32 and f64): query rows per item, a multiple of every kernel's MR (4, 6, 8) */
-#define PN_MK_TK 256  /* forward (f32 and f64): keys per tile, a multiple of every kernel's NR (8, 16, 32) */
+#define PN_MK_TQ 96   /* forward (f32 and f64): query rows per item, a multiple of every kernel's MR (4, 6) */
+#define PN_MK_TK 256  /* forward (f32 and f64): keys per tile, a multiple of every kernel's nb (8, 16, 64) */
 #ifndef PN_FEW_ROWS
 #define PN_FEW_ROWS 8 /* f32: calls with at most this many query rows skip the packing (few_rows_scores) */
 #endif
@@ -84,15 +85,15 @@ static pn_status mk_pack(const pn_attn_call *c, const pn_microkernel *mk, unsign
     return PN_OK;
 }
 
-/* C (m, ncols) (+)= A (m, K; strides rs, cs) · B (packed, microkernel.h), any m: panels of NR
- * outermost, strips of MR inside, so a panel is read from L1 by every strip (see above) */
+/* C (m, ncols) (+)= A (m, K; strides rs, cs) · B (packed, microkernel.h), any m: blocks of nb
+ * columns outermost, strips of MR inside, so a block's panels are read by every strip (see above) */
 static inline void mk_prod(const pn_microkernel *mk, int64_t m, int64_t ncols, int64_t K, const float *A,
                            int64_t rs, int64_t cs, const float *Bp, int64_t bstride, float *C, int64_t ldc,
                            int accumulate) {
     if (ncols <= 0) return;
-    const int64_t nr = mk->nr;
-    for (int64_t c0 = 0; c0 < ncols; c0 += nr)
+    const int64_t nr = mk->nr, nb = mk->nb;
+    for (int64_t c0 = 0; c0 < ncols; c0 += nb)
         for (int64_t r0 = 0; r0 < m; r0 += mk->mr)
-            mk->gemm(m - r0 < mk->mr ? m - r0 : mk->mr, ncols - c0 < nr ? ncols - c0 : nr, K, A + r0 * rs, rs, cs,
+            mk->gemm(m - r0 < mk->mr ? m - r0 : mk->mr, ncols - c0 < nb ? ncols - c0 : nb, K, A + r0 * rs, rs, cs,
                      Bp + (c0 / nr) * bstride, bstride, C + r0 * ldc + c0, ldc, accumulate);
 }

@@ -13,8 +13,10 @@
  * call on the same buffer. C must be at least ceil(ncols / nr)·nr wide (the drivers' buffers
  * are padded); rows ≥ mr are neither read from A nor written.
  *
+ * A call covers at most nb columns (nb / nr panels, the drivers' step), any mr ≤ .mr rows.
+ *
  * Implementations (microkernel.c, one body in microkernel_impl.h compiled per instruction set):
- *   avx512  16-wide (AVX-512F), MR 8 × NR 32
+ *   avx512  16-wide (AVX-512F), MR 6 × 2 panels of NR 32 (one panel for an odd count's tail)
  *   avx2    8-wide (AVX2 + FMA), MR 6 × NR 16
  *   portable  plain C (GCC/Clang's generic 4-float vector, no target flags), MR 4 × NR 8
  * chosen at the first call: the best the CPU has, or PENUMBRA_CPU_KERNEL=auto|avx512|avx2|
@@ -39,7 +41,8 @@ typedef int64_t (*pn_mk_dist_fn)(int64_t mr, int64_t ncols, int64_t K, const flo
 typedef struct {
     const char *name;
     int mr, nr;          /* register block: rows of A / C, columns of a B panel */
-    pn_mk_gemm_fn gemm;  /* see above; mr ≤ .mr rows per call */
+    int nb;              /* columns one call takes at most: the block's panels (a multiple of nr) */
+    pn_mk_gemm_fn gemm;  /* see above; mr ≤ .mr rows and ncols ≤ .nb columns per call */
     pn_mk_dist_fn dist;
 } pn_microkernel;
 
