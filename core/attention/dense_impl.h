@@ -755,8 +755,14 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                 memset(w->dP, 0, sizeof(real) * TQ * PN_TK);
             } else if (pk) {
 #if PN_DENSE_MK
-                mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, w->T, Dvp, 0); /* Pᵀ·dO */
-                SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * vs, vs);                       /* dV += */
+                /* dV += Pᵀ·dO: in place where the kernel's whole panels are dV's own columns (the
+                 * same sums: each block adds its finished product to dV), else through T */
+                if (Dv % NR == 0) {
+                    mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, dV + j0 * vs, vs, 1);
+                } else {
+                    mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, w->T, Dvp, 0);
+                    SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * vs, vs);
+                }
                 mk_prod(mk, tq, tk, Dv, dO, dos, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
                         0); /* dP = dO·Vᵀ */
 #endif
@@ -810,8 +816,12 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
 #if PN_DENSE_MK
                 mk_prod(mk, tq, Dg, tk, w->dP, PN_TK, 1, pk->Kc + bh * Dgp * Nk + j0 * NR, Nk * NR, w->dQacc, Dgp,
                         1);                                                               /* dQ += dG·K */
-                mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, w->T, Dgp, 0); /* dGᵀ·Q */
-                SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * ks, ks);                      /* dK += */
+                if (Dg % NR == 0) { /* dK += dGᵀ·Q, in place as dV above */
+                    mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, dK + j0 * ks, ks, 1);
+                } else {
+                    mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, w->T, Dgp, 0);
+                    SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * ks, ks);
+                }
 #endif
             } else if (gemm) {
                 SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * ks, ks, dQ, qs); /* dQ += dG·K */
