@@ -1792,6 +1792,7 @@ enum { MK_MAX = 128 };
 struct mklay {
     int64_t Dp, Dvp, ldq, ldv, ldt; /* padded widths; row strides (halves) of Q / K, dO / V, the transposed */
     int64_t a, va, qt, vt, an, bn, ks, vs, total; /* ks, vs: the block's K and V past width 64 */
+    bool wide; /* a padded width over 64: the MK_MAX kernel, with ks and vs */
 };
 
 inline mklay mklay_of(int64_t Dg, int64_t Dv) {
@@ -1804,10 +1805,10 @@ inline mklay mklay_of(int64_t Dg, int64_t Dv) {
     L.vt = up(L.qt + L.Dp * L.ldt * 2, 128);
     L.an = up(L.vt + L.Dvp * L.ldt * 2, 128);
     L.bn = up(L.an + 64 * 4, 128);
-    const bool wide = L.Dp > 64 || L.Dvp > 64;
+    L.wide = L.Dp > 64 || L.Dvp > 64;
     L.ks = up(L.bn + 64 * 4, 128);
-    L.vs = up(L.ks + (wide ? 64 * L.ldq * 2 : 0), 128);
-    L.total = up(L.vs + (wide ? 64 * L.ldv * 2 : 0), 128);
+    L.vs = up(L.ks + (L.wide ? 64 * L.ldq * 2 : 0), 128);
+    L.total = up(L.vs + (L.wide ? 64 * L.ldv * 2 : 0), 128);
     return L;
 }
 
@@ -2316,7 +2317,7 @@ bool mma_backward_k(const char *op, pn_status *s, pn_cu_scratch *g, const dcall<
         (*s = mpack<H>(op, g, &Op, a.dout, c.BH, c.Nq, c.Dv, c.Dv, L.Dvp, true, false)))
         return !mpack_oom(s, g, nt0);
     const size_t bytes = (size_t)L.total + 128;
-    if (L.Dp <= 64 && L.Dvp <= 64) return tiled_launch(op, s, mbwk_kernel<H, S, 64>, nblk, WT, bytes, c, a, L, Qp, Op);
+    if (!L.wide) return tiled_launch(op, s, mbwk_kernel<H, S, 64>, nblk, WT, bytes, c, a, L, Qp, Op);
     return tiled_launch(op, s, mbwk_kernel<H, S, MK_MAX>, nblk, WT, bytes, c, a, L, Qp, Op);
 }
 
