@@ -1,6 +1,7 @@
 -- attention_microkernel_spec.lua — the f32 CPU attention on its register-blocked GEMM
 -- (core/attention/microkernel.h): every kernel this CPU runs (avx512: 6 × 64 blocks over two
--- panels of 32, 6 × 32 for an odd count's last panel; avx2: 6 × 16) against the portable one (4 × 8), and the portable one against the f64 path (BLAS),
+-- panels of 32, 6 × 32 for an odd count's last panel; avx2: 6 × 16) against the portable one
+-- (4 × 8), and the portable one against the f64 path (BLAS),
 -- at sizes that hit every edge of the blocks and tiles — N = 1, Nq and Nk not multiples of any
 -- register block or of the forward's 48-row / 256-key tiles and the backward's 64 × 256, D and
 -- Dv not multiples of 8 or 32, Nq ≠ Nk with causal offsets both ways, masks, bias, sigmoid —

@@ -247,6 +247,23 @@ static inline void SFX(add_rows)(int64_t m, int64_t n, const real *X, int64_t ld
     }
 }
 
+#if PN_DENSE_MK
+/* Y (m, ncols; row stride ldy) += A · B as mk_prod: in place where the kernel's whole panels are
+ * Y's own columns (ncols a multiple of nr; the same sums, each block adding its finished product
+ * to Y), else into T (m, ncols rounded up to nr), then added */
+static inline void SFX(mk_prod_add)(const pn_microkernel *mk, int64_t m, int64_t ncols, int64_t K, const real *A,
+                                    int64_t rs, int64_t cs, const real *Bp, int64_t bstride, real *Y, int64_t ldy,
+                                    real *T) {
+    if (ncols % mk->nr == 0) {
+        mk_prod(mk, m, ncols, K, A, rs, cs, Bp, bstride, Y, ldy, 1);
+        return;
+    }
+    const int64_t ldt = pn_mk_round(ncols, mk->nr);
+    mk_prod(mk, m, ncols, K, A, rs, cs, Bp, bstride, T, ldt, 0);
+    SFX(add_rows)(m, ncols, T, ldt, Y, ldy);
+}
+#endif
+
 /* keys that query tile [i0, i0+tq) may see: [0, kend) */
 static inline int64_t SFX(key_end)(const pn_attn_call *c, int64_t i0, int64_t tq) {
     if (!c->causal) return c->Nk;
@@ -700,7 +717,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
         /* pk NULL (few query rows, SFX(backward)): BLAS products below, as f64 */
         const mk_packed *pk = a->pk;
         const pn_microkernel *mk = pk ? pk->mk : NULL;
-        const int64_t NR = mk ? mk->nr : 1, Dgp = pk ? pk->Dgp : Dg, Dvp = pk ? pk->Dvp : Dv;
+        const int64_t NR = mk ? mk->nr : 1, Dgp = pk ? pk->Dgp : Dg;
         if (pk && !a->weights) pn_mk_pack_cols(tq, Dv, dO, dos, (int)NR, TQ * NR, w->dOp);
         if (pk && gemm) {
             pn_mk_pack_cols(tq, Dg, Q, qs, (int)NR, TQ * NR, w->Qp);
@@ -755,14 +772,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
                 memset(w->dP, 0, sizeof(real) * TQ * PN_TK);
             } else if (pk) {
 #if PN_DENSE_MK
-                /* dV += Pᵀ·dO: in place where the kernel's whole panels are dV's own columns (the
-                 * same sums: each block adds its finished product to dV), else through T */
-                if (Dv % NR == 0) {
-                    mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, dV + j0 * vs, vs, 1);
-                } else {
-                    mk_prod(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, w->T, Dvp, 0);
-                    SFX(add_rows)(tk, Dv, w->T, Dvp, dV + j0 * vs, vs);
-                }
+                SFX(mk_prod_add)(mk, tk, Dv, tq, w->P, 1, PN_TK, w->dOp, TQ * NR, dV + j0 * vs, vs, w->T); /* dV += Pᵀ·dO */
                 mk_prod(mk, tq, tk, Dv, dO, dos, 1, pk->Vr + bh * pk->nkp * Dv + j0 * Dv, Dv * NR, w->dP, PN_TK,
                         0); /* dP = dO·Vᵀ */
 #endif
@@ -816,12 +826,7 @@ PN_VEC static void SFX(bwd_item)(const pn_attn_call *c, const SFX(bwd_args) *a, 
 #if PN_DENSE_MK
                 mk_prod(mk, tq, Dg, tk, w->dP, PN_TK, 1, pk->Kc + bh * Dgp * Nk + j0 * NR, Nk * NR, w->dQacc, Dgp,
                         1);                                                               /* dQ += dG·K */
-                if (Dg % NR == 0) { /* dK += dGᵀ·Q, in place as dV above */
-                    mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, dK + j0 * ks, ks, 1);
-                } else {
-                    mk_prod(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, w->T, Dgp, 0);
-                    SFX(add_rows)(tk, Dg, w->T, Dgp, dK + j0 * ks, ks);
-                }
+                SFX(mk_prod_add)(mk, tk, Dg, tq, w->dP, 1, PN_TK, w->Qp, TQ * NR, dK + j0 * ks, ks, w->T); /* dK += dGᵀ·Q */
 #endif
             } else if (gemm) {
                 SFX(gemm_nn_acc)(tq, Dg, tk, w->dP, PN_TK, K + j0 * ks, ks, dQ, qs); /* dQ += dG·K */
