@@ -124,6 +124,18 @@ template <int pending> __device__ static inline void pn_cu_cp_async_wait() {
 }
 #endif
 
+/* max(a, b), NaN if either is NaN (PTX max.NaN.f32, sm_80 on; fmaxf drops a NaN): a running max
+ * that carries a NaN score to the row's flag with no separate test per element */
+#ifdef PN_CUDA_EMU
+__device__ static inline float pn_cu_fmax_nan(float a, float b) { return a != a || b != b ? NAN : fmaxf(a, b); }
+#else
+__device__ static inline float pn_cu_fmax_nan(float a, float b) {
+    float y;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+    return y;
+}
+#endif
+
 /* 2^x on the special function unit (PTX ex2.approx.ftz.f32: a few ulp; a result below FLT_MIN is
  * +0, −inf gives +0, NaN stays NaN), and e^x = 2^(x·log₂e) on it. For the softmax of the
  * tensor-core kernels, whose operands are rounded to bf16 / f16 before the scores exist:

@@ -1137,13 +1137,36 @@ template <typename H> __device__ void copy_tile16(H *dst, int64_t ldd, const H *
         pn_cu_cp_async16(dst + r * ldd + 8 * q, src + r * lds + 8 * q);
     }
 }
-/* rows [r0, r0 + 64) of head bh of P into dst (ld halves per row; P.wp coordinates) */
-template <typename H> __device__ void ptile_rows(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
-    copy_tile16(dst, ld, P.rows + (bh * P.np + r0) * P.wp, P.wp, 64, (int)P.wp);
+/* the same for a shape and destination stride known when compiling (the common case: the packed
+ * width is the kernel's MW): every thread copies one word column, q = thread % (COLS / 8), of rows
+ * thread / (COLS / 8) + k·(WT / (COLS / 8)), so each copy's shared address is the first one's plus a
+ * constant. copy_tile16's word index divided by a run-time row length took ~50 SASS instructions a
+ * word (an integer division and 64-bit address arithmetic), four words per thread and tile: a third
+ * of mfwd_kernel's instructions per key tile at D = 64. blockDim.x = WT. */
+template <int ROWS, int COLS, int LDD, typename H> __device__ void copy_tile16_c(H *dst, const H *src, int64_t lds) {
+    enum { CPR = COLS / 8, STEP = WT / CPR };
+    static_assert(COLS % 8 == 0 && WT % CPR == 0 && ROWS % STEP == 0, "copy_tile16_c: tile shape");
+    const int q = threadIdx.x % CPR, r = threadIdx.x / CPR;
+    H *d = dst + r * LDD + 8 * q;
+    const H *s = src + r * lds + 8 * q;
+#pragma unroll
+    for (int k = 0; k < ROWS / STEP; k++) pn_cu_cp_async16(d + k * STEP * LDD, s + k * STEP * lds);
 }
-/* the same rows transposed: dst[d·ld + r] for d < P.wp */
-template <typename H> __device__ void ptile_cols(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
-    copy_tile16(dst, ld, P.cols + bh * P.wp * P.np + r0, P.np, (int)P.wp, 64);
+/* rows [r0, r0 + 64) of head bh of P into dst (ld halves per row; P.wp coordinates). MW: the
+ * kernel's width bound; a tile of width MW in the layouts' row stride MW + 8 (mlay, mblay, mklay)
+ * takes the copy whose shape the compiler knows */
+template <int MW, typename H>
+__device__ void ptile_rows(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
+    const H *src = P.rows + (bh * P.np + r0) * P.wp;
+    if (P.wp == MW && ld == MW + 8) copy_tile16_c<64, MW, MW + 8>(dst, src, MW);
+    else copy_tile16(dst, ld, src, P.wp, 64, (int)P.wp);
+}
+/* the same rows transposed: dst[d·ld + r] for d < P.wp (the layouts' stride: 64 + 8) */
+template <int MW, typename H>
+__device__ void ptile_cols(H *dst, int64_t ld, const mpk<H> &P, int64_t bh, int64_t r0) {
+    const H *src = P.cols + bh * P.wp * P.np + r0;
+    if (P.wp == MW && ld == 64 + 8) copy_tile16_c<MW, 64, 64 + 8>(dst, src, P.np);
+    else copy_tile16(dst, ld, src, P.np, (int)P.wp, 64);
 }
 /* their norms: 64 floats, 16 words (r0 and np multiples of 64 keep them 16-byte aligned) */
 template <typename H> __device__ void ptile_norms(float *dst, const mpk<H> &P, int64_t bh, int64_t r0) {
@@ -1195,13 +1218,13 @@ template <typename H> __device__ inline void frags_b2(uint32_t (*b)[2], const H 
  * Chunk by chunk, the eight blocks' mma in a row: they are independent, so the tensor core pipelines
  * them — block by block, each mma waited for the one before it and for its own shared-memory load
  * (nvcc kept that order: SASS) */
-template <typename H, int KC, typename F>
-__device__ void mma_abt_from(float (*acc)[4], const H *B, int64_t ld, int n, F afrag) {
+template <typename H, int KC, bool FULL, typename F>
+__device__ void mma_abt_run(float (*acc)[4], const H *B, int64_t ld, int n, F afrag) {
 #pragma unroll
     for (int nb = 0; nb < WK / 8; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0;
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
-        if (kc >= n) break; /* the same for the whole warp */
+        if (!FULL && kc >= n) break; /* the same for the whole warp */
         uint32_t a[4], b[WK / 8][2];
         afrag(kc, a);
 #pragma unroll
@@ -1210,28 +1233,37 @@ __device__ void mma_abt_from(float (*acc)[4], const H *B, int64_t ld, int n, F a
         for (int nb = 0; nb < WK / 8; nb++) pn_mma_16816<H>(acc[nb], a, b[nb], acc[nb]);
     }
 }
+/* n = KC (the width is the kernel's bound, the common case) takes a copy without the test per
+ * chunk: straight-line code, in which ptxas may load the next chunk's fragments while the products
+ * of this one run. STRAIGHT = false leaves it out: the backward's kernels at width 128 are at 255
+ * registers, where the second copy added spills (ptxas) */
+template <typename H, int KC, bool STRAIGHT, typename F>
+__device__ void mma_abt_from(float (*acc)[4], const H *B, int64_t ld, int n, F afrag) {
+    if (STRAIGHT && n == KC) mma_abt_run<H, KC, true>(acc, B, ld, n, afrag);
+    else mma_abt_run<H, KC, false>(acc, B, ld, n, afrag);
+}
 
 /* … with A the fragments fa the warp holds in registers (frags_a) */
-template <typename H, int KC> __device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld,
-                                                      int n) {
-    mma_abt_from<H, KC>(acc, B, ld, n, [&](int kc, uint32_t *a) {
+template <typename H, int KC, bool STRAIGHT = true>
+__device__ void mma_abt(float (*acc)[4], const uint32_t (*fa)[4], const H *B, int64_t ld, int n) {
+    mma_abt_from<H, KC, STRAIGHT>(acc, B, ld, n, [&](int kc, uint32_t *a) {
         a[0] = fa[kc][0], a[1] = fa[kc][1], a[2] = fa[kc][2], a[3] = fa[kc][3];
     });
 }
 /* the same with A's fragments read from shared memory (A: the warp's 16 rows, lda halves) chunk by
  * chunk, for a kernel that cannot keep them in registers (mbwk_kernel at width 128) */
-template <typename H, int KC>
+template <typename H, int KC, bool STRAIGHT = true>
 __device__ void mma_abt_s(float (*acc)[4], const H *A, int64_t lda, const H *B, int64_t ld, int n) {
     const H *x = frag_a_row(A, lda);
-    mma_abt_from<H, KC>(acc, B, ld, n, [&](int kc, uint32_t *a) { pn_ldmatrix_x4(a, x + kc * 16); });
+    mma_abt_from<H, KC, STRAIGHT>(acc, B, ld, n, [&](int kc, uint32_t *a) { pn_ldmatrix_x4(a, x + kc * 16); });
 }
 
 /* acc[nb] += P·B (nb < n, n even: 8-wide column blocks of B): P the warp's 16 × 64 accumulators p
  * (blocks of 8 keys) rounded to H — blocks 2kk and 2kk + 1 are the A operand of keys 16kk … 16kk
  * + 15 as they stand — and B (64 × width) staged transposed in Bt (row d of Bt: column d of B;
  * ld halves), so B's pairs (two consecutive keys) run along Bt's rows */
-template <typename H, int NB>
-__device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_t ld, int n) {
+template <typename H, int NB, bool FULL>
+__device__ void mma_pb_run(float (*acc)[4], const float (*p)[4], const H *Bt, int64_t ld, int n) {
 #pragma unroll
     for (int kk = 0; kk < WK / 16; kk++) {
         const float *p0 = p[2 * kk], *p1 = p[2 * kk + 1];
@@ -1239,7 +1271,7 @@ __device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_
                                 pn_pack16(to16<H>(p1[0]), to16<H>(p1[1])), pn_pack16(to16<H>(p1[2]), to16<H>(p1[3]))};
 #pragma unroll
         for (int nb = 0; nb < NB; nb += 2) {
-            if (nb >= n) break;
+            if (!FULL && nb >= n) break;
             uint32_t b[2][2];
             frags_b2(b, Bt + nb * 8 * ld, ld, kk * 16);
             pn_mma_16816<H>(acc[nb], pa, b[0], acc[nb]);
@@ -1247,9 +1279,20 @@ __device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_
         }
     }
 }
+/* n = NB: a copy without the test per block pair, as mma_abt_from (STRAIGHT likewise). With the
+ * test, each pair's ldmatrix waited for the products before it to read its registers (SASS: one
+ * fragment register set reused, its load's latency exposed a pair at a time) */
+template <typename H, int NB, bool STRAIGHT = true>
+__device__ void mma_pb(float (*acc)[4], const float (*p)[4], const H *Bt, int64_t ld, int n) {
+    if (STRAIGHT && n == NB) mma_pb_run<H, NB, true>(acc, p, Bt, ld, n);
+    else mma_pb_run<H, NB, false>(acc, p, Bt, ld, n);
+}
 
+/* at widths ≤ 64, three blocks per SM: 168 registers a thread at most (the tensor-core products'
+ * straight-line copies alone left ptxas at 171, which fits two) */
 template <typename H, typename S, int MW>
-__global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float *out, float *stat) {
+__global__ void __launch_bounds__(WT, MW <= 64 ? 3 : 1)
+    mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float *out, float *stat) {
     enum { KC = MW / 16, NV = MW / 8, NS = WK / 8 }; /* Q's 16-wide chunks, O's and S's 8-wide blocks */
     PN_SHARED_DYN(unsigned char, smu);
     PN_SHARED(kstage<float>, ks, WK);
@@ -1289,7 +1332,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
      * V's tile is copied (cp.async) while S = Q·Kᵀ and the softmax run, the next K tile while
      * P·V runs. Each copy is issued after the barrier that ends its buffer's last reads. */
     auto fetch_k = [&](int64_t j0) {
-        ptile_rows(Ks, L.ldq, Kp, bh, j0);
+        ptile_rows<MW>(Ks, L.ldq, Kp, bh, j0);
         if (c.diff) ptile_norms(kn, Kp, bh, j0);
         pn_cu_cp_async_commit();
     };
@@ -1301,7 +1344,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
         /* … and everyone's after the barrier, past which no one reads Vᵀ's previous tile; a thread
          * reads back the key it staged (its own write); the barrier ors the flags */
         const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
-        ptile_cols(Vt, L.ldvt, Vp, bh, j0);
+        ptile_cols<MW>(Vt, L.ldvt, Vp, bh, j0);
         pn_cu_cp_async_commit();
         /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
         float sc[NS][4];
@@ -1311,8 +1354,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
          * product score (S::diff = 0) reads no norms. One loop testing both at run time cost the dot
          * ~10 instructions a pair (SASS: nvcc recomputed the 64-bit `whole` test for each of the 32
          * and issued the norms' loads, predicated off). */
-        float tmax[2] = {-INFINITY, -INFINITY};
-        int tnan[2] = {0, 0};
+        float tmax[2] = {-INFINITY, -INFINITY}; /* NaN once a score is NaN */
         auto epilogue = [&](auto whole_c) {
             constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
             const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
@@ -1330,26 +1372,30 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
                         if (!whole) v = mods(c, r[h], j0 + jl, v, z.bad);
                     }
                     sc[nb][e] = v;
-                    tnan[h] |= !(v < INFINITY); /* NaN or +inf: the row will be NaN, whatever its max */
-                    tmax[h] = fmaxf(tmax[h], v); /* NaN never raises it */
+                    tmax[h] = pn_cu_fmax_nan(tmax[h], v);
                 }
         };
         if (!tbad && j0 + WK <= kwhole) epilogue(std::true_type{});
         else epilogue(std::false_type{});
         float alpha[2] = {1, 1}, ml2[2] = {0, 0};
-        bool zero[2] = {false, false}; /* rows whose weights are all 0 here: NaN so far, or masked so far */
         if (soft)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                nan[h] |= pn_cu_lanes_or<4>(tnan[h]);
-                const float mt = pn_cu_lanes_max<4>(tmax[h]), mn = mt > m[h] ? mt : m[h];
+                float mt = tmax[h];
+#pragma unroll
+                for (int o = 1; o < 4; o <<= 1) mt = pn_cu_fmax_nan(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+                /* a NaN or +inf score: the row will be NaN, whatever its max (a NaN max raises nothing) */
+                nan[h] |= !(mt < INFINITY);
+                const float mn = mt > m[h] ? mt : m[h];
                 if (mn != -INFINITY && mn != m[h]) alpha[h] = m[h] == -INFINITY ? 0.0f : pn_cu_exp_sfu(m[h] - mn);
                 m[h] = mn;
-                zero[h] = nan[h] || mn == -INFINITY;
-                ml2[h] = mn * PN_LOG2E_F;
+                /* a row masked so far (every v = −inf): 2^(−inf − 0) = 0 */
+                ml2[h] = mn == -INFINITY ? 0.0f : mn * PN_LOG2E_F;
             }
         /* the weights, p = e^(v − m)·γ = 2^(v·log₂e − m·log₂e)·γ: one FFMA and the SFU's exp2 a pair
-         * (v = −inf gives 0); γ (the einstein aggregation's) in its own copy */
+         * (v = −inf gives 0); γ (the einstein aggregation's) in its own copy. A row with a NaN flag
+         * gets weights of no meaning: its output and statistic are NaN whatever they are (below),
+         * and P·V mixes no rows. A select of 0 for such rows cost a move per pair (SASS). */
         float ps[2] = {0, 0};
         auto weights = [&](auto gam_c) {
 #pragma unroll
@@ -1357,7 +1403,7 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int h = e >> 1, jl = nb * 8 + 2 * t + (e & 1);
-                    float p = zero[h] ? 0.0f : pn_cu_exp2_sfu(fmaf(sc[nb][e], PN_LOG2E_F, -ml2[h]));
+                    float p = pn_cu_exp2_sfu(fmaf(sc[nb][e], PN_LOG2E_F, -ml2[h]));
                     if (decltype(gam_c)::value) p *= ks[jl].gv;
                     sc[nb][e] = p;
                     ps[h] += p;
@@ -1385,10 +1431,13 @@ __global__ void mfwd_kernel(dcall<float> c, mlay L, mpk<H> Kp, mpk<H> Vp, float 
         __syncthreads();          /* and no one reads K's tile or ks any more: the next K tile may come */
         if (j0 + WK < kend_blk) fetch_k(j0 + WK);
         /* O_w = O_w·α + P_w·V: P's blocks 2kk and 2kk + 1 are the A operand of keys 16kk … 16kk + 15 */
+        /* only when some row of the warp has a new max: past the first tiles, seldom (a vote, where
+         * the rescale is 4·NV multiplications a lane) */
+        if (__any_sync(0xffffffffu, alpha[0] != 1 || alpha[1] != 1))
 #pragma unroll
-        for (int nb = 0; nb < NV; nb++) {
-            o[nb][0] *= alpha[0], o[nb][1] *= alpha[0], o[nb][2] *= alpha[1], o[nb][3] *= alpha[1];
-        }
+            for (int nb = 0; nb < NV; nb++) {
+                o[nb][0] *= alpha[0], o[nb][1] *= alpha[0], o[nb][2] *= alpha[1], o[nb][3] *= alpha[1];
+            }
         mma_pb<H, NV>(o, sc, Vt, L.ldvt, nv_n);
     }
 #pragma unroll
@@ -1564,8 +1613,8 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     /* loads overlapping the products, as in mfwd_kernel: Kᵀ's tile is copied while S, dP and the
      * VJP run, the next K and V tiles while ∂G·K runs */
     auto fetch_kv = [&](int64_t j0) {
-        ptile_rows(Ks, L.ldq, Kp, bh, j0);
-        ptile_rows(Vs, L.ldv, Vp, bh, j0);
+        ptile_rows<MW>(Ks, L.ldq, Kp, bh, j0);
+        ptile_rows<MW>(Vs, L.ldv, Vp, bh, j0);
         if (c.diff) ptile_norms(kn, Kp, bh, j0);
         pn_cu_cp_async_commit();
     };
@@ -1575,11 +1624,11 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
         pn_cu_cp_async_wait<0>(); /* K's and V's tiles, then everyone's after the barrier, past which
                                    * no one reads Kᵀ's previous tile */
         const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
-        ptile_cols(Kt, L.ldkt, Kp, bh, j0);
+        ptile_cols<MW>(Kt, L.ldkt, Kp, bh, j0);
         pn_cu_cp_async_commit();
         float sc[NS][4], dp[NS][4];
-        mma_abt<H, KC>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
-        mma_abt<H, KC>(dp, da, Vs, L.ldv, kv_n);
+        mma_abt<H, KC, MW <= 64>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
+        mma_abt<H, KC, MW <= 64>(dp, da, Vs, L.ldv, kv_n);
         /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
         auto vjp_tile = [&](auto whole_c) {
             constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
@@ -1626,7 +1675,7 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
         pn_cu_cp_async_wait<0>(); /* Kᵀ's tile: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads K's, V's tiles or ks any more */
         if (j0 + WK < kend_blk) fetch_kv(j0 + WK);
-        if (c.gemm) mma_pb<H, NQ>(dq, sc, Kt, L.ldkt, nq_n); /* dQ_w += ∂G_w·K */
+        if (c.gemm) mma_pb<H, NQ, MW <= 64>(dq, sc, Kt, L.ldkt, nq_n); /* dQ_w += ∂G_w·K */
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1872,8 +1921,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     /* loads overlapping the products, as in mfwd_kernel: Qᵀ's and dOᵀ's tiles are copied while Sᵀ,
      * dPᵀ and the VJP run, the next Q and dO tiles while dV and dK accumulate */
     auto fetch_qd = [&](int64_t i0) {
-        ptile_rows(Qs, L.ldq, Qp, bh, i0);
-        ptile_rows(dOs, L.ldv, Op, bh, i0);
+        ptile_rows<MW>(Qs, L.ldq, Qp, bh, i0);
+        ptile_rows<MW>(dOs, L.ldv, Op, bh, i0);
         if (c.diff) ptile_norms(qn, Qp, bh, i0);
         pn_cu_cp_async_commit();
     };
@@ -1884,16 +1933,16 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
         pn_cu_cp_async_wait<0>(); /* Q's and dO's tiles, then everyone's after the barrier, past which
                                    * no one reads the previous Qᵀ and dOᵀ */
         const int tbad = __syncthreads_or(threadIdx.x < WQ ? qsg[threadIdx.x].bad : 0);
-        ptile_cols(Qt, L.ldt, Qp, bh, i0);
-        ptile_cols(dOt, L.ldt, Op, bh, i0);
+        ptile_cols<MW>(Qt, L.ldt, Qp, bh, i0);
+        ptile_cols<MW>(dOt, L.ldt, Op, bh, i0);
         pn_cu_cp_async_commit();
         float sc[NS][4], dp[NS][4];
         if constexpr (REG) {
-            mma_abt<H, KC>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
-            mma_abt<H, KC>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
+            mma_abt<H, KC, MW <= 64>(sc, ka, Qs, L.ldq, c.gemm ? kc_n : 0); /* Sᵀ_w */
+            mma_abt<H, KC, MW <= 64>(dp, va, dOs, L.ldv, kv_n);             /* dPᵀ_w */
         } else {
-            mma_abt_s<H, KC>(sc, Ks, L.ldq, Qs, L.ldq, c.gemm ? kc_n : 0);
-            mma_abt_s<H, KC>(dp, Vs, L.ldv, dOs, L.ldv, kv_n);
+            mma_abt_s<H, KC, false>(sc, Ks, L.ldq, Qs, L.ldq, c.gemm ? kc_n : 0);
+            mma_abt_s<H, KC, false>(dp, Vs, L.ldv, dOs, L.ldv, kv_n);
         }
         /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
         auto vjp_tile = [&](auto whole_c) {
@@ -1945,8 +1994,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
         pn_cu_cp_async_wait<0>(); /* Qᵀ's and dOᵀ's tiles: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads Q's, dO's tiles or the staged queries any more */
         if (i0 + WQ < c.Nq) fetch_qd(i0 + WQ);
-        mma_pb<H, NB>(dv, dp, dOt, L.ldt, nv_n);             /* dV_w += Pᵀ_w·dO */
-        if (c.gemm) mma_pb<H, NB>(dk, sc, Qt, L.ldt, nk_n); /* dK_w += ∂Gᵀ_w·Q */
+        mma_pb<H, NB, MW <= 64>(dv, dp, dOt, L.ldt, nv_n);             /* dV_w += Pᵀ_w·dO */
+        if (c.gemm) mma_pb<H, NB, MW <= 64>(dk, sc, Qt, L.ldt, nk_n); /* dK_w += ∂Gᵀ_w·Q */
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
