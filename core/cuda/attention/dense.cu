@@ -228,9 +228,18 @@ template <typename T> struct dpv {
  * statistic st and D_i, and dP = dO_i·v_j (or dW_ij) — the kernels' one copy of the normalizations.
  * SFU: the softmax's exp and the sigmoid on the special function unit (pn_cu_exp_sfu,
  * pn_cu_sigm_sfu: the tensor-core kernels) */
-template <typename T, bool SFU = false>
+template <typename T, bool SFU = false, bool PLAIN = false>
 __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
     o.s = s;
+    if constexpr (PLAIN) { /* the caller knows: softmax, no γ (gv = 1) — what the switch below
+                            * computes then, without its run-time tests per pair (SASS: two
+                            * branches and both modes' code a pair, in the mma kernels) */
+        const T e = SFU ? pn_cu_exp_sfu(s - st) : pn_exp(s - st);
+        o.p = st == (T)-INFINITY ? (T)0 : e;
+        o.dgam = 0;
+        o.ds = o.p * (dp - Di);
+        return;
+    }
     T sg = 0, w; /* w: the weight before γ, so ∂p/∂γ_j = w without dividing p by γ per pair */
     if (c.norm == PN_NORM_SOFTMAX) {
         T e;
@@ -1610,6 +1619,7 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     const int64_t kend_blk = key_end(c, (i0 + WQ < c.Nq ? i0 + WQ : c.Nq) - 1);
     double aq0[2] = {0, 0}, aq1[2] = {0, 0}, b0[2] = {0, 0}, b1[2] = {0, 0}, b2[2] = {0, 0}, gsum[2] = {0, 0};
     const int64_t kwhole = keys_whole(c, r, kend);
+    const bool plain = MW <= 64 && c.norm == PN_NORM_SOFTMAX && !c.g; /* not at 128: spills (ptxas) */
     /* loads overlapping the products, as in mfwd_kernel: Kᵀ's tile is copied while S, dP and the
      * VJP run, the next K and V tiles while ∂G·K runs */
     auto fetch_kv = [&](int64_t j0) {
@@ -1630,8 +1640,8 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
         mma_abt<H, KC, MW <= 64>(sc, qa, Ks, L.ldq, c.gemm ? kc_n : 0);
         mma_abt<H, KC, MW <= 64>(dp, da, Vs, L.ldv, kv_n);
         /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
-        auto vjp_tile = [&](auto whole_c) {
-            constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
+        auto vjp_tile = [&](auto whole_c, auto plain_c) {
+            constexpr bool whole = decltype(whole_c)::value, plain = decltype(plain_c)::value, diff = S::diff;
             const float qh[2] = {diff ? qn[rl[0]] : 0.0f, diff ? qn[rl[1]] : 0.0f};
             /* the tile's sums in f32, added to the rows' double sums once a tile: a double add
              * per pair runs at half the f32 rate on an H100 and at 1/64 on GeForce cards */
@@ -1649,7 +1659,7 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
                         const float s0 = S::pair(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1);
                         const float sv = whole ? s0 : mods(c, r[h], j, s0, z.bad);
                         dpv<float> pv;
-                        norm_ds<float, true>(c, sv, z.gv, st[h], Di[h], dp[nb][e], pv);
+                        norm_ds<float, true, plain>(c, sv, z.gv, st[h], Di[h], dp[nb][e], pv);
                         if (pv.ds != 0) {
                             const auto dd =
                                 S::vjp(&r[h].hd, r[h].rx, z.kx, G, r[h].q0, r[h].q1, z.t0, z.t1, pv.ds, want);
@@ -1670,8 +1680,13 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
                 if (diff) gsum[h] += fg[h];
             }
         };
-        if (!tbad && j0 + WK <= kwhole) vjp_tile(std::true_type{});
-        else vjp_tile(std::false_type{});
+        /* whole tiles of a softmax without γ (the common case) in a copy of their own (norm_ds's PLAIN) */
+        if (!tbad && j0 + WK <= kwhole) {
+            if (plain) vjp_tile(std::true_type{}, std::true_type{});
+            else vjp_tile(std::true_type{}, std::false_type{});
+        } else {
+            vjp_tile(std::false_type{}, std::false_type{});
+        }
         pn_cu_cp_async_wait<0>(); /* Kᵀ's tile: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads K's, V's tiles or ks any more */
         if (j0 + WK < kend_blk) fetch_kv(j0 + WK);
@@ -1918,6 +1933,7 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     /* whole query tiles (as mfwd_kernel's key tiles): in range, no modifier, no NaN flag on the
      * lane's keys (nor, per tile, on the queries), every query past the causal limit of both keys */
     const bool plain = !(c.bias || c.alibi || c.mask || kb[0] || kb[1] || !live[0] || !live[1]);
+    const bool soft_plain = MW <= 64 && c.norm == PN_NORM_SOFTMAX && !c.g; /* not at 128: spills (ptxas) */
     /* loads overlapping the products, as in mfwd_kernel: Qᵀ's and dOᵀ's tiles are copied while Sᵀ,
      * dPᵀ and the VJP run, the next Q and dO tiles while dV and dK accumulate */
     auto fetch_qd = [&](int64_t i0) {
@@ -1945,8 +1961,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
             mma_abt_s<H, KC, false>(dp, Vs, L.ldv, dOs, L.ldv, kv_n);
         }
         /* one copy for whole tiles, one for the rest; norms for distance scores only (as mfwd_kernel) */
-        auto vjp_tile = [&](auto whole_c) {
-            constexpr bool whole = decltype(whole_c)::value, diff = S::diff;
+        auto vjp_tile = [&](auto whole_c, auto plain_c) {
+            constexpr bool whole = decltype(whole_c)::value, plain = decltype(plain_c)::value, diff = S::diff;
             const float kh[2] = {diff ? kn[jl[0]] : 0.0f, diff ? kn[jl[1]] : 0.0f};
             /* the tile's sums in f32, added to the keys' double sums once a tile (as mbwq_kernel) */
             float fk0[2] = {0, 0}, fk1[2] = {0, 0}, fsg[2] = {0, 0}, fg[2] = {0, 0};
@@ -1967,7 +1983,7 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
                             sv = mods(c, r, jj[h], s0v, kb[h]);
                         }
                         dpv<float> pv;
-                        norm_ds<float, true>(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
+                        norm_ds<float, true, plain>(c, sv, gv[h], z.st, z.Di, dp[nb][e], pv);
                         p = pv.p;
                         if (c.g) fsg[h] += pv.dgam; /* 0 without γ */
                         if (pv.ds != 0) {
@@ -1989,8 +2005,13 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
                 if (diff) gsum[h] += fg[h];
             }
         };
-        if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) vjp_tile(std::true_type{});
-        else vjp_tile(std::false_type{});
+        /* whole tiles of a softmax without γ in a copy of their own, as mbwq_kernel's */
+        if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) {
+            if (soft_plain) vjp_tile(std::true_type{}, std::true_type{});
+            else vjp_tile(std::true_type{}, std::false_type{});
+        } else {
+            vjp_tile(std::false_type{}, std::false_type{});
+        }
         pn_cu_cp_async_wait<0>(); /* Qᵀ's and dOᵀ's tiles: this thread's copies, then everyone's */
         __syncthreads();          /* and no one reads Q's, dO's tiles or the staged queries any more */
         if (i0 + WQ < c.Nq) fetch_qd(i0 + WQ);
