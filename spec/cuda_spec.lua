@@ -199,7 +199,7 @@ describe('cuda kernel interpreter', function()
     local broken = { cp_async_no_wait = false, cp_async_no_barrier = false }
     for _, s in ipairs(SCHEDULES) do
       pn.cuda.with_schedule(s, function()
-        for _, good in ipairs({ 'cp_async', 'cp_async8' }) do
+        for _, good in ipairs({ 'cp_async', 'cp_async8', 'cp_async4' }) do
           local ok, v = pn.cuda.selftest(good)
           assert.is_true(ok, good .. ': ' .. tostring(v))
           assert.same(want, { unpack(v, 1, 64) }, good .. ' ' .. s)
@@ -216,8 +216,9 @@ describe('cuda kernel interpreter', function()
     for name, seen in pairs(broken) do assert.is_true(seen, name .. ' went unnoticed under every schedule') end
   end)
 
-  it_emu('reports a misaligned cp.async (16 or 8 bytes) and one whose destination is not shared memory', function()
+  it_emu('reports a misaligned cp.async (16, 8 or 4 bytes) and one whose destination is not shared memory', function()
     for name, pat in pairs({ cp_async_misaligned = 'misaligned', cp_async8_misaligned = 'cp.async of 8 bytes',
+                             cp_async4_misaligned = 'cp.async of 4 bytes',
                              cp_async_to_global = 'writes outside every shared array' }) do
       local ok, v = pn.cuda.selftest(name)
       assert.is_false(ok, name .. ' was not caught')

@@ -91,7 +91,7 @@ __device__ static inline unsigned char *pn_cu_align128(unsigned char *p) {
     return p + ((128u - (unsigned)((uintptr_t)p & 127u)) & 127u);
 }
 
-/* Asynchronous 16-byte (or 8-byte) copies, global → shared (PTX cp.async, sm_80+), for tiles loaded while
+/* Asynchronous 16-, 8- or 4-byte copies, global → shared (PTX cp.async, sm_80+), for tiles loaded while
  * the previous one is computed on (double buffering): issue the copies, commit them as a group,
  * and before reading the destinations wait until at most `pending` of this thread's newest groups
  * are in flight — then a barrier, since the other threads read what this one copied. Both
@@ -106,6 +106,10 @@ __device__ static inline void pn_cu_cp_async8(void *dst, const void *src, const 
                                               int line = __builtin_LINE()) {
     pn_emu_cp_async(dst, src, 8, file, line);
 }
+__device__ static inline void pn_cu_cp_async4(void *dst, const void *src, const char *file = __builtin_FILE(),
+                                              int line = __builtin_LINE()) {
+    pn_emu_cp_async(dst, src, 4, file, line);
+}
 __device__ static inline void pn_cu_cp_async_commit() { pn_emu_cp_async_commit(); }
 template <int pending> __device__ static inline void pn_cu_cp_async_wait() { pn_emu_cp_async_wait(pending); }
 #else
@@ -117,6 +121,11 @@ __device__ static inline void pn_cu_cp_async16(void *dst, const void *src) {
 __device__ static inline void pn_cu_cp_async8(void *dst, const void *src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(src) : "memory");
+}
+/* 4 bytes (a float or an int), both addresses 4-byte aligned */
+__device__ static inline void pn_cu_cp_async4(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
 }
 __device__ static inline void pn_cu_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int pending> __device__ static inline void pn_cu_cp_async_wait() {

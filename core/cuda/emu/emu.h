@@ -169,7 +169,7 @@ void *pn_emu_shared(size_t bytes, size_t align, const char *name, const char *fi
 void *pn_emu_dyn_shared(void);
 
 /* ---- asynchronous copies, global → shared (PTX cp.async; cuda.cuh's pn_cu_cp_async*) ----
- * A thread issues copies of n = 8 or 16 bytes (n-aligned), commits them as a group, and waits until at most `pending` of
+ * A thread issues copies of n = 4, 8 or 16 bytes (n-aligned), commits them as a group, and waits until at most `pending` of
  * its groups are in flight. A copy may land anywhere between its issue and that wait: here it
  * lands at the wait under the fwd schedule, at the issue under rev, and at one of the two drawn
  * per copy under rand:SEED. So a read before the wait (or before the barrier that follows

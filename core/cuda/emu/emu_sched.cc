@@ -621,7 +621,7 @@ void pn_emu_cp_async(void *dst, const void *src, int n, const char *file, int li
     Thr *t = b->cur;
     /* a bad copy fails the launch and is skipped; the thread goes on (thread_fail would abandon
      * its fiber with the message's strings on it, which LeakSanitizer reports) */
-    const char *bad = n != 8 && n != 16                          ? "has a size PTX's cp.async lacks here"
+    const char *bad = n != 4 && n != 8 && n != 16               ? "has a size PTX's cp.async lacks here"
                       : ((uintptr_t)dst | (uintptr_t)src) & (n - 1) ? "is misaligned"
                       : !pn_emu_wmma::in_shared(dst, n)             ? "writes outside every shared array"
                       : !pn_emu_is_device(src, n)                   ? "reads outside device memory"

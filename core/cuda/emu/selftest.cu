@@ -15,6 +15,7 @@
  *                                          barrier after its last readers
  *   cp_async_misaligned / cp_async_to_global   a copy 4 bytes off alignment / into device memory
  *   cp_async8 / cp_async8_misaligned       the tiles by 8-byte copies / one 4 bytes off
+ *   cp_async4 / cp_async4_misaligned       the tiles by 4-byte copies / one 2 bytes off
  *   half_convert, wmma_*                  the 16-bit types and nvcuda::wmma: selftest_wmma.cu
  *
  * pn_cuda_emu_selftest(name, out, n) runs one case, writes up to n results to out and returns
@@ -86,13 +87,17 @@ __global__ void atomic_kernel(int *count, float *fsum, unsigned long long *isum)
  * cp.async, the next tile's copies in flight while the current one is read; thread t adds word
  * N − 1 − t's second float of every tile (a word another thread copied). bug 1: no wait before
  * the barrier; bug 2: no barrier between the last reads of a buffer and its refill; 6: no bug, each
- * word as two 8-byte copies. */
+ * word as two 8-byte copies; 8: no bug, as four 4-byte copies. */
 enum { CP_TILES = 5 };
 __global__ void cp_async_kernel(float *out, const float *in, int bug) {
     PN_SHARED(float, buf, 2 * 4 * N + 1);
     const int t = threadIdx.x;
     float acc = 0;
     auto copy = [&](float *d, const float *s) {
+        if (bug == 8) {
+            for (int k = 0; k < 4; k++) pn_cu_cp_async4(d + k, s + k);
+            return;
+        }
         if (bug != 6) return pn_cu_cp_async16(d, s);
         pn_cu_cp_async8(d, s);
         pn_cu_cp_async8(d + 2, s + 2);
@@ -100,6 +105,7 @@ __global__ void cp_async_kernel(float *out, const float *in, int bug) {
     if (bug == 3) pn_cu_cp_async16(buf + 1 + 4 * t, in + 4 * t); /* 4 bytes off */
     if (bug == 4) pn_cu_cp_async16(out + 4 * (t % (N / 4)), in + 4 * t); /* a device destination */
     if (bug == 5) pn_cu_cp_async8(buf + 1 + 4 * t, in + 4 * t); /* 4 bytes off an 8-byte copy */
+    if (bug == 7) pn_cu_cp_async4((char *)(buf + 4 * t) + 2, in + 4 * t); /* 2 bytes off a 4-byte copy */
     copy(buf + 4 * t, in + 4 * t);
     pn_cu_cp_async_commit();
     for (int k = 0; k < CP_TILES; k++) {
@@ -242,6 +248,8 @@ const Case cases[] = {
     {"cp_async_to_global", [](double *o, int64_t n) { return cp_async_case(o, n, 4); }},
     {"cp_async8_misaligned", [](double *o, int64_t n) { return cp_async_case(o, n, 5); }},
     {"cp_async8", [](double *o, int64_t n) { return cp_async_case(o, n, 6); }},
+    {"cp_async4_misaligned", [](double *o, int64_t n) { return cp_async_case(o, n, 7); }},
+    {"cp_async4", [](double *o, int64_t n) { return cp_async_case(o, n, 8); }},
 };
 
 } // namespace
