@@ -227,21 +227,15 @@ template <typename T> struct dpv {
 /* the pair's weight p, dS and ∂L/∂γ_j from its score s, the key's Lorentz factor gv, the row's
  * statistic st and D_i, and dP = dO_i·v_j (or dW_ij) — the kernels' one copy of the normalizations.
  * SFU: the softmax's exp and the sigmoid on the special function unit (pn_cu_exp_sfu,
- * pn_cu_sigm_sfu: the tensor-core kernels) */
+ * pn_cu_sigm_sfu: the tensor-core kernels). PLAIN: the caller knows the call is a softmax without
+ * γ (gv = 1), so the run-time tests per pair fold away (SASS: two branches and both modes' code a
+ * pair in the mma kernels without it) */
 template <typename T, bool SFU = false, bool PLAIN = false>
 __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &o) {
+    const bool soft = PLAIN || c.norm == PN_NORM_SOFTMAX, gam = !PLAIN && c.g;
     o.s = s;
-    if constexpr (PLAIN) { /* the caller knows: softmax, no γ (gv = 1) — what the switch below
-                            * computes then, without its run-time tests per pair (SASS: two
-                            * branches and both modes' code a pair, in the mma kernels) */
-        const T e = SFU ? pn_cu_exp_sfu(s - st) : pn_exp(s - st);
-        o.p = st == (T)-INFINITY ? (T)0 : e;
-        o.dgam = 0;
-        o.ds = o.p * (dp - Di);
-        return;
-    }
     T sg = 0, w; /* w: the weight before γ, so ∂p/∂γ_j = w without dividing p by γ per pair */
-    if (c.norm == PN_NORM_SOFTMAX) {
+    if (soft) {
         T e;
         if constexpr (SFU) e = pn_cu_exp_sfu(s - st);
         else e = pn_exp(s - st);
@@ -252,14 +246,14 @@ __device__ void norm_ds(const dcall<T> &c, T s, T gv, T st, T Di, T dp, dpv<T> &
         else sg = sigm(s), inv = st > 0 ? 1 / st : (T)0;
         w = c.normalized ? sg * inv : sg;
     }
-    o.p = w * gv;
+    o.p = PLAIN ? w : w * gv;
     o.dgam = 0;
-    if (c.norm == PN_NORM_SOFTMAX) {
+    if (soft) {
         o.ds = o.p * (dp - Di);
-        if (c.g) o.dgam = (dp - Di) * w;
+        if (gam) o.dgam = (dp - Di) * w;
     } else if (c.normalized) {
         o.ds = o.p * (1 - sg) * (dp - Di);
-        if (c.g) o.dgam = (dp - Di) * w;
+        if (gam) o.dgam = (dp - Di) * w;
     } else {
         o.ds = dp * sg * (1 - sg);
     }
@@ -1932,8 +1926,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     double s0[2] = {0, 0}, s1[2] = {0, 0}, sg[2] = {0, 0}, gsum[2] = {0, 0};
     /* whole query tiles (as mfwd_kernel's key tiles): in range, no modifier, no NaN flag on the
      * lane's keys (nor, per tile, on the queries), every query past the causal limit of both keys */
-    const bool plain = !(c.bias || c.alibi || c.mask || kb[0] || kb[1] || !live[0] || !live[1]);
-    const bool soft_plain = MW <= 64 && c.norm == PN_NORM_SOFTMAX && !c.g; /* not at 128: spills (ptxas) */
+    const bool keys_clean = !(c.bias || c.alibi || c.mask || kb[0] || kb[1] || !live[0] || !live[1]);
+    const bool plain = MW <= 64 && c.norm == PN_NORM_SOFTMAX && !c.g; /* as mbwq_kernel's */
     /* loads overlapping the products, as in mfwd_kernel: Qᵀ's and dOᵀ's tiles are copied while Sᵀ,
      * dPᵀ and the VJP run, the next Q and dO tiles while dV and dK accumulate */
     auto fetch_qd = [&](int64_t i0) {
@@ -2006,8 +2000,8 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
             }
         };
         /* whole tiles of a softmax without γ in a copy of their own, as mbwq_kernel's */
-        if (plain && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) {
-            if (soft_plain) vjp_tile(std::true_type{}, std::true_type{});
+        if (keys_clean && !tbad && i0 + WQ <= c.Nq && (!c.causal || jj[1] <= i0 + c.off)) {
+            if (plain) vjp_tile(std::true_type{}, std::true_type{});
             else vjp_tile(std::true_type{}, std::false_type{});
         } else {
             vjp_tile(std::false_type{}, std::false_type{});
