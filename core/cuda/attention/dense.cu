@@ -50,7 +50,8 @@ template <typename T> struct dcall : pn_attn_dims { /* B, H, BH, Nq, Nk, D, Dv, 
     const T *q, *k, *v;            /* (BH, Nq, D), (BH, Nk, D), (BH, Nk, Dv) contiguous; v NULL: weights */
     T *qt[2], *kt[2];              /* (BH, Nq), (BH, Nk) or NULL */
     T *g;                          /* (BH, Nk) Lorentz factors γ(v_j) (einstein) or NULL */
-    uint8_t *qbad, *kbad;          /* (BH, Nq), (BH, Nk): rows with a non-finite coordinate */
+    int32_t *qbad, *kbad;          /* (BH, Nq), (BH, Nk): rows with a non-finite coordinate (32-bit:
+                                    * the mma kernels copy them by cp.async, 4 bytes at least) */
     const uint8_t *mask;           /* u8, canonical (b, h, i, j) strides ms, 0 where broadcast; or NULL */
     int64_t ms[4];
     const T *bias;                 /* q's dtype, canonical strides bs; or NULL */
@@ -824,7 +825,7 @@ template <typename T, typename S> __global__ void tbwk_kernel(dcall<T> c, dbw<T>
  * that do not see that key (the f32 kernels skip such pairs). The weights (attention_weights)
  * and their backward stay on the f32 kernels. */
 enum { WQ = 64, WK = 64, WTPR = 2, WT = 128 }; /* rows per block, keys per tile, threads per row, threads */
-static_assert(WQ == 16 * (WT / 32) && WQ * WTPR == WT, "one warp per 16 rows, WTPR lanes per row");
+static_assert(WQ == 16 * (WT / 32) && WQ * WTPR == WT && WK <= WT, "one warp per 16 rows, WTPR lanes per row, a thread per key");
 
 template <typename H> __device__ H to16(float x);
 template <> __device__ __nv_bfloat16 to16<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
@@ -1176,6 +1177,62 @@ template <typename H> __device__ void ptile_norms(float *dst, const mpk<H> &P, i
     for (int e = threadIdx.x; e < 16; e += blockDim.x) pn_cu_cp_async16(dst + 4 * e, P.nrm + bh * P.np + r0 + 4 * e);
 }
 
+/* The mma kernels' staged keys (queries), fetched with their tile: thread jl < WK copies key j0 + jl's
+ * terms, γ and NaN flag into its own slot by cp.async, in the caller's commit group, and after the
+ * wait applies S::key itself (key_finish). Each thread reads back only what it copied, so no barrier
+ * lies between; the slot's other readers are past the barrier before the fetch. Loaded by plain
+ * loads at the top of a tile, each tile began with a wait for global memory ahead of its barrier;
+ * held in registers across the products instead, they added spills to the backward's kernels. */
+template <typename S> __device__ void key_fetch(const dcall<float> &c, int64_t bh, int64_t j0, kstage<float> *ks) {
+    const int jl = threadIdx.x;
+    if (jl >= WK) return;
+    kstage<float> &z = ks[jl];
+    const int64_t j = j0 + jl, y = bh * c.Nk + j;
+    if (j >= c.Nk) {
+        z.t0 = z.t1 = 0, z.gv = 1, z.bad = 0;
+        return;
+    }
+    if (S::terms & T_K0) pn_cu_cp_async4(&z.t0, c.kt[0] + y);
+    else z.t0 = 0;
+    if (S::terms & T_K1) pn_cu_cp_async4(&z.t1, c.kt[1] + y);
+    else z.t1 = 0;
+    if (c.g) pn_cu_cp_async4(&z.gv, c.g + y);
+    else z.gv = 1;
+    pn_cu_cp_async4(&z.bad, c.kbad + y);
+}
+/* after the wait: S::key of the thread's key; its NaN flag, for the barrier to or */
+template <typename S, typename Hd> __device__ int key_finish(const Hd &hd, kstage<float> *ks) {
+    if (threadIdx.x >= WK) return 0;
+    kstage<float> &z = ks[threadIdx.x];
+    z.kx = S::key(&hd, z.t0, z.t1);
+    return z.bad;
+}
+/* the key pass's queries [i0, i0 + WQ) likewise: terms, NaN flag, statistic, D_i (zeros past Nq) */
+template <typename S>
+__device__ void query_fetch(const dcall<float> &c, const dbw<float> &a, int64_t bh, int64_t i0, qstage<float> *qsg) {
+    const int il = threadIdx.x;
+    if (il >= WQ) return;
+    qstage<float> &z = qsg[il];
+    const int64_t i = i0 + il, x = bh * c.Nq + i;
+    if (i >= c.Nq) {
+        z.q0 = z.q1 = z.st = z.Di = 0, z.bad = 0;
+        return;
+    }
+    if (S::terms & T_Q0) pn_cu_cp_async4(&z.q0, c.qt[0] + x);
+    else z.q0 = 0;
+    if (S::terms & T_Q1) pn_cu_cp_async4(&z.q1, c.qt[1] + x);
+    else z.q1 = 0;
+    pn_cu_cp_async4(&z.bad, c.qbad + x);
+    pn_cu_cp_async4(&z.st, a.stat + x);
+    pn_cu_cp_async4(&z.Di, a.Drow + x);
+}
+template <typename S, typename Hd> __device__ int query_finish(const Hd &hd, qstage<float> *qsg) {
+    if (threadIdx.x >= WQ) return 0;
+    qstage<float> &z = qsg[threadIdx.x];
+    z.rx = S::row(&hd, z.q0, z.q1);
+    return z.bad;
+}
+
 /* Whole tiles: keys [0, keys_whole) are seen by both of a lane's rows r with no modifier — no bias,
  * ALiBi or mask, no NaN flag on the rows (a tile's keys: or-ed at its barrier), inside the causal
  * limit (kend) — so there the score alone is what mods would return, without its per-pair index work */
@@ -1333,20 +1390,20 @@ __global__ void __launch_bounds__(WT, MW <= 64 ? 3 : 1)
     int nan[2] = {0, 0};
     /* The loads overlap the products as in FlashAttention-2, with one buffer each for K and Vᵀ:
      * V's tile is copied (cp.async) while S = Q·Kᵀ and the softmax run, the next K tile while
-     * P·V runs. Each copy is issued after the barrier that ends its buffer's last reads. */
+     * P·V runs, and with it the keys' staged values (key_fetch). Each copy is issued after the
+     * barrier that ends its buffer's last reads. */
     auto fetch_k = [&](int64_t j0) {
         ptile_rows<MW>(Ks, L.ldq, Kp, bh, j0);
         if (c.diff) ptile_norms(kn, Kp, bh, j0);
+        key_fetch<S>(c, bh, j0, ks);
         pn_cu_cp_async_commit();
     };
     if (kend_blk > 0) fetch_k(0);
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
-        /* ks's readers (the previous tile's epilogue and weights) are past the barrier before P·V */
-        stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks);
-        pn_cu_cp_async_wait<0>(); /* this thread's copies of K's tile have landed … */
-        /* … and everyone's after the barrier, past which no one reads Vᵀ's previous tile; a thread
-         * reads back the key it staged (its own write); the barrier ors the flags */
-        const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
+        pn_cu_cp_async_wait<0>(); /* this thread's copies of K's tile and its staged key have landed … */
+        /* … and everyone's after the barrier, past which no one reads Vᵀ's previous tile; the
+         * barrier ors the keys' NaN flags */
+        const int tbad = __syncthreads_or(key_finish<S>(r[0].hd, ks));
         ptile_cols<MW>(Vt, L.ldvt, Vp, bh, j0);
         pn_cu_cp_async_commit();
         /* S_w = Q_w·Kᵀ: sc[nb] the 16 × 8 block of keys 8nb … 8nb + 7 */
@@ -1615,19 +1672,19 @@ __global__ void mbwq_kernel(dcall<float> c, dbw<float> a, mblay L, mpk<H> Kp, mp
     const int64_t kwhole = keys_whole(c, r, kend);
     const bool plain = MW <= 64 && c.norm == PN_NORM_SOFTMAX && !c.g; /* not at 128: spills (ptxas) */
     /* loads overlapping the products, as in mfwd_kernel: Kᵀ's tile is copied while S, dP and the
-     * VJP run, the next K and V tiles while ∂G·K runs */
+     * VJP run, the next K and V tiles and staged keys while ∂G·K runs */
     auto fetch_kv = [&](int64_t j0) {
         ptile_rows<MW>(Ks, L.ldq, Kp, bh, j0);
         ptile_rows<MW>(Vs, L.ldv, Vp, bh, j0);
         if (c.diff) ptile_norms(kn, Kp, bh, j0);
+        key_fetch<S>(c, bh, j0, ks);
         pn_cu_cp_async_commit();
     };
     if (kend_blk > 0) fetch_kv(0);
     for (int64_t j0 = 0; j0 < kend_blk; j0 += WK) {
-        stage_keys<WK, float, S>(c, r[0].hd, bh, j0, ks); /* its readers are past the barrier before ∂G·K */
-        pn_cu_cp_async_wait<0>(); /* K's and V's tiles, then everyone's after the barrier, past which
-                                   * no one reads Kᵀ's previous tile */
-        const int tbad = __syncthreads_or(threadIdx.x < WK ? ks[threadIdx.x].bad : 0);
+        pn_cu_cp_async_wait<0>(); /* K's and V's tiles and the staged key, then everyone's after the
+                                   * barrier, past which no one reads Kᵀ's previous tile */
+        const int tbad = __syncthreads_or(key_finish<S>(r[0].hd, ks));
         ptile_cols<MW>(Kt, L.ldkt, Kp, bh, j0);
         pn_cu_cp_async_commit();
         float sc[NS][4], dp[NS][4];
@@ -1929,20 +1986,20 @@ __global__ void mbwk_kernel(dcall<float> c, dbw<float> a, mklay L, mpk<H> Qp, mp
     const bool keys_clean = !(c.bias || c.alibi || c.mask || kb[0] || kb[1] || !live[0] || !live[1]);
     const bool plain = MW <= 64 && c.norm == PN_NORM_SOFTMAX && !c.g; /* as mbwq_kernel's */
     /* loads overlapping the products, as in mfwd_kernel: Qᵀ's and dOᵀ's tiles are copied while Sᵀ,
-     * dPᵀ and the VJP run, the next Q and dO tiles while dV and dK accumulate */
+     * dPᵀ and the VJP run, the next Q and dO tiles and staged queries while dV and dK accumulate */
     auto fetch_qd = [&](int64_t i0) {
         ptile_rows<MW>(Qs, L.ldq, Qp, bh, i0);
         ptile_rows<MW>(dOs, L.ldv, Op, bh, i0);
         if (c.diff) ptile_norms(qn, Qp, bh, i0);
+        query_fetch<S>(c, a, bh, i0, qsg);
         pn_cu_cp_async_commit();
     };
     __syncthreads(); /* the fragments and the key norms are read: Q's and dO's tiles may come */
     if (istart / WQ * WQ < c.Nq) fetch_qd(istart / WQ * WQ);
     for (int64_t i0 = istart / WQ * WQ; i0 < c.Nq; i0 += WQ) {
-        stage_queries<WQ, float, S>(c, a, r.hd, bh, i0, qsg); /* its readers are past the barrier before dV, dK */
-        pn_cu_cp_async_wait<0>(); /* Q's and dO's tiles, then everyone's after the barrier, past which
-                                   * no one reads the previous Qᵀ and dOᵀ */
-        const int tbad = __syncthreads_or(threadIdx.x < WQ ? qsg[threadIdx.x].bad : 0);
+        pn_cu_cp_async_wait<0>(); /* Q's and dO's tiles and the staged query, then everyone's after the
+                                   * barrier, past which no one reads the previous Qᵀ and dOᵀ */
+        const int tbad = __syncthreads_or(query_finish<S>(r.hd, qsg));
         ptile_cols<MW>(Qt, L.ldt, Qp, bh, i0);
         ptile_cols<MW>(dOt, L.ldt, Op, bh, i0);
         pn_cu_cp_async_commit();
@@ -2082,7 +2139,7 @@ template <typename T> __global__ void prep_kernel(dcall<T> c, int side, unsigned
             if (term_bad(kinds[m], req, kap, v)) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)x);
         }
         const int nf = nonfinite(xr, c.D);
-        (side ? c.kbad : c.qbad)[x] = (uint8_t)nf;
+        (side ? c.kbad : c.qbad)[x] = nf;
         if (nf) atomicMin(&slot[SL_QNF + side], (unsigned long long)x);
         if (side && c.g && !lorentz(c.v + x * c.Dv, c.Dv, kap, &c.g[x]))
             atomicMin(&slot[SL_LOR], (unsigned long long)x);

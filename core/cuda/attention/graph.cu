@@ -40,7 +40,7 @@ template <typename T> struct gcall {
     const int64_t *off, *src;  /* (N+1), (E) */
     T *qt[2], *kt[2];          /* (N, H) or NULL */
     T *g;                      /* (N, H) Lorentz factors or NULL */
-    const uint8_t *qbad, *kbad; /* (N, H) non-finite rows */
+    const int32_t *qbad, *kbad; /* (N, H) non-finite rows */
     const pn_score_params *hp; /* (H) */
 };
 
@@ -145,7 +145,7 @@ template <typename T> __device__ T term_of(int kind, const T *xr, int64_t D, int
 }
 
 template <typename T>
-__global__ void prep_kernel(gcall<T> c, unsigned req, uint8_t *qbad, uint8_t *kbad, unsigned long long *slot) {
+__global__ void prep_kernel(gcall<T> c, unsigned req, int32_t *qbad, int32_t *kbad, unsigned long long *slot) {
     PN_CU_LOOP(x, c.N * c.H) {
         const int64_t i = x / c.H, h = x - i * c.H, hx = h * c.N + i; /* hx: the head-major order */
         const T *qr = c.q + x * c.D, *kr = c.k + x * c.D;
@@ -162,7 +162,7 @@ __global__ void prep_kernel(gcall<T> c, unsigned req, uint8_t *qbad, uint8_t *kb
                 if (term_bad(kinds[m], req, kap, v)) atomicMin(&slot[SL_QT0 + 2 * side + m], (unsigned long long)hx);
             }
             const int nf = nonfinite(xr, c.D);
-            (side ? kbad : qbad)[x] = (uint8_t)nf;
+            (side ? kbad : qbad)[x] = nf;
             if (nf) atomicMin(&slot[SL_QNF + side], (unsigned long long)x);
         }
         if (c.g && !lorentz(c.v + x * c.Dv, c.Dv, kap, &c.g[x])) /* γ(v) = 1/√(1 − κ‖v‖²) */
@@ -553,8 +553,8 @@ pn_status gsetup(const char *op, gstate *g, gcall<T> *c, const pn_tensor *q, con
     /* terms, flags, Lorentz factors; then the checks in pn_attn_prepare's order */
     PN_TRY(pn_cu_check(op, cudaMemsetAsync(sl, 0xff, 8 * sizeof(unsigned long long), pn_cu_stream())));
     auto kp = prep_kernel<T>;
-    PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(N * H, GT), GT, 0, pn_cu_stream(), *c, pl->req, (uint8_t *)c->qbad,
-                                (uint8_t *)c->kbad, sl)));
+    PN_TRY(pn_cu_check(op, PN_LAUNCH(kp, pn_cu_blocks(N * H, GT), GT, 0, pn_cu_stream(), *c, pl->req, (int32_t *)c->qbad,
+                                (int32_t *)c->kbad, sl)));
     int64_t bad[SL_N];
     PN_TRY(pn_cuda_download(bad, sl, sizeof bad));
     const char *qs = pn_shape_str(q), *ks = pn_shape_str(k), *vs = pn_shape_str(v);

@@ -281,9 +281,9 @@ pn_status call_rows(pn_cu_scratch *g, const pn_attn_setup *st, int dt, int64_t n
             c->kt[m] = (T *)pn_ptr(t);
         }
     }
-    pn_tensor *qb = pn_cu_scratch_new(g, nq, PN_U8, false), *kb = pn_cu_scratch_new(g, nk, PN_U8, false), *gt = NULL;
+    pn_tensor *qb = pn_cu_scratch_new(g, nq, PN_I32, false), *kb = pn_cu_scratch_new(g, nk, PN_I32, false), *gt = NULL;
     if (!qb || !kb || (st->einstein && !(gt = pn_cu_scratch_new(g, nk, dt, false)))) return PN_ERR_OOM;
-    c->qbad = (uint8_t *)pn_ptr(qb), c->kbad = (uint8_t *)pn_ptr(kb);
+    c->qbad = (int32_t *)pn_ptr(qb), c->kbad = (int32_t *)pn_ptr(kb);
     c->g = gt ? (T *)pn_ptr(gt) : NULL;
     return PN_OK;
 }
